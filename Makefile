@@ -1,0 +1,22 @@
+# kforge — run `make help` for the targets.
+PYTHON ?= python3
+# Installed only when no torch is importable; a torch you already have is never replaced.
+TORCH_SPEC ?= torch==2.13.0
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+.PHONY: help setup test test-gpu
+
+help: ## list the targets
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "} {printf "  make %-12s %s\n", $$1, $$2}'
+
+setup: ## install kforge (editable) with its test extras; installs torch first only if none is importable
+	@$(PYTHON) -c "import torch; print('using torch', torch.__version__)" 2>/dev/null || \
+		$(PYTHON) -m pip install "$(TORCH_SPEC)"
+	$(PYTHON) -m pip install -e ".[dev]"
+
+test: ## run the test suite (GPU tests skip themselves where no GPU is visible)
+	$(PYTHON) -m pytest $(PYTEST_ARGS)
+
+test-gpu: ## run only the GPU tests (on a machine with an NVIDIA GPU)
+	$(PYTHON) -m pytest -m gpu $(PYTEST_ARGS)

@@ -1,0 +1,30 @@
+"""Backends: one file each; add a new accelerator by registering a `Backend` subclass here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import Backend, WorkerContext
+from .cpu import CpuBackend
+from .cuda import CudaBackend
+from .triton import TritonBackend
+
+BACKENDS: dict[str, type[Backend]] = {b.name: b for b in (CpuBackend, CudaBackend, TritonBackend)}
+
+
+def get_backend(name: str | Backend, device: str | None = None, **options: Any) -> Backend:
+    """A backend by name; raises ValueError naming the valid choices."""
+    if isinstance(name, Backend):
+        return name
+    try:
+        cls = BACKENDS[name]
+    except KeyError:
+        raise ValueError(f"unknown backend {name!r} (choose from {', '.join(BACKENDS)})") from None
+    return cls(device=device, **options)
+
+
+def from_spec(spec: dict[str, Any]) -> Backend:
+    return get_backend(spec["name"], device=spec.get("device"), **(spec.get("options") or {}))
+
+
+__all__ = ["BACKENDS", "Backend", "WorkerContext", "get_backend", "from_spec"]

@@ -1,0 +1,91 @@
+"""The backend protocol: what kforge needs to know to target one accelerator language.
+
+A backend is small on purpose. It names its language and device, points at its one-shot example
+(``prompts/examples/<name>/``), says how to spot a kernel in a candidate, prepares a worker process
+to load candidates (e.g. install the build cache), and picks the clock that times them. Everything
+else — isolation, correctness, timing rounds — is shared. A new accelerator is one example plus one
+small subclass registered in ``kforge/backends/__init__.py``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from .. import REPO_DIR
+
+EXAMPLES_DIR = REPO_DIR / "prompts" / "examples"
+
+
+@dataclass
+class WorkerContext:
+    """What a worker process knows when it prepares a backend."""
+
+    cache_dir: str
+    """Root of the persistent build cache."""
+    arch: str | None = None
+    """CUDA arch of the worker's GPU for TORCH_CUDA_ARCH_LIST (e.g. ``9.0a``), None on CPU."""
+    build_only: bool = False
+    """True in the build phase (no device visible): compile, do not run."""
+
+
+class Backend:
+    """Base class; subclasses set the class attributes and override what differs."""
+
+    name: ClassVar[str]
+    """Registry key, Hydra ``backend=`` choice and examples folder name."""
+    language: ClassVar[str]
+    """The kernel language, as the prompt names it."""
+    default_device: ClassVar[str] = "cuda"
+    """Torch device type candidates run on."""
+    kernel_patterns: ClassVar[tuple[str, ...]] = ()
+    """Regexes; a candidate must match one to count as containing a kernel in this language."""
+    kernel_hint: ClassVar[str] = ""
+    """What the kernel-presence rule asks for, in words."""
+
+    def __init__(self, device: str | None = None, **options: Any):
+        self.device = device or self.default_device
+        self.options = options
+        self.builder = None
+        """The extension builder `prepare` installed in a worker, if this backend compiles extensions."""
+
+    # -- used by the caller ------------------------------------------------------------------------
+    @property
+    def example_dir(self) -> Path:
+        return EXAMPLES_DIR / self.name
+
+    def example(self) -> tuple[str, str]:
+        """The one-shot example: (a small PyTorch module, its implementation in this backend)."""
+        d = self.example_dir
+        return (d / "model.py").read_text(), (d / "model_new.py").read_text()
+
+    def spec(self) -> dict[str, Any]:
+        """What a worker needs to rebuild this backend."""
+        return {"name": self.name, "device": self.device, "options": dict(self.options)}
+
+    def worker_env(self) -> dict[str, str]:
+        """Environment variables for worker processes running this backend's candidates."""
+        return {}
+
+    def has_kernel(self, source: str) -> bool:
+        return any(re.search(p, source, re.MULTILINE) for p in self.kernel_patterns)
+
+    def describe(self) -> str:
+        return f"{self.name} ({self.language} on {self.device})"
+
+    # -- used inside the worker --------------------------------------------------------------------
+    def prepare(self, ctx: WorkerContext) -> None:
+        """Get the process ready to import candidates (runs before any candidate code)."""
+
+    def make_clock(self, flush_bytes: int):
+        from ..verify.timing import CpuClock, CudaClock
+        return CudaClock(flush_bytes) if self.device == "cuda" else CpuClock()
+
+    def classify(self, exc: BaseException) -> str | None:
+        """Map a backend-specific exception to a verdict state (None: use the default rules)."""
+        return None
+
+    def __repr__(self) -> str:
+        return f"<backend {self.describe()}>"

@@ -1,0 +1,234 @@
+"""A caching, faster ``torch.utils.cpp_extension.load_inline`` for candidates' C++/CUDA extensions.
+
+Installed in the worker process before a candidate is imported, so a KernelBench-style candidate that
+calls ``load_inline`` gets:
+
+* a persistent build cache keyed by (sources, every build argument, torch version, CUDA version,
+  target arch, compiler, this recipe's version): re-verifying the same source loads the built ``.so``
+  directly (milliseconds) instead of rebuilding;
+* a precompiled ``torch/extension.h`` (GCC PCH) per set of compile flags, kept in the cache, for the
+  C++ binding file that every extension has;
+* a ``.cu`` file without torch headers when the CUDA source uses none (``torch/types.h`` dominates
+  nvcc's time): one-shot examples keep torch types in the C++ part to benefit;
+* one lock per build, so parallel build processes never build the same thing twice or collide.
+
+A build failure raises `CompilationError` carrying the compiler's output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import importlib.machinery
+import importlib.util
+import inspect
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+from typing import Any
+
+RECIPE_VERSION = 3
+_TORCH_SYMBOLS = re.compile(r"\bat::|\btorch\b|\bc10\b|\bATen\b|\bTORCH_|\bAT_|\bC10_|\bTensor\b")
+_MISSING_DECL = re.compile(r"undefined|not declared|has not been declared|is not a member|incomplete type")
+# Arguments that do not change what is built.
+_NOT_IN_KEY = {"verbose", "build_directory", "keep_intermediates"}
+
+
+class CompilationError(RuntimeError):
+    """The candidate's extension did not build; ``log`` holds the compiler's words."""
+
+    def __init__(self, log: str):
+        super().__init__(log)
+        self.log = log
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _compiler_version() -> str:
+    cxx = os.environ.get("CXX", "c++")
+    try:
+        return subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30).stdout or cxx
+    except (OSError, subprocess.SubprocessError):
+        return cxx
+
+
+def _cxx_std() -> str:
+    """The -std flag torch compiles extensions with (it changed across versions)."""
+    import torch.utils.cpp_extension as ce
+    for fn_name in ("_write_ninja_file_to_build_library", "_write_ninja_file"):
+        fn = getattr(ce, fn_name, None)
+        if fn is None:
+            continue
+        with contextlib.suppress(OSError, TypeError):
+            m = re.search(r"-std=c\+\+(\d+)", inspect.getsource(fn))
+            if m:
+                return f"-std=c++{m.group(1)}"
+    return "-std=c++17"
+
+
+class Builder:
+    """Builds and caches extensions; `install` swaps it in for torch's ``load_inline``."""
+
+    def __init__(self, cache_root: str | os.PathLike, *, arch: str | None = None, use_pch: bool = True,
+                 torch_free_cu: bool = True):
+        import torch
+        import torch.utils.cpp_extension as ce
+        self.root = Path(cache_root)
+        self.arch = arch
+        self.use_pch = use_pch and sys.platform.startswith("linux")
+        self.torch_free_cu = torch_free_cu
+        self._ce = ce
+        self._real_load_inline = ce.load_inline
+        self._accepted = set(inspect.signature(ce.load_inline).parameters)
+        version = _compiler_version()
+        self._is_gcc = "Free Software Foundation" in version and "clang" not in version.lower()
+        self._env = {"torch": torch.__version__, "cuda": torch.version.cuda, "arch": arch,
+                     "cxx": version.splitlines()[0] if version else "", "python": sys.version.split()[0],
+                     "recipe": RECIPE_VERSION}
+        self.built: list[str] = []
+        """Build directories this process compiled (not cache hits), for reporting."""
+        self.hits: list[str] = []
+
+    # -- public -----------------------------------------------------------------------------------
+    def install(self) -> None:
+        self._ce.load_inline = self.load_inline
+        if self.arch:
+            os.environ["TORCH_CUDA_ARCH_LIST"] = self.arch
+
+    def key(self, name: str, cpp_sources: Any, cuda_sources: Any, kwargs: dict[str, Any]) -> str:
+        payload = {"name": name, "cpp": _as_list(cpp_sources), "cuda": _as_list(cuda_sources),
+                   "kw": {k: v for k, v in sorted(kwargs.items()) if k not in _NOT_IN_KEY}, "env": self._env}
+        blob = json.dumps(payload, sort_keys=True, default=repr)
+        return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+    def load_inline(self, name: str, cpp_sources: Any, cuda_sources: Any = None, **kwargs: Any):
+        key = self.key(name, cpp_sources, cuda_sources, kwargs)
+        build_dir = self.root / "builds" / key
+        with _locked(self.root / "builds" / f"{key}.lock"):
+            module = self._load_cached(build_dir, name, kwargs)
+            if module is not None:
+                self.hits.append(str(build_dir))
+                return module
+            module = self._build(build_dir, name, cpp_sources, cuda_sources, kwargs)
+            self.built.append(str(build_dir))
+            return module
+
+    # -- internals --------------------------------------------------------------------------------
+    def _load_cached(self, build_dir: Path, name: str, kwargs: dict[str, Any]):
+        marker = build_dir / "kforge_ok.json"
+        if not marker.is_file():
+            return None
+        info = json.loads(marker.read_text())
+        so, name = Path(info["so"]), info.get("name", name)
+        if not so.is_file():
+            return None
+        if not kwargs.get("is_python_module", True):
+            import torch
+            torch.ops.load_library(str(so))
+            return str(so)
+        loader = importlib.machinery.ExtensionFileLoader(name, str(so))
+        spec = importlib.util.spec_from_file_location(name, str(so), loader=loader)
+        module = importlib.util.module_from_spec(spec)
+        loader.exec_module(module)
+        return module
+
+    def _build(self, build_dir: Path, name: str, cpp_sources: Any, cuda_sources: Any, kwargs: dict[str, Any]):
+        cpp, cuda = _as_list(cpp_sources), _as_list(cuda_sources)
+        tuned = dict(kwargs)
+        tweaked = False
+        if (self.torch_free_cu and cuda and not kwargs.get("no_implicit_headers")
+                and "no_implicit_headers" in self._accepted and not any(_TORCH_SYMBOLS.search(s) for s in cuda)):
+            # Same program, but nvcc no longer parses torch's headers for a .cu that does not use them.
+            tuned["no_implicit_headers"] = True
+            cpp = ["#include <torch/extension.h>"] + cpp
+            cuda = ["#include <cuda.h>", "#include <cuda_runtime.h>"] + cuda
+            tweaked = True
+        if self.use_pch:
+            pch_dir = self._ensure_pch(list(kwargs.get("extra_cflags") or []))
+            if pch_dir is not None:
+                tuned["extra_include_paths"] = [str(pch_dir)] + list(kwargs.get("extra_include_paths") or [])
+        try:
+            return self._run_build(build_dir, name, cpp, cuda, tuned)
+        except CompilationError as exc:
+            if not (tweaked and _MISSING_DECL.search(exc.log)):
+                raise
+        # The .cu needed something from torch's headers after all: build it the way torch would.
+        return self._run_build(build_dir, name, _as_list(cpp_sources), _as_list(cuda_sources), dict(kwargs))
+
+    def _run_build(self, build_dir: Path, name: str, cpp: list[str], cuda: list[str], kwargs: dict[str, Any]):
+        shutil.rmtree(build_dir, ignore_errors=True)
+        build_dir.mkdir(parents=True)
+        kwargs = {k: v for k, v in kwargs.items() if k in self._accepted and k not in _NOT_IN_KEY}
+        try:
+            module = self._real_load_inline(name=name, cpp_sources=cpp, cuda_sources=cuda or None,
+                                            build_directory=str(build_dir), verbose=False, **kwargs)
+        except Exception as exc:  # torch raises RuntimeError with ninja's output; keep all of it
+            raise CompilationError(_clean_log(str(exc))) from None
+        so = build_dir / f"{name}.so"
+        if not so.is_file():
+            found = sorted(build_dir.glob("*.so"))
+            so = found[0] if found else so
+        (build_dir / "kforge_ok.json").write_text(json.dumps({"so": str(so), "name": so.stem}))
+        return module
+
+    def _ensure_pch(self, extra_cflags: list[str]) -> Path | None:
+        """A precompiled torch/extension.h for these flags, built once under a lock; None if unusable."""
+        cxx = os.environ.get("CXX", "c++")
+        if not self._is_gcc:
+            return None  # PCH files are compiler-specific; this recipe is for GCC
+        import torch.utils.cpp_extension as ce
+        torch_inc = Path(ce.include_paths()[0])
+        header = torch_inc / "torch" / "extension.h"
+        std = _cxx_std()
+        flags = ["-DTORCH_API_INCLUDE_EXTENSION_H", std, "-fPIC", *extra_cflags]
+        includes = [f"-I{p}" for p in ce.include_paths()] + [f"-I{sysconfig.get_paths()['include']}"]
+        key = hashlib.sha256(json.dumps([self._env, flags, includes]).encode()).hexdigest()[:16]
+        pch_dir = self.root / "pch" / key
+        gch = pch_dir / "torch" / "extension.h.gch"
+        if gch.is_file():
+            return pch_dir
+        with _locked(self.root / "pch" / f"{key}.lock"):
+            if gch.is_file():
+                return pch_dir
+            gch.parent.mkdir(parents=True, exist_ok=True)
+            tmp = gch.with_suffix(f".tmp{os.getpid()}")
+            cmd = [cxx, "-x", "c++-header", str(header), "-o", str(tmp), *includes, *flags]
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode != 0:
+                tmp.unlink(missing_ok=True)
+                (pch_dir / "FAILED").write_text(proc.stderr[-4000:])
+                return None
+            os.replace(tmp, gch)
+        return pch_dir
+
+
+def _as_list(sources: Any) -> list[str]:
+    if not sources:
+        return []
+    return [sources] if isinstance(sources, str) else list(sources)
+
+
+_COMMAND_ECHO = re.compile(r"^(\[\d+/\d+\]\s*)?\S*(c\+\+|g\+\+|gcc|clang\+*|nvcc)\s.*\s-(c|o)\s")
+
+
+def _clean_log(log: str) -> str:
+    """Keep the compiler's words; drop ninja's progress lines and the echoed compiler commands."""
+    log = re.sub(r"^Error building extension '([^']*)':\s*", r"error building extension '\1'\n", log)
+    lines = [ln for ln in log.splitlines()
+             if not _COMMAND_ECHO.match(ln) and not re.match(r"^\[\d+/\d+\] ", ln)]
+    return "\n".join(lines).strip()

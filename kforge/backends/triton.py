@@ -1,0 +1,34 @@
+"""Triton backend: ``@triton.jit`` kernels launched from ``ModelNew.forward``.
+
+On a machine without a GPU (CI) the same candidates run on CPU tensors through Triton's interpreter
+(``TRITON_INTERPRET=1``): that checks correctness, not speed.
+"""
+
+from __future__ import annotations
+
+from .base import Backend
+
+
+class TritonBackend(Backend):
+    name = "triton"
+    language = "Triton (Python @triton.jit kernels)"
+    default_device = "cuda"
+    kernel_patterns = (r"@\s*triton\.jit", r"@\s*jit\b")
+    kernel_hint = "a @triton.jit kernel launched from forward"
+
+    @property
+    def interpret(self) -> bool:
+        return self.device == "cpu"
+
+    def worker_env(self) -> dict[str, str]:
+        return {"TRITON_INTERPRET": "1"} if self.interpret else {}
+
+    def describe(self) -> str:
+        mode = "Triton interpreter on CPU tensors: correctness only" if self.interpret else self.device
+        return f"{self.name} ({mode})"
+
+    def classify(self, exc: BaseException) -> str | None:
+        for cls in type(exc).__mro__:
+            if cls.__module__.startswith("triton") and "CompilationError" in cls.__name__:
+                return "compilation_failure"
+        return None

@@ -1,0 +1,250 @@
+"""The `Problem` dataclass and the parsing of one KernelBench-format file.
+
+Parsing is static (``ast``): a problem file is only ever executed inside a verifier worker, so loading
+a suite is cheap and a malformed file is reported before anything runs.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class ProblemError(ValueError):
+    """A problem file is malformed or an override does not fit it; the message names the file."""
+
+
+#: Size presets a problem may define; "default" keeps the file's own constants.
+SIZES = ("cpu", "gpu", "default")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One reference program, at one size, ready to hand to a verifier worker."""
+
+    name: str
+    """File stem, e.g. ``19_ReLU``."""
+    source: str
+    """The program text as it will run (size overrides applied): what the worker executes and the model reads."""
+    level: int | None = None
+    """KernelBench level (1 single ops, 2 fusions, 3 architectures, 4 HF models) when known."""
+    problem_id: int | None = None
+    """Numeric id from the file name (``19`` of ``19_ReLU``) when it has one."""
+    path: str | None = None
+    """Where the file was read from (None for problems built from text)."""
+    origin: str = "file"
+    """``builtin``, ``kernelbench`` or ``file``."""
+    size: str = "default"
+    """Which preset is applied: ``cpu``, ``gpu``, ``default`` or ``custom`` (single overrides)."""
+    constants: dict[str, Any] = field(default_factory=dict)
+    """Effective top-level constants after overrides (derived ones included where computable)."""
+    flops: float | None = None
+    """Floating-point operations of one forward at this size (None when the file does not say)."""
+    bytes: float | None = None
+    """Fewest bytes one forward must move at this size (None when the file does not say)."""
+    ops: tuple[str, ...] = ()
+    """Torch operators that do the work; a candidate calling them has not replaced them."""
+    tolerance: dict[str, float] | None = None
+    """Per-problem ``atol``/``rtol`` override, else the dtype defaults apply."""
+    sizes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The presets the file offers (``KFORGE["sizes"]``)."""
+
+    @property
+    def key(self) -> str:
+        """Stable identifier: ``level1/19_ReLU`` (or the name when the level is unknown)."""
+        return f"level{self.level}/{self.name}" if self.level is not None else self.name
+
+    def floor_seconds(self, peak_flops: float | None, peak_bytes_per_s: float | None) -> float | None:
+        """Roofline floor: no correct implementation can run much faster than this."""
+        terms = []
+        if self.flops and peak_flops:
+            terms.append(self.flops / peak_flops)
+        if self.bytes and peak_bytes_per_s:
+            terms.append(self.bytes / peak_bytes_per_s)
+        return max(terms) if terms else None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["ops"] = list(self.ops)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Problem":
+        data = dict(data)
+        data["ops"] = tuple(data.get("ops") or ())
+        return cls(**data)
+
+
+_STEM = re.compile(r"^(\d+)_(.+)$")
+
+
+def parse_stem(stem: str) -> tuple[int | None, str]:
+    """``19_ReLU`` -> (19, ``19_ReLU``); a stem without a numeric prefix has no id."""
+    m = _STEM.match(stem)
+    return (int(m.group(1)), stem) if m else (None, stem)
+
+
+def _top_level_assignments(tree: ast.Module) -> list[tuple[str, ast.Assign]]:
+    out = []
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            out.append((node.targets[0].id, node))
+    return out
+
+
+def _evaluate_constants(source: str, tree: ast.Module) -> dict[str, Any]:
+    """Top-level constants, derived ones included, by evaluating plain arithmetic in file order."""
+    namespace: dict[str, Any] = {}
+    safe_globals = {"__builtins__": {"int": int, "float": float, "min": min, "max": max, "abs": abs},
+                    "math": math}
+    for name, node in _top_level_assignments(tree):
+        if name == "KFORGE":
+            continue
+        try:
+            value = ast.literal_eval(node.value)
+        except (ValueError, SyntaxError, TypeError):
+            try:
+                expr = ast.get_source_segment(source, node.value) or ""
+                value = eval(compile(expr, "<constant>", "eval"), safe_globals, dict(namespace))  # noqa: S307
+            except Exception:  # not plain arithmetic over earlier constants (e.g. a tensor): skip
+                continue
+        if isinstance(value, (int, float, bool, str, tuple, list)):
+            namespace[name] = value
+    return namespace
+
+
+def _metadata(tree: ast.Module, where: str) -> dict[str, Any]:
+    for name, node in _top_level_assignments(tree):
+        if name == "KFORGE":
+            try:
+                meta = ast.literal_eval(node.value)
+            except ValueError as exc:
+                raise ProblemError(f"{where}: KFORGE must be a literal dict ({exc})") from None
+            if not isinstance(meta, dict):
+                raise ProblemError(f"{where}: KFORGE must be a dict")
+            return meta
+    return {}
+
+
+def _check_structure(tree: ast.Module, where: str) -> None:
+    classes = {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
+    functions = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    # A file may also bind these names by assignment (e.g. ``get_init_inputs = lambda: []``).
+    assigned = {name for name, _ in _top_level_assignments(tree)}
+    if "Model" not in classes and "Model" not in assigned:
+        raise ProblemError(f"{where}: no `class Model` defined")
+    for fn in ("get_inputs", "get_init_inputs"):
+        if fn not in functions and fn not in assigned:
+            raise ProblemError(f"{where}: no `{fn}()` function defined")
+
+
+def parse_source(source: str, where: str) -> ast.Module:
+    """Parse and check the KernelBench structure; raises `ProblemError` naming ``where``."""
+    try:
+        tree = ast.parse(source, filename=where)
+    except SyntaxError as exc:
+        raise ProblemError(f"{where}: syntax error at line {exc.lineno}: {exc.msg}") from None
+    _check_structure(tree, where)
+    return tree
+
+
+def apply_overrides(source: str, overrides: dict[str, Any], where: str) -> str:
+    """Rewrite the top-level assignments of the overridden constants in the source text."""
+    if not overrides:
+        return source
+    tree = ast.parse(source)
+    nodes = {name: node for name, node in _top_level_assignments(tree)}
+    missing = [k for k in overrides if k not in nodes or k == "KFORGE"]
+    if missing:
+        known = sorted(k for k in _evaluate_constants(source, tree))
+        raise ProblemError(f"{where}: no top-level constant {', '.join(missing)} to override "
+                           f"(constants: {', '.join(known) or 'none'})")
+    lines = source.splitlines(keepends=True)
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line))
+    edits = []
+    for name, value in overrides.items():
+        v = nodes[name].value
+        # ast columns are UTF-8 byte offsets; problem files are ASCII in practice, and we check.
+        start = offsets[v.lineno - 1] + v.col_offset
+        end = offsets[v.end_lineno - 1] + v.end_col_offset
+        edits.append((start, end, repr(value)))
+    text = source
+    for start, end, new in sorted(edits, reverse=True):
+        text = text[:start] + new + text[end:]
+    return text
+
+
+def _eval_metric(expr: Any, constants: dict[str, Any], where: str, what: str) -> float | None:
+    if expr is None:
+        return None
+    if isinstance(expr, (int, float)):
+        return float(expr)
+    try:
+        return float(eval(str(expr), {"__builtins__": {"min": min, "max": max}, "math": math},  # noqa: S307
+                          dict(constants)))
+    except Exception as exc:
+        raise ProblemError(f"{where}: KFORGE[{what!r}] = {expr!r} does not evaluate: {exc}") from None
+
+
+def problem_from_source(source: str, *, where: str, name: str, size: str | None = None,
+                        overrides: dict[str, Any] | None = None, level: int | None = None,
+                        problem_id: int | None = None, path: str | None = None,
+                        origin: str = "file") -> Problem:
+    """Build a `Problem` from program text at the requested size.
+
+    ``size`` is a preset name (``cpu``/``gpu``/``default``; None means ``default``). A preset the file
+    does not define falls back to the file's own constants, so KernelBench files run anywhere.
+    ``overrides`` set single constants after the preset.
+    """
+    if not source.isascii():
+        # Column offsets used for overrides are byte offsets; keep the rewrite exact.
+        source = source.encode("ascii", "backslashreplace").decode("ascii")
+    tree = parse_source(source, where)
+    meta = _metadata(tree, where)
+    presets = meta.get("sizes") or {}
+    size = size or "default"
+    if size not in SIZES:
+        raise ProblemError(f"{where}: unknown size {size!r} (choose from {', '.join(SIZES)})")
+    applied: dict[str, Any] = {}
+    effective_size = "default"
+    if size != "default" and size in presets:
+        applied.update(presets[size])
+        effective_size = size
+    if overrides:
+        applied.update(overrides)
+        effective_size = "custom" if effective_size == "default" else f"{effective_size}+custom"
+    text = apply_overrides(source, applied, where)
+    constants = _evaluate_constants(text, ast.parse(text))
+    tol = meta.get("tolerance")
+    return Problem(
+        name=name, source=text, level=level, problem_id=problem_id, path=path, origin=origin,
+        size=effective_size, constants=constants,
+        flops=_eval_metric(meta.get("flops"), constants, where, "flops"),
+        bytes=_eval_metric(meta.get("bytes"), constants, where, "bytes"),
+        ops=tuple(meta.get("ops") or ()), tolerance=dict(tol) if tol else None,
+        sizes={k: dict(v) for k, v in presets.items()},
+    )
+
+
+def load_problem_file(path: str | Path, *, size: str | None = None, overrides: dict[str, Any] | None = None,
+                      level: int | None = None, origin: str = "file") -> Problem:
+    """Load one KernelBench-format file. The level comes from a ``levelN`` parent folder if not given."""
+    p = Path(path)
+    if not p.is_file():
+        raise ProblemError(f"{p}: no such problem file")
+    try:
+        source = p.read_text()
+    except UnicodeDecodeError:
+        raise ProblemError(f"{p}: not a text file") from None
+    if level is None:
+        m = re.fullmatch(r"level(\d+)", p.parent.name)
+        level = int(m.group(1)) if m else None
+    problem_id, name = parse_stem(p.stem)
+    return problem_from_source(source, where=str(p), name=name, size=size, overrides=overrides, level=level,
+                               problem_id=problem_id, path=str(p), origin=origin)

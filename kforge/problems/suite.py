@@ -1,0 +1,125 @@
+"""Loading many problems: a KernelBench-layout directory, the built-in suite, a name or a path."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Iterable
+
+from .problem import Problem, ProblemError, load_problem_file
+
+BUILTIN_DIR = Path(__file__).resolve().parent / "builtin"
+
+
+def parse_ids(spec: str | int | Iterable[Any] | None) -> set[int] | None:
+    """``"1-5,19"`` -> {1, 2, 3, 4, 5, 19}; None or ``"all"`` means every id."""
+    if spec is None:
+        return None
+    if isinstance(spec, int):
+        return {spec}
+    if not isinstance(spec, str):
+        out: set[int] = set()
+        for item in spec:
+            out |= parse_ids(item) or set()
+        return out
+    spec = spec.strip()
+    if spec in ("", "all", "*"):
+        return None
+    out = set()
+    for part in spec.split(","):
+        part = part.strip()
+        m = re.fullmatch(r"(\d+)\s*-\s*(\d+)", part)
+        if m:
+            out.update(range(int(m.group(1)), int(m.group(2)) + 1))
+        elif part.isdigit():
+            out.add(int(part))
+        else:
+            raise ProblemError(f"bad problem id selection {spec!r}: use numbers and ranges like 1-5,19")
+    return out
+
+
+def _levels(spec: Any) -> set[int] | None:
+    return parse_ids(spec)
+
+
+def kernelbench_root(root: str | Path) -> Path:
+    """Accept a KernelBench checkout or its inner ``KernelBench/`` folder; return the folder with level dirs."""
+    root = Path(root).expanduser()
+    if not root.is_dir():
+        raise ProblemError(f"{root}: no such directory")
+    for candidate in (root, root / "KernelBench"):
+        if any(candidate.glob("level[0-9]*")):
+            return candidate
+    raise ProblemError(f"{root}: not a KernelBench layout (expected level1/, level2/, ... holding N_Name.py files)")
+
+
+def load_directory(root: str | Path, *, levels: Any = None, ids: Any = None, size: str | None = None,
+                   overrides: dict[str, Any] | None = None, origin: str = "kernelbench") -> list[Problem]:
+    """Load ``root/levelN/ID_Name.py`` files, filtered by level and id, sorted by (level, id)."""
+    base = kernelbench_root(root)
+    want_levels, want_ids = _levels(levels), parse_ids(ids)
+    problems = []
+    for level_dir in sorted(base.glob("level[0-9]*"), key=lambda p: int(re.sub(r"\D", "", p.name) or 0)):
+        level = int(re.sub(r"\D", "", level_dir.name))
+        if want_levels is not None and level not in want_levels:
+            continue
+        for f in level_dir.glob("*.py"):
+            if f.name.startswith("_"):
+                continue
+            m = re.match(r"^(\d+)_", f.name)
+            if want_ids is not None and (not m or int(m.group(1)) not in want_ids):
+                continue
+            problems.append(load_problem_file(f, size=size, overrides=overrides, level=level, origin=origin))
+    problems.sort(key=lambda p: (p.level or 0, p.problem_id if p.problem_id is not None else 1 << 30, p.name))
+    if not problems:
+        raise ProblemError(f"{root}: no problems match levels={levels!r} ids={ids!r}")
+    return problems
+
+
+def load_builtin(*, levels: Any = None, ids: Any = None, names: Iterable[str] | None = None,
+                 size: str | None = None, overrides: dict[str, Any] | None = None) -> list[Problem]:
+    """The built-in suite (``kforge/problems/builtin``), optionally filtered."""
+    problems = load_directory(BUILTIN_DIR, levels=levels, ids=ids, size=size, overrides=overrides, origin="builtin")
+    if names:
+        wanted = list(names)
+        picked = [p for p in problems if any(_matches(p, n) for n in wanted)]
+        unknown = [n for n in wanted if not any(_matches(p, n) for p in problems)]
+        if unknown:
+            raise ProblemError(f"no built-in problem named {', '.join(unknown)} "
+                               f"(have: {', '.join(p.key for p in problems)})")
+        return picked
+    return problems
+
+
+def _matches(problem: Problem, spec: str) -> bool:
+    s = spec.strip().removesuffix(".py").lower()
+    short = problem.name.split("_", 1)[-1].lower()
+    return s in (problem.key.lower(), problem.name.lower(), short)
+
+
+def resolve_problem(spec: str, *, size: str | None = None, overrides: dict[str, Any] | None = None) -> Problem:
+    """A path to a problem file, or the name of a built-in problem (``level1/1_ReLU``, ``1_ReLU``, ``ReLU``)."""
+    path = Path(spec).expanduser()
+    if path.suffix == ".py" or path.exists() or "/" in spec and not _looks_builtin(spec):
+        if path.is_dir():
+            raise ProblemError(f"{spec}: is a directory; name a problem file, or use `kforge problems --dir`")
+        return load_problem_file(path, size=size, overrides=overrides)
+    found = [p for p in load_builtin(size=size, overrides=None) if _matches(p, spec)]
+    if not found:
+        raise ProblemError(f"{spec}: no such file, and no built-in problem of that name (see `kforge problems`)")
+    if len(found) > 1:
+        raise ProblemError(f"{spec}: ambiguous, matches {', '.join(p.key for p in found)}")
+    p = found[0]
+    return load_problem_file(p.path, size=size, overrides=overrides, level=p.level, origin="builtin")
+
+
+def _looks_builtin(spec: str) -> bool:
+    return bool(re.fullmatch(r"level\d+/[\w\-]+", spec.strip()))
+
+
+def builtin_solution_path(problem: Problem, backend: str) -> Path | None:
+    """The hand-written solution of a built-in problem for a backend (the `oracle` model's answer)."""
+    if problem.level is None:
+        return None
+    p = BUILTIN_DIR / "solutions" / backend / f"level{problem.level}" / f"{problem.name}.py"
+    return p if p.is_file() else None

@@ -1,0 +1,90 @@
+"""Verifier settings. Every field is also a Hydra key under ``verify.`` (conf/verify/default.yaml)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+#: Default tolerances by dtype, as (atol, rtol) for ``|out - ref| <= atol + rtol * |ref|``.
+#: float32 follows KernelBench (1e-4): a kernel in true fp32 lands far inside it, while a silent
+#: downgrade to TF32/fp16/bf16 arithmetic (errors of 1e-3 and more) does not pass. Half types get
+#: 1e-2, KernelBench's value, since their own rounding is ~4e-3 (bf16) / ~5e-4 (fp16).
+DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
+    "float64": (1e-7, 1e-7),
+    "float32": (1e-4, 1e-4),
+    "float16": (1e-2, 1e-2),
+    "bfloat16": (1e-2, 1e-2),
+}
+
+
+@dataclass
+class TimingConfig:
+    """How candidates and references are timed."""
+
+    warmup: int = 3
+    """Untimed calls per program before measuring (the compile reference compiles on its first)."""
+    min_trials: int = 10
+    """Timed rounds at least (each round times the eager reference, torch.compile and the candidate)."""
+    max_trials: int = 200
+    """Timed rounds at most."""
+    target_rel_err: float = 0.01
+    """Stop once every program's median has this relative standard error or less."""
+    budget_s: float = 10.0
+    """Stop after this many seconds of timing even if the medians are not that stable."""
+    input_sets: int = 3
+    """Input sets rotated between rounds, so no cache carries one round's data into the next."""
+    recheck_every: int = 4
+    """Every this many rounds, refill one input set in place with fresh values and check the output."""
+    flush_l2: bool = True
+    """Overwrite a buffer larger than the L2 cache before every timed GPU call."""
+
+
+@dataclass
+class VerifyConfig:
+    """Everything the verifier needs besides the problem, the candidate and the backend."""
+
+    trials: int = 5
+    """Correctness trials, each on fresh random inputs from a seed the candidate cannot see."""
+    atol: float | None = None
+    """Absolute tolerance override (None: the dtype default, or the problem's own)."""
+    rtol: float | None = None
+    """Relative tolerance override (None: the dtype default, or the problem's own)."""
+    timeout_s: float = 300.0
+    """Wall-clock limit for the run phase (loading, correctness, timing); the process group is killed."""
+    build_timeout_s: float = 900.0
+    """Wall-clock limit for the build phase (compiling the candidate's extensions)."""
+    compile_ref: bool = True
+    """Also time ``torch.compile`` of the reference (slow to compile on CPU: inductor builds C++)."""
+    compile_mode: str | None = None
+    """``torch.compile`` mode for the compile reference (None is inductor's default)."""
+    require_kernel: bool = True
+    """Static rule: the candidate must contain a kernel in its backend's language and call it."""
+    seed: int | None = None
+    """Fix the secret seed (for debugging); None draws a fresh one from os.urandom every verification."""
+    cpu_threads: int | None = None
+    """Intra-op threads for CPU work in the worker (None: PyTorch's default)."""
+    timing: TimingConfig = field(default_factory=TimingConfig)
+    """How timing is done."""
+    skip_timing: bool = False
+    """Only check correctness (no speedups)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> "VerifyConfig":
+        data = dict(data or {})
+        timing = TimingConfig(**(data.pop("timing", None) or {}))
+        known = {f for f in cls.__dataclass_fields__}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"unknown verify setting(s): {', '.join(sorted(unknown))} "
+                             f"(known: {', '.join(sorted(known))})")
+        return cls(timing=timing, **data)
+
+    def tolerance(self, dtype_name: str, problem_tol: dict[str, float] | None = None) -> tuple[float, float]:
+        """(atol, rtol) for an output dtype: explicit override > problem's own > dtype default."""
+        atol, rtol = DEFAULT_TOLERANCES.get(dtype_name, (1e-4, 1e-4))
+        if problem_tol:
+            atol, rtol = problem_tol.get("atol", atol), problem_tol.get("rtol", rtol)
+        return (self.atol if self.atol is not None else atol, self.rtol if self.rtol is not None else rtol)

@@ -1,0 +1,261 @@
+"""The verifier's pool of worker processes: CPU build slots, a CPU run slot, one slot per GPU.
+
+Each slot is a `zygote <kforge.verify.zygote>` process started with a scrubbed environment. Slots
+start lazily, so a CPU-only run never looks for a GPU. A slot whose process dies (a candidate that
+killed its parent, say) is replaced, and the request is reported as lost so the caller can retry
+it once elsewhere. The pool is thread-safe: problem loops running in threads share it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import select
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from .. import PACKAGE_DIR, cache_dir
+
+# Variables whose names look like credentials never reach candidate code.
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE|CERT", re.I)
+_SECRET_PREFIX = ("AWS_", "AZURE_", "GOOGLE_", "GCP_", "OPENAI", "ANTHROPIC", "GEMINI", "MISTRAL", "COHERE",
+                  "GROQ", "TOGETHER", "DEEPSEEK", "HF_", "HUGGING", "MLFLOW_", "LITELLM", "DATABRICKS", "SSH_",
+                  "GITHUB", "GH_", "GIT_", "DATABASE", "PG", "MYSQL", "REDIS")
+
+
+class WorkerLost(RuntimeError):
+    """The slot's process died while serving a request (it has been replaced)."""
+
+
+def scrubbed_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not _SECRET_NAME.search(k) and not k.upper().startswith(_SECRET_PREFIX)}
+    # The package must be importable by `python -m kforge.verify.zygote` even when not installed.
+    pkg_parent = str(PACKAGE_DIR.parent)
+    env["PYTHONPATH"] = os.pathsep.join([pkg_parent] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra or {})
+    return env
+
+
+class Zygote:
+    """One long-lived worker process and its line protocol."""
+
+    def __init__(self, label: str, env: dict[str, str], root: Path, start_timeout: float = 300.0):
+        self.label = label
+        self.log_path = root / f"{label}.log"
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "kforge.verify.zygote"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self._log, env=env, cwd=str(root),
+                                     start_new_session=True)
+        self._buf = b""
+        ready = self._read_line(start_timeout)
+        if ready is None or not json.loads(ready).get("ready"):
+            self.close()
+            raise WorkerLost(f"worker {label} did not start: {self.log_tail()}")
+
+    def log_tail(self, n: int = 3000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-n:]
+        except OSError:
+            return ""
+
+    def _read_line(self, timeout: float) -> str | None:
+        fd = self.proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            ready, _, _ = select.select([fd], [], [], min(left, 1.0))
+            if ready:
+                data = os.read(fd, 1 << 16)
+                if not data:
+                    return None
+                self._buf += data
+            elif self.proc.poll() is not None:
+                return None
+        line, self._buf = self._buf.split(b"\n", 1)
+        return line.decode()
+
+    def request(self, payload: dict[str, Any], timeout: float) -> dict[str, Any]:
+        try:
+            self.proc.stdin.write((json.dumps(payload) + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise WorkerLost(f"worker {self.label} is gone: {self.log_tail()}") from None
+        # The zygote enforces the timeout itself; the margin covers killing and reaping.
+        line = self._read_line(timeout + 60)
+        if line is None:
+            raise WorkerLost(f"worker {self.label} stopped answering: {self.log_tail()}")
+        return json.loads(line)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, 9)
+            except (ProcessLookupError, PermissionError):
+                self.proc.kill()
+        self.proc.wait()
+        for fh in (self.proc.stdin, self.proc.stdout):
+            try:
+                fh.close()
+            except OSError:
+                pass
+        self._log.close()
+
+
+class WorkerPool:
+    """Slots by kind: ``build`` (CPU, no GPU visible), ``cpu`` (runs CPU candidates), ``cuda:N``."""
+
+    def __init__(self, *, gpus: list[int] | None = None, build_workers: int | None = None, cpu_workers: int = 1,
+                 root: str | os.PathLike | None = None, build_cache: str | os.PathLike | None = None,
+                 keep_workdirs: bool = False):
+        cpus = os.cpu_count() or 2
+        self.build_workers = build_workers or max(1, min(4, cpus // 4))
+        self.cpu_workers = cpu_workers
+        self._gpus = gpus
+        self.build_cache = str(build_cache or cache_dir())
+        self._tmp = None if root else tempfile.TemporaryDirectory(prefix="kforge-pool-")
+        self.root = Path(root or self._tmp.name)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.keep_workdirs = keep_workdirs
+        self._lock = threading.Lock()
+        self._slots: dict[str, queue.Queue] = {}
+        self._all: list[Zygote] = []
+        self._info: dict[str, dict[str, Any]] = {}
+        self.counters = {"build": 0, "run": 0, "lost": 0}
+        """How many requests of each kind were served (tests assert on these)."""
+        self._closed = False
+
+    # -- devices -----------------------------------------------------------------------------------
+    @property
+    def gpus(self) -> list[int]:
+        if self._gpus is None:
+            self._gpus = detect_gpus()
+        return self._gpus
+
+    def kinds_for(self, device: str) -> list[str]:
+        if device == "cuda":
+            return [f"cuda:{g}" for g in self.gpus]
+        return ["cpu"]
+
+    def _env(self, kind: str) -> dict[str, str]:
+        cpus = os.cpu_count() or 2
+        if kind == "build":
+            return scrubbed_env({"CUDA_VISIBLE_DEVICES": "", "TRITON_INTERPRET": "1",
+                                 "MAX_JOBS": str(max(1, cpus // self.build_workers))})
+        if kind == "cpu":
+            return scrubbed_env({"CUDA_VISIBLE_DEVICES": "", "TRITON_INTERPRET": "1"})
+        # nvidia-smi numbers GPUs in PCI order; make CUDA agree.
+        return scrubbed_env({"CUDA_VISIBLE_DEVICES": kind.split(":", 1)[1], "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
+
+    def _count(self, kind: str) -> int:
+        return {"build": self.build_workers, "cpu": self.cpu_workers}.get(kind, 1)
+
+    def _queue(self, kind: str) -> queue.Queue:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the worker pool is closed")
+            q = self._slots.get(kind)
+            if q is None:
+                q = self._slots[kind] = queue.Queue()
+                for i in range(self._count(kind)):
+                    q.put((f"{kind.replace(':', '')}-{i}", None))  # started on first use
+            return q
+
+    @contextmanager
+    def slot(self, kind: str) -> Iterator[Zygote]:
+        q = self._queue(kind)
+        label, z = q.get()
+        try:
+            if z is None or not z.alive():
+                z = Zygote(label, self._env(kind), self.root)
+                with self._lock:
+                    self._all.append(z)
+            yield z
+        finally:
+            q.put((label, z if z is not None and z.alive() else None))
+
+    def request(self, kind: str, payload: dict[str, Any], files: dict[str, str], timeout: float) -> dict[str, Any]:
+        """Run one request on a slot of ``kind`` in a fresh work directory holding ``files``."""
+        workdir = self.root / "work" / uuid.uuid4().hex[:12]
+        workdir.mkdir(parents=True)
+        for name, text in files.items():
+            (workdir / name).write_text(text)
+        payload = dict(payload, workdir=str(workdir), timeout=timeout, cache_dir=self.build_cache)
+        try:
+            with self.slot(kind) as z:
+                try:
+                    reply = z.request(payload, timeout)
+                except WorkerLost:
+                    self.counters["lost"] += 1
+                    z.close()
+                    raise
+            self.counters["run" if payload.get("kind") == "run" else "build"] += 1
+            return reply
+        finally:
+            if not self.keep_workdirs:
+                shutil.rmtree(workdir, ignore_errors=True)
+
+    def device_info(self, kind: str, backend_spec: dict[str, Any]) -> dict[str, Any]:
+        """Name, capability etc. of a slot's device (probed once in a child, cached)."""
+        if kind not in self._info:
+            reply = self.request(kind, {"kind": "probe", "backend": backend_spec}, {}, timeout=120)
+            self._info[kind] = reply.get("result") or {"device": kind, "error": reply.get("error")}
+        return self._info[kind]
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            zs, self._all = self._all, []
+        for z in zs:
+            z.close()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+    def __enter__(self) -> "WorkerPool":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def detect_gpus() -> list[int]:
+    """Indices of visible NVIDIA GPUs, asked of nvidia-smi so this process never initialises CUDA."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return []
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return []
+    try:
+        out = subprocess.run([smi, "--query-gpu=index", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    indices = [int(x) for x in out.stdout.split() if x.strip().isdigit()]
+    if visible:
+        wanted = [v.strip() for v in visible.split(",") if v.strip()]
+        if all(w.isdigit() for w in wanted):
+            indices = [int(w) for w in wanted if int(w) in indices]
+    return indices
+
+
+def arch_of(capability: list[int] | tuple[int, int]) -> str:
+    """TORCH_CUDA_ARCH_LIST entry for a device: the arch-specific target (``9.0a``) from Hopper on."""
+    major, minor = int(capability[0]), int(capability[1])
+    return f"{major}.{minor}a" if major >= 9 else f"{major}.{minor}"

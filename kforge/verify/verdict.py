@@ -1,0 +1,191 @@
+"""What the verifier says about a candidate: a `Verdict` with exactly one `State`, evidence and timings."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class State(str, Enum):
+    """The outcome of verifying one candidate; exactly one per verdict."""
+
+    GENERATION_FAILURE = "generation_failure"  # no usable program in the model's reply
+    COMPILATION_FAILURE = "compilation_failure"  # the program or its kernels do not build
+    RUNTIME_ERROR = "runtime_error"  # it built but raised, crashed or faulted while running
+    SHAPE_MISMATCH = "shape_mismatch"  # outputs of the wrong number, shape, dtype or device
+    NUMERICAL_MISMATCH = "numerical_mismatch"  # right structure, wrong values (or NaN/Inf, or degenerate)
+    TIMEOUT = "timeout"  # it ran past the wall-clock limit and was killed
+    CHEAT_DETECTED = "cheat_detected"  # it games the harness (static rule or runtime defence)
+    CORRECT = "correct"  # matches the reference on every trial
+
+    def __str__(self) -> str:
+        return self.value
+
+
+STATES = tuple(s.value for s in State)
+
+
+@dataclass
+class TimingStats:
+    """Summary of one program's timed calls (milliseconds)."""
+
+    median_ms: float
+    mean_ms: float
+    std_ms: float
+    n: int
+    min_ms: float
+    host_median_ms: float | None = None
+    """Median host wall time with a full device synchronize (equals median_ms on CPU)."""
+    rel_err: float | None = None
+    """Estimated relative standard error of the median."""
+
+    @classmethod
+    def from_samples(cls, samples: list[float], host: list[float] | None = None) -> "TimingStats":
+        n = len(samples)
+        med = statistics.median(samples)
+        std = statistics.stdev(samples) if n > 1 else 0.0
+        return cls(median_ms=med, mean_ms=statistics.fmean(samples), std_ms=std, n=n, min_ms=min(samples),
+                   host_median_ms=statistics.median(host) if host else None,
+                   rel_err=median_rel_err(samples))
+
+
+def median_rel_err(samples: list[float]) -> float:
+    """Relative standard error of the median, from the interquartile range (robust to outliers)."""
+    n = len(samples)
+    if n < 4:
+        return math.inf
+    q = statistics.quantiles(samples, n=4)
+    sigma = (q[2] - q[0]) / 1.349  # IQR of a normal distribution is 1.349 sigma
+    med = statistics.median(samples)
+    if med <= 0:
+        return math.inf
+    return 1.2533 * sigma / math.sqrt(n) / med  # 1.2533 = sqrt(pi/2): efficiency of the median
+
+
+@dataclass
+class Evidence:
+    """Why a verdict is what it is: enough for a person, or a model's fix prompt, to act on."""
+
+    compiler_log: str | None = None
+    """Tail of the compiler's output for a build failure."""
+    traceback: str | None = None
+    """Tail of the Python traceback for a runtime error."""
+    mismatch: dict[str, Any] | None = None
+    """For mismatches: trial, output index, max abs/rel error and where, expected vs got."""
+    output_tail: str | None = None
+    """Tail of what the candidate's process printed."""
+    findings: list[dict[str, Any]] = field(default_factory=list)
+    """Static-check findings: rule, message, line."""
+    notes: list[str] = field(default_factory=list)
+    """Anything else worth knowing (e.g. the compile reference failed, timing budget hit)."""
+
+
+@dataclass
+class Verdict:
+    """The verifier's answer for one candidate on one problem and backend."""
+
+    state: State
+    message: str
+    problem: str = ""
+    backend: str = ""
+    device: str = ""
+    runtime: TimingStats | None = None
+    """The candidate's timing (only for correct candidates)."""
+    ref: TimingStats | None = None
+    """The eager PyTorch reference's timing, measured in the same worker."""
+    compile_ref: TimingStats | None = None
+    """The ``torch.compile`` reference's timing (None when disabled or when compilation failed)."""
+    evidence: Evidence = field(default_factory=Evidence)
+    rule: str | None = None
+    """The static or runtime rule that fired, for ``cheat_detected``."""
+    trials: int = 0
+    """Correctness trials that ran."""
+    wall_s: float = 0.0
+    """Wall time of the whole verification."""
+    source_hash: str = ""
+    floor_ms: float | None = None
+    """Roofline floor of the problem on this device, where its FLOPs/bytes and the ceilings are known."""
+    build: dict[str, Any] | None = None
+    """The build phase: extensions ``built`` and ``cached`` (build directories) and its ``seconds``."""
+
+    @property
+    def correct(self) -> bool:
+        return self.state is State.CORRECT
+
+    @property
+    def speedup_eager(self) -> float | None:
+        if self.runtime and self.ref and self.runtime.median_ms > 0:
+            return self.ref.median_ms / self.runtime.median_ms
+        return None
+
+    @property
+    def speedup_compile(self) -> float | None:
+        if self.runtime and self.compile_ref and self.runtime.median_ms > 0:
+            return self.compile_ref.median_ms / self.runtime.median_ms
+        return None
+
+    @property
+    def speed_of_light(self) -> float | None:
+        """Floor time over measured time (1.0 = at the roofline)."""
+        if self.floor_ms and self.runtime and self.runtime.median_ms > 0:
+            return self.floor_ms / self.runtime.median_ms
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["state"] = self.state.value
+        d.update(correct=self.correct, speedup_eager=self.speedup_eager, speedup_compile=self.speedup_compile,
+                 speed_of_light=self.speed_of_light,
+                 runtime_ms=self.runtime.median_ms if self.runtime else None,
+                 ref_runtime_ms=self.ref.median_ms if self.ref else None,
+                 compile_ref_runtime_ms=self.compile_ref.median_ms if self.compile_ref else None)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Verdict":
+        def stats(x):
+            return TimingStats(**x) if x else None
+        return cls(state=State(d["state"]), message=d.get("message", ""), problem=d.get("problem", ""),
+                   backend=d.get("backend", ""), device=d.get("device", ""), runtime=stats(d.get("runtime")),
+                   ref=stats(d.get("ref")), compile_ref=stats(d.get("compile_ref")),
+                   evidence=Evidence(**(d.get("evidence") or {})), rule=d.get("rule"),
+                   trials=d.get("trials", 0), wall_s=d.get("wall_s", 0.0), source_hash=d.get("source_hash", ""),
+                   floor_ms=d.get("floor_ms"), build=d.get("build"))
+
+    def summary(self) -> str:
+        """A few readable lines for a terminal."""
+        lines = [f"{self.state.value}: {self.message}"]
+        where = " · ".join(x for x in (self.problem, self.backend, self.device) if x)
+        if where:
+            lines.append(f"  {where}")
+        if self.runtime:
+            lines.append(f"  candidate  {_fmt(self.runtime)}")
+        if self.ref:
+            lines.append(f"  eager      {_fmt(self.ref)}   speedup {self.speedup_eager:.2f}x"
+                         if self.speedup_eager else f"  eager      {_fmt(self.ref)}")
+        if self.compile_ref:
+            lines.append(f"  compile    {_fmt(self.compile_ref)}   speedup {self.speedup_compile:.2f}x"
+                         if self.speedup_compile else f"  compile    {_fmt(self.compile_ref)}")
+        if self.speed_of_light:
+            lines.append(f"  speed of light {100 * self.speed_of_light:.0f}% (floor {self.floor_ms:.4g} ms)")
+        ev = self.evidence
+        if self.rule:
+            lines.append(f"  rule: {self.rule}")
+        if ev.mismatch:
+            m = ev.mismatch
+            lines.append("  " + ", ".join(f"{k}={v}" for k, v in m.items() if v is not None))
+        for tail, label in ((ev.compiler_log, "compiler"), (ev.traceback, "traceback")):
+            if tail:
+                lines.append(f"  --- {label} (tail) ---")
+                lines.extend("  " + ln for ln in tail.strip().splitlines()[-15:])
+        for note in ev.notes:
+            lines.append(f"  note: {note}")
+        lines.append(f"  ({self.trials} trials, {self.wall_s:.1f} s)")
+        return "\n".join(lines)
+
+
+def _fmt(t: TimingStats) -> str:
+    return f"{t.median_ms:9.4f} ms median  (mean {t.mean_ms:.4f}, std {t.std_ms:.4f}, n={t.n})"

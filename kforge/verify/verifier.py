@@ -1,0 +1,129 @@
+"""`Verifier`: static checks → build (CPU pool) → run (device slot) → `Verdict`.
+
+The caller's process never executes candidate code: it parses it, and hands it to worker processes.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ..backends import Backend, get_backend
+from ..candidate import Candidate
+from ..problems import Problem
+from .config import VerifyConfig
+from .pool import WorkerLost, WorkerPool, arch_of
+from .static import StaticConfig, check
+from .verdict import Evidence, State, TimingStats, Verdict
+
+
+class BackendUnavailable(RuntimeError):
+    """The backend needs a device this machine does not have; the message says what to do."""
+
+
+class Verifier:
+    """Verifies candidates; owns a `WorkerPool` unless given one. Thread-safe."""
+
+    def __init__(self, config: VerifyConfig | None = None, pool: WorkerPool | None = None,
+                 static: StaticConfig | None = None):
+        self.config = config or VerifyConfig()
+        self.static = static or StaticConfig()
+        """Rules to disable; whether a kernel is required comes from each call's `VerifyConfig`."""
+        self._own_pool = pool is None
+        self.pool = pool or WorkerPool()
+
+    def close(self) -> None:
+        if self._own_pool:
+            self.pool.close()
+
+    def __enter__(self) -> "Verifier":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------------------------------------
+    def device_kinds(self, backend: Backend) -> list[str]:
+        kinds = self.pool.kinds_for(backend.device)
+        if not kinds:
+            raise BackendUnavailable(
+                f"the {backend.name} backend runs on a CUDA GPU and none is visible here; use `--backend cpu`, "
+                f"or `--backend triton --device cpu` for Triton's interpreter")
+        return kinds
+
+    def verify(self, problem: Problem, candidate: Candidate | str, backend: Backend | str,
+               config: VerifyConfig | None = None) -> Verdict:
+        cfg = config or self.config
+        backend = get_backend(backend)
+        if isinstance(candidate, str):
+            candidate = Candidate.from_source(candidate)
+        start = time.monotonic()
+        verdict = self._verify(problem, candidate, backend, cfg)
+        verdict.problem, verdict.backend = problem.key, backend.name
+        verdict.source_hash = candidate.hash
+        verdict.wall_s = time.monotonic() - start
+        return verdict
+
+    def _verify(self, problem: Problem, candidate: Candidate, backend: Backend, cfg: VerifyConfig) -> Verdict:
+        if candidate.source is None:
+            return Verdict(State.GENERATION_FAILURE, candidate.error or "no usable code")
+        kinds = self.device_kinds(backend)
+        static = StaticConfig(require_kernel=cfg.require_kernel, disabled=list(self.static.disabled))
+        findings = check(candidate.source, backend, problem, static)
+        denied = [f for f in findings if f.severity == "deny"]
+        if denied:
+            return Verdict(State.CHEAT_DETECTED, denied[0].message, rule=denied[0].rule,
+                           evidence=Evidence(findings=[f.to_dict() for f in findings]))
+        files = {"problem.py": problem.source, "candidate.py": candidate.source}
+        kind = kinds[0]
+        info = self.pool.device_info(kind, backend.spec())
+        arch = arch_of(info["capability"]) if info.get("capability") else None
+        request = {"problem": problem.to_dict(), "backend": backend.spec(), "config": cfg.to_dict(), "arch": arch}
+
+        build = self.pool.request("build", dict(request, kind="build"), files, cfg.build_timeout_s)
+        if build.get("timed_out"):
+            return Verdict(State.TIMEOUT, f"building the candidate took longer than {cfg.build_timeout_s:g} s",
+                           evidence=Evidence(output_tail=build.get("output_tail")))
+        result = build.get("result") or {}
+        build_info = {"built": result.get("built", []), "cached": result.get("cached", []),
+                      "seconds": round(build.get("wall_s", 0.0), 3)}
+        if result.get("compile_error"):
+            return Verdict(State.COMPILATION_FAILURE, "the candidate does not build",
+                           evidence=Evidence(compiler_log=result["compile_error"]), build=build_info)
+
+        # A lost worker (its process died under the candidate) is retried once, on another GPU if any.
+        run_kinds = ([kind] + [k for k in kinds if k != kind])[:2]
+        if len(run_kinds) == 1:
+            run_kinds *= 2
+        lost: WorkerLost | None = None
+        for k in run_kinds:
+            try:
+                reply = self.pool.request(k, dict(request, kind="run"), files, cfg.timeout_s)
+                break
+            except WorkerLost as exc:
+                lost = exc
+        else:
+            return Verdict(State.RUNTIME_ERROR, f"the worker process died twice under this candidate: {lost}")
+        verdict = self._from_reply(reply, cfg)
+        verdict.device = info.get("device", kind)
+        verdict.build = build_info
+        return verdict
+
+    def _from_reply(self, reply: dict[str, Any], cfg: VerifyConfig) -> Verdict:
+        tail = reply.get("output_tail") or None
+        phase = reply.get("phase") or "start-up"
+        if reply.get("timed_out"):
+            return Verdict(State.TIMEOUT, f"killed after {cfg.timeout_s:g} s (during {phase})",
+                           evidence=Evidence(output_tail=tail))
+        if reply.get("signal"):
+            return Verdict(State.RUNTIME_ERROR, f"the candidate's process died with {reply['signal']} during {phase}",
+                           evidence=Evidence(output_tail=tail))
+        if reply.get("error") or "result" not in reply:
+            return Verdict(State.RUNTIME_ERROR, f"the worker failed during {phase}",
+                           evidence=Evidence(traceback=reply.get("error"), output_tail=tail))
+        r = reply["result"]
+        ev = dict(r.get("evidence") or {})
+        ev.setdefault("output_tail", tail)
+        stats = {k: TimingStats(**r[k]) if r.get(k) else None for k in ("runtime", "ref", "compile_ref")}
+        return Verdict(State(r["state"]), r.get("message", ""), evidence=Evidence(**ev), rule=r.get("rule"),
+                       trials=r.get("trials", 0), **stats)

@@ -1,0 +1,388 @@
+"""The harness that runs inside a freshly forked worker process, one candidate per process.
+
+`handle` serves three kinds of request: ``build`` (import the candidate with no GPU visible, so its
+extensions compile in the CPU build pool), ``run`` (correctness trials then timing) and ``probe``
+(what device this is). The process exits after one request, so nothing a candidate changes — patched
+functions, leaked threads, a broken CUDA context — reaches the next verdict.
+
+Order inside ``run``: trusted clocks and functions are captured, the reference is built, and only
+then is candidate code imported. Each correctness trial draws fresh inputs from a secret seed, runs
+the reference first on its own copy, then the candidate on another copy, with uninitialised memory
+NaN-filled so unwritten outputs show. Timing interleaves eager, ``torch.compile`` and the candidate
+round by round, and every few rounds refills an input set in place and re-checks the output, so an
+output cache keyed by pointer or shape fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import random
+import secrets
+import sys
+import traceback
+import warnings
+from pathlib import Path
+from typing import Any
+
+from ..backends import WorkerContext, from_spec
+from ..problems import Problem
+from .compare import Mismatch, as_outputs, check_degenerate, check_structure, compare_tensor
+from .config import VerifyConfig
+from .timing import Sampler, l2_flush_bytes
+
+TAIL = 6000
+
+
+def handle(request: dict[str, Any]) -> dict[str, Any]:
+    kind = request["kind"]
+    if kind == "build":
+        return _build(request)
+    if kind == "run":
+        return _Run(request).execute()
+    if kind == "probe":
+        return _probe(request)
+    raise ValueError(f"unknown request kind {kind!r}")
+
+
+def phase(name: str) -> None:
+    """Leave a marker, so a timeout can say how far the candidate got."""
+    with contextlib.suppress(OSError):
+        Path("phase").write_text(name)
+
+
+def import_file(path: str | Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, str(path))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _tail(text: str, n: int = TAIL) -> str:
+    return text if len(text) <= n else "..." + text[-n:]
+
+
+def _build(req: dict[str, Any]) -> dict[str, Any]:
+    from ..backends.build import CompilationError
+    backend = from_spec(req["backend"])
+    backend.prepare(WorkerContext(cache_dir=req["cache_dir"], arch=req.get("arch"), build_only=True))
+    phase("build")
+    try:
+        import_file("candidate.py", "kforge_candidate")
+    except CompilationError as exc:
+        return {"compile_error": _tail(exc.log)}
+    except SyntaxError as exc:
+        return {"compile_error": f"Python syntax error in the candidate: line {exc.lineno}: {exc.msg}\n"
+                                 + _tail(traceback.format_exc(limit=0))}
+    except BaseException:  # noqa: BLE001 - anything else is judged in the run phase, with a device
+        return {"import_error": _tail(traceback.format_exc())}
+    b = backend.builder
+    return {"ok": True, "built": list(b.built) if b else [], "cached": list(b.hits) if b else []}
+
+
+def _probe(req: dict[str, Any]) -> dict[str, Any]:
+    import torch
+    backend = from_spec(req["backend"])
+    if backend.device == "cuda":
+        props = torch.cuda.get_device_properties(0)
+        major, minor = props.major, props.minor
+        return {"device": props.name, "capability": [major, minor], "sms": props.multi_processor_count,
+                "l2_bytes": getattr(props, "L2_cache_size", None), "memory_bytes": props.total_memory,
+                "torch": torch.__version__}
+    import platform
+    return {"device": f"cpu ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)",
+            "torch": torch.__version__}
+
+
+class _Verdict(Exception):
+    """Raised inside a run to stop with a verdict."""
+
+    def __init__(self, state: str, message: str, **extra: Any):
+        super().__init__(message)
+        self.state, self.message, self.extra = state, message, extra
+
+
+class Harness:
+    """Loads a problem and a candidate in this process, the same way for verifying and for profiling."""
+
+    def __init__(self, req: dict[str, Any]):
+        self.req = req
+        self.cfg = VerifyConfig.from_dict(req["config"])
+        self.problem = Problem.from_dict(req["problem"])
+        self.backend = from_spec(req["backend"])
+        seed = self.cfg.seed
+        self.rng = random.Random(seed) if seed is not None else secrets.SystemRandom()
+        self.notes: list[str] = []
+
+    def draw(self) -> int:
+        return self.rng.randrange(1 << 62)
+
+    def setup(self, flush_l2: bool = True) -> None:
+        """Numerics, device, trusted clock, backend — all before any candidate code is imported."""
+        import torch
+        self.torch = torch
+        warnings.filterwarnings("ignore", message=".*[Dd]eterministic.*")
+        # Always set: after fork, torch's and a candidate's OpenMP regions disagree on the thread count
+        # until this is called (measured: 8 ms instead of 2 us for a tiny OpenMP loop).
+        torch.set_num_threads(self.cfg.cpu_threads or torch.get_num_threads())
+        # The reference runs in true fp32: TF32 would make it ~1e-3 off and excuse the same in a candidate.
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        self.device = torch.device(self.backend.device)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(0)
+        flush = l2_flush_bytes() if self.device.type == "cuda" and flush_l2 else 0
+        self.clock = self.backend.make_clock(flush)  # trusted: made before any candidate code exists
+        self.backend.prepare(WorkerContext(cache_dir=self.req["cache_dir"], arch=self.req.get("arch")))
+
+    def load_reference(self) -> None:
+        torch = self.torch
+        try:
+            self.ref_mod = import_file("problem.py", "kforge_reference")
+            self.weight_seed = self.draw()
+            torch.manual_seed(self.weight_seed)
+            with torch.device(self.device):
+                self.init_inputs = list(self.ref_mod.get_init_inputs())
+            self.ref_model = self._construct(self.ref_mod.Model)
+        except Exception:
+            raise _Verdict("runtime_error", "the reference program failed to build its model; this is a bug "
+                           "in the problem, not in the candidate",
+                           evidence={"traceback": _tail(traceback.format_exc())}) from None
+
+    # -- pieces ------------------------------------------------------------------------------------
+    def _construct(self, cls):
+        torch = self.torch
+        torch.manual_seed(self.weight_seed)
+        with torch.device(self.device):
+            model = cls(*self.init_inputs)
+        return model.to(self.device) if hasattr(model, "to") else model
+
+    def inputs(self, seed: int) -> list[Any]:
+        torch = self.torch
+        torch.manual_seed(seed)
+        with torch.device(self.device):
+            inputs = list(self.ref_mod.get_inputs())
+        return [x.to(self.device) if isinstance(x, torch.Tensor) else x for x in inputs]
+
+    def _clone(self, inputs: list[Any]) -> list[Any]:
+        return [x.clone() if isinstance(x, self.torch.Tensor) else x for x in inputs]
+
+    def _fail_exception(self, exc: BaseException, where: str) -> _Verdict:
+        from ..backends.build import CompilationError
+        if isinstance(exc, CompilationError):
+            return _Verdict("compilation_failure", f"the candidate's extension does not build ({where})",
+                            evidence={"compiler_log": _tail(exc.log)})
+        state = self.backend.classify(exc)
+        tb = _tail("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+        if state == "compilation_failure":
+            return _Verdict(state, f"the candidate's kernel does not compile ({where}): {_first_line(exc)}",
+                            evidence={"compiler_log": tb})
+        if isinstance(exc, SyntaxError):
+            return _Verdict("compilation_failure", f"Python syntax error in the candidate: line {exc.lineno}: "
+                            f"{exc.msg}", evidence={"compiler_log": tb})
+        kind = "CUDA error" if "CUDA" in str(exc) or "cuda" in type(exc).__name__.lower() else type(exc).__name__
+        return _Verdict("runtime_error", f"{kind} {where}: {_first_line(exc)}", evidence={"traceback": tb})
+
+    def load_candidate(self):
+        try:
+            mod = import_file("candidate.py", "kforge_candidate")
+        except BaseException as exc:  # noqa: BLE001 - SystemExit from a candidate is its error too
+            raise self._fail_exception(exc, "while importing the candidate") from None
+        if not hasattr(mod, "ModelNew"):
+            raise _Verdict("generation_failure", "the program defines no `ModelNew`")
+        try:
+            model = self._construct(mod.ModelNew)
+        except BaseException as exc:  # noqa: BLE001
+            raise self._fail_exception(exc, "while constructing ModelNew") from None
+        self._share_weights(model)
+        return model
+
+    def _share_weights(self, model) -> None:
+        """Same names, shapes and dtypes as the reference: give it the reference's exact weights."""
+        try:
+            ref_sd, sd = self.ref_model.state_dict(), model.state_dict()
+        except Exception:  # noqa: BLE001 - not an nn.Module: nothing to share
+            return
+        if ref_sd.keys() == sd.keys() and all(ref_sd[k].shape == sd[k].shape and ref_sd[k].dtype == sd[k].dtype
+                                              for k in ref_sd):
+            model.load_state_dict(ref_sd)
+
+    @contextlib.contextmanager
+    def _poisoned_allocations(self):
+        """NaN-fill every uninitialised allocation (torch.empty & co, in Python or C++) while checking."""
+        torch = self.torch
+        prev = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        fill = getattr(torch.utils, "deterministic", None)
+        prev_fill = fill.fill_uninitialized_memory if fill else None
+        if fill:
+            fill.fill_uninitialized_memory = True
+        try:
+            yield
+        finally:
+            torch.use_deterministic_algorithms(prev[0], warn_only=prev[1])
+            if fill:
+                fill.fill_uninitialized_memory = prev_fill
+
+    def _call(self, model, inputs, where: str):
+        try:
+            out = model(*inputs)
+            self.clock.sync()
+            return out
+        except BaseException as exc:  # noqa: BLE001
+            raise self._fail_exception(exc, where) from None
+
+
+class _Run(Harness):
+    """One verification: correctness trials, then timing."""
+
+    def __init__(self, req: dict[str, Any]):
+        super().__init__(req)
+        self.trials_done = 0
+
+    def execute(self) -> dict[str, Any]:
+        import torch
+        result: dict[str, Any] = {}
+        try:
+            with torch.no_grad():
+                result = self._execute()
+        except _Verdict as v:
+            result = {"state": v.state, "message": v.message, **v.extra}
+        result.setdefault("evidence", {})
+        result["evidence"].setdefault("notes", []).extend(self.notes)
+        result["trials"] = self.trials_done
+        return result
+
+    def _execute(self) -> dict[str, Any]:
+        cfg = self.cfg
+        phase("setup")
+        self.setup(flush_l2=cfg.timing.flush_l2)
+        self.load_reference()
+        phase("load")
+        model = self.load_candidate()
+        phase("correctness")
+        for trial in range(cfg.trials):
+            self.trials_done = trial + 1
+            self._trial(model, trial)
+        if cfg.skip_timing:
+            return {"state": "correct", "message": f"matches the reference on {cfg.trials} trials (timing skipped)"}
+        phase("timing")
+        return self._time(model)
+
+    def _trial(self, model, trial: int) -> None:
+        torch = self.torch
+        inputs = self.inputs(self.draw())
+        with self._poisoned_allocations():
+            ref_in = self._clone(inputs)
+            refs = [r.clone() if isinstance(r, torch.Tensor) else r
+                    for r in as_outputs(self.ref_model(*ref_in))]
+            cand_in = self._clone(inputs)
+            outs = as_outputs(self._call(model, cand_in, f"in forward (trial {trial})"))
+        self._check(outs, refs, cand_in, ref_in, f"correctness trial {trial}")
+
+    def _check(self, outs, refs, cand_in, ref_in, where: str) -> None:
+        torch = self.torch
+        try:
+            check_structure(outs, refs, self.device)
+            for i, (o, r) in enumerate(zip(outs, refs)):
+                if isinstance(r, torch.Tensor):
+                    atol, rtol = self.cfg.tolerance(str(r.dtype).removeprefix("torch."), self.problem.tolerance)
+                    compare_tensor(o, r, atol, rtol, i)
+                    check_degenerate(o, r, i)
+        except Mismatch as m:
+            state = {"shape": "shape_mismatch", "numerical": "numerical_mismatch"}.get(m.kind, "cheat_detected")
+            rule = "output_not_plain_tensor" if state == "cheat_detected" else None
+            raise _Verdict(state, f"{m.message} ({where})", rule=rule,
+                           evidence={"mismatch": {"trial": where, **m.details}}) from None
+        for k, (a, b) in enumerate(zip(cand_in, ref_in)):
+            if isinstance(a, torch.Tensor) and not torch.equal(a, b):
+                raise _Verdict("cheat_detected", f"the candidate modified input {k} in place ({where}); the "
+                               "reference leaves it as it was", rule="input_mutation")
+
+    # -- timing ------------------------------------------------------------------------------------
+    def _time(self, model) -> dict[str, Any]:
+        torch = self.torch
+        cfg, tcfg, clock = self.cfg, self.cfg.timing, self.clock
+        sets = [self.inputs(self.draw()) for _ in range(max(1, tcfg.input_sets))]
+        programs: list[tuple[str, Any]] = [("ref", self.ref_model)]
+        if cfg.compile_ref:
+            try:
+                compiled = torch.compile(self.ref_model, mode=cfg.compile_mode)
+                for _ in range(max(1, tcfg.warmup)):
+                    compiled(*sets[0])
+                clock.sync()
+                programs.append(("compile", compiled))
+            except Exception as exc:  # noqa: BLE001 - a baseline failing is a note, not the candidate's fault
+                self.notes.append(f"torch.compile of the reference failed: {_first_line(exc)}")
+        programs.append(("cand", model))
+        for _ in range(tcfg.warmup):  # the compile reference warmed up while compiling
+            self.ref_model(*sets[0])
+            self._call(model, sets[0], "during warm-up")
+        clock.sync()
+        protected = self._protected_ptrs(sets, model)
+        sampler = Sampler([p[0] for p in programs], tcfg, clock.now)
+        rounds = 0
+        every = max(1, tcfg.recheck_every)
+        while True:
+            i = rounds % len(sets)
+            recheck = rounds % every == every - 1
+            expected = snapshot = None
+            if recheck:
+                # Same buffers, new values: a cache keyed by pointer or shape now returns stale results.
+                for dst, src in zip(sets[i], self.inputs(self.draw())):
+                    if isinstance(dst, torch.Tensor):
+                        dst.copy_(src)
+                expected = [r.clone() if isinstance(r, torch.Tensor) else r
+                            for r in as_outputs(self.ref_model(*self._clone(sets[i])))]
+                snapshot = self._clone(sets[i])
+            for label, prog in programs:
+                clock.flush()
+                try:
+                    dev_ms, host_ms, out = clock.time(lambda: prog(*sets[i]))
+                except BaseException as exc:  # noqa: BLE001
+                    if label != "cand":
+                        raise
+                    raise self._fail_exception(exc, f"in forward (timing round {rounds})") from None
+                sampler.add(label, dev_ms, host_ms)
+                if label == "cand" and recheck:
+                    self._check(as_outputs(out), expected, sets[i], snapshot,
+                                f"timing round {rounds}, fresh inputs")
+                _poison(torch, out, protected)
+                del out
+            rounds += 1
+            if sampler.done(rounds):
+                break
+        self.notes.append(f"timing: {rounds} rounds, stopped: {sampler.stop_reason}")
+        return {"state": "correct", "message": f"matches the reference on {cfg.trials} trials and "
+                f"{rounds // every} timing rechecks",
+                "runtime": _stats(sampler.stats("cand")), "ref": _stats(sampler.stats("ref")),
+                "compile_ref": _stats(sampler.stats("compile"))}
+
+    def _protected_ptrs(self, sets, model) -> set[int]:
+        torch = self.torch
+        ptrs = {x.untyped_storage().data_ptr() for s in sets for x in s if isinstance(x, torch.Tensor)}
+        for m in (self.ref_model, model):
+            if isinstance(m, torch.nn.Module):
+                ptrs |= {t.untyped_storage().data_ptr() for t in list(m.parameters()) + list(m.buffers())}
+        return ptrs
+
+
+def _poison(torch, out, protected: set[int]) -> None:
+    """NaN-fill an output before it is freed, so the next allocation of that memory holds no result."""
+    for t in as_outputs(out):
+        if isinstance(t, torch.Tensor) and t.is_floating_point() and type(t) is torch.Tensor \
+                and t.untyped_storage().data_ptr() not in protected:
+            t.fill_(float("nan"))
+
+
+def _stats(stats) -> dict[str, Any] | None:
+    from dataclasses import asdict
+    return asdict(stats) if stats else None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    return lines[0][:300] if lines else type(exc).__name__

@@ -1,0 +1,114 @@
+"""The verdict state matrix on the cpu backend, end to end through worker processes."""
+
+import time
+
+import pytest
+
+from kforge.candidate import Candidate
+from kforge.problems import resolve_problem
+from kforge.verify import State, Verifier, WorkerPool
+
+from tests.helpers import candidate, fast_config
+
+
+@pytest.fixture(scope="module")
+def relu():
+    # Small enough that every trial is milliseconds on one core.
+    return resolve_problem("level1/1_ReLU", size="cpu", overrides={"BATCH": 8, "DIM": 4096})
+
+
+@pytest.fixture(scope="module")
+def verifier(pool):
+    return Verifier(fast_config(), pool=pool)
+
+
+def test_correct_with_speedups_and_build_cache(verifier, relu):
+    first = verifier.verify(relu, candidate("cpu", "relu_ok.py"), "cpu")
+    assert first.state is State.CORRECT, first.summary()
+    assert first.speedup_eager and first.speedup_eager > 0 and first.runtime.n >= 3 and first.ref.n >= 3
+    assert first.runtime.median_ms > 0 and first.trials == 2
+    second = verifier.verify(relu, candidate("cpu", "relu_ok.py"), "cpu")
+    assert second.state is State.CORRECT
+    # Same source: the build phase loads the cached extension instead of compiling.
+    assert second.build["built"] == [] and len(second.build["cached"]) == 1
+    assert second.build["cached"][0] in (first.build["built"] + first.build["cached"])
+
+
+def test_compile_reference_is_timed(verifier, relu):
+    v = verifier.verify(relu, candidate("cpu", "relu_ok.py"), "cpu", config=fast_config(compile_ref=True))
+    assert v.state is State.CORRECT
+    assert v.compile_ref is not None and v.speedup_compile > 0, v.summary()
+    d = v.to_dict()
+    for key in ("state", "correct", "speedup_eager", "speedup_compile", "runtime_ms", "ref_runtime_ms",
+                "compile_ref_runtime_ms", "message"):
+        assert key in d
+
+
+@pytest.mark.parametrize("name,state,needle", [
+    ("relu_wrong_math.py", State.NUMERICAL_MISMATCH, "outside atol"),
+    ("relu_wrong_shape.py", State.SHAPE_MISMATCH, "shape (8, 4095), expected (8, 4096)"),
+    ("relu_partial_write.py", State.NUMERICAL_MISMATCH, "NaN/Inf"),
+    ("relu_raises.py", State.RUNTIME_ERROR, "deliberate failure in forward"),
+])
+def test_failure_states(verifier, relu, name, state, needle):
+    v = verifier.verify(relu, candidate("cpu", name), "cpu")
+    assert v.state is state, v.summary()
+    assert needle in v.message + (v.evidence.traceback or "")
+    if state is State.NUMERICAL_MISMATCH:
+        m = v.evidence.mismatch
+        assert m["trial"].startswith("correctness trial") and m["index"] is not None
+
+
+def test_mismatch_evidence_has_error_stats(verifier, relu):
+    v = verifier.verify(relu, candidate("cpu", "relu_wrong_math.py"), "cpu")
+    m = v.evidence.mismatch
+    assert m["max_abs_err"] > 0.1 and m["max_rel_err"] == pytest.approx(0.5, rel=1e-3)
+    assert m["got"] == pytest.approx(1.5 * m["expected"], rel=1e-5)
+
+
+def test_compile_error_has_compiler_words(verifier, relu):
+    v = verifier.verify(relu, candidate("cpu", "relu_syntax_error.py"), "cpu")
+    assert v.state is State.COMPILATION_FAILURE
+    log = v.evidence.compiler_log
+    assert "error" in log and "expected" in log and "main.cpp" in log
+    assert " -c " not in log  # echoed compiler commands are dropped, the compiler's words kept
+
+
+def test_infinite_loop_times_out_and_pool_recovers(pool, relu):
+    verifier = Verifier(fast_config(timeout_s=15), pool=pool)
+    verifier.verify(relu, candidate("cpu", "relu_infinite_loop.py"), "cpu",
+                    config=fast_config(timeout_s=600, trials=0, skip_timing=True))  # build (and cache) first
+    start = time.monotonic()
+    v = verifier.verify(relu, candidate("cpu", "relu_infinite_loop.py"), "cpu")
+    assert v.state is State.TIMEOUT and "correctness" in v.message
+    assert time.monotonic() - start < 15 + 30
+    after = verifier.verify(relu, candidate("cpu", "relu_ok.py"), "cpu")
+    assert after.state is State.CORRECT
+
+
+def test_null_pointer_write_is_runtime_error_and_harness_survives(verifier, relu):
+    v = verifier.verify(relu, candidate("cpu", "relu_null_write.py"), "cpu")
+    assert v.state is State.RUNTIME_ERROR and "SIGSEGV" in v.message
+    assert verifier.verify(relu, candidate("cpu", "relu_ok.py"), "cpu").state is State.CORRECT
+
+
+def test_reply_without_code_is_generation_failure(verifier, relu):
+    v = verifier.verify(relu, Candidate.from_reply("Sorry, here is an explanation but no code."), "cpu")
+    assert v.state is State.GENERATION_FAILURE and "no code block" in v.message
+
+
+def test_kernel_rule(verifier, relu):
+    v = verifier.verify(relu, candidate("cpu", "relu_torch_only.py"), "cpu")
+    assert v.state is State.CHEAT_DETECTED and v.rule == "no_kernel"
+    off = verifier.verify(relu, candidate("cpu", "relu_torch_only.py"), "cpu",
+                          config=fast_config(require_kernel=False))
+    assert off.state is State.CORRECT
+
+
+def test_worker_sees_no_secrets_and_runs_in_a_temp_dir(monkeypatch, cache_dir, relu):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-real")
+    monkeypatch.setenv("MY_SERVICE_TOKEN", "also-secret")
+    with WorkerPool(build_cache=cache_dir / "ext") as fresh:
+        v = Verifier(fast_config(require_kernel=False), pool=fresh).verify(
+            relu, candidate("cpu", "relu_reads_env.py"), "cpu")
+    assert v.state is State.CORRECT, v.summary()
