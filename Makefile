@@ -3,6 +3,8 @@ PYTHON ?= python3
 # Installed only when no torch is importable; a torch you already have is never replaced.
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
+# litellm otherwise fetches a price list at import (and MLflow's server imports litellm).
+export LITELLM_LOCAL_MODEL_COST_MAP := True
 
 .DEFAULT_GOAL := help
 .PHONY: help setup test test-gpu
@@ -20,3 +22,14 @@ test: ## run the test suite (GPU tests skip themselves where no GPU is visible)
 
 test-gpu: ## run only the GPU tests (on a machine with an NVIDIA GPU)
 	$(PYTHON) -m pytest -m gpu $(PYTEST_ARGS)
+
+DEMO_BACKEND ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo cuda || echo cpu)
+DEMO_ARGS ?=
+MLFLOW_PORT ?= 5000
+
+.PHONY: demo ui
+demo: ## the whole pipeline offline: oracle model (not an LLM), built-in suite, cpu (cuda with a GPU), into MLflow
+	$(PYTHON) pipelines/synthesize.py experiment=demo backend=$(DEMO_BACKEND) $(DEMO_ARGS)
+
+ui: ## browse the runs: mlflow ui on ./mlflow.db (http://127.0.0.1:$(MLFLOW_PORT))
+	$(PYTHON) -m mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --port $(MLFLOW_PORT)

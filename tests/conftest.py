@@ -30,5 +30,5 @@ def cache_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def pool(cache_dir):
-    with WorkerPool(build_cache=cache_dir / "ext") as p:
+    with WorkerPool() as p:  # builds go to $KFORGE_CACHE_DIR/ext
         yield p

@@ -61,6 +61,12 @@ class Backend:
         d = self.example_dir
         return (d / "model.py").read_text(), (d / "model_new.py").read_text()
 
+    def example_problem(self):
+        """The example's PyTorch module as a `Problem` (it is a KernelBench-format program)."""
+        from ..problems import problem_from_source
+        model, _ = self.example()
+        return problem_from_source(model, where=str(self.example_dir / "model.py"), name=f"example_{self.name}")
+
     def spec(self) -> dict[str, Any]:
         """What a worker needs to rebuild this backend."""
         return {"name": self.name, "device": self.device, "options": dict(self.options)}

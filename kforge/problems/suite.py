@@ -53,11 +53,16 @@ def kernelbench_root(root: str | Path) -> Path:
     raise ProblemError(f"{root}: not a KernelBench layout (expected level1/, level2/, ... holding N_Name.py files)")
 
 
-def load_directory(root: str | Path, *, levels: Any = None, ids: Any = None, size: str | None = None,
-                   overrides: dict[str, Any] | None = None, origin: str = "kernelbench") -> list[Problem]:
-    """Load ``root/levelN/ID_Name.py`` files, filtered by level and id, sorted by (level, id)."""
+def load_directory(root: str | Path, *, levels: Any = None, ids: Any = None, names: Iterable[str] | None = None,
+                   size: str | None = None, overrides: dict[str, Any] | None = None,
+                   origin: str = "kernelbench") -> list[Problem]:
+    """Load ``root/levelN/ID_Name.py`` files, filtered by level, id and name, sorted by (level, id).
+
+    Size overrides apply to the selected problems only (a constant one problem lacks is an error).
+    """
     base = kernelbench_root(root)
     want_levels, want_ids = _levels(levels), parse_ids(ids)
+    wanted = [n for n in (names or [])]
     problems = []
     for level_dir in sorted(base.glob("level[0-9]*"), key=lambda p: int(re.sub(r"\D", "", p.name) or 0)):
         level = int(re.sub(r"\D", "", level_dir.name))
@@ -69,8 +74,13 @@ def load_directory(root: str | Path, *, levels: Any = None, ids: Any = None, siz
             m = re.match(r"^(\d+)_", f.name)
             if want_ids is not None and (not m or int(m.group(1)) not in want_ids):
                 continue
+            if wanted and not any(_matches_stem(level, f.stem, n) for n in wanted):
+                continue
             problems.append(load_problem_file(f, size=size, overrides=overrides, level=level, origin=origin))
     problems.sort(key=lambda p: (p.level or 0, p.problem_id if p.problem_id is not None else 1 << 30, p.name))
+    unknown = [n for n in wanted if not any(_matches(p, n) for p in problems)]
+    if unknown:
+        raise ProblemError(f"{root}: no problem named {', '.join(unknown)} (with levels={levels!r} ids={ids!r})")
     if not problems:
         raise ProblemError(f"{root}: no problems match levels={levels!r} ids={ids!r}")
     return problems
@@ -79,22 +89,24 @@ def load_directory(root: str | Path, *, levels: Any = None, ids: Any = None, siz
 def load_builtin(*, levels: Any = None, ids: Any = None, names: Iterable[str] | None = None,
                  size: str | None = None, overrides: dict[str, Any] | None = None) -> list[Problem]:
     """The built-in suite (``kforge/problems/builtin``), optionally filtered."""
-    problems = load_directory(BUILTIN_DIR, levels=levels, ids=ids, size=size, overrides=overrides, origin="builtin")
-    if names:
-        wanted = list(names)
-        picked = [p for p in problems if any(_matches(p, n) for n in wanted)]
-        unknown = [n for n in wanted if not any(_matches(p, n) for p in problems)]
-        if unknown:
-            raise ProblemError(f"no built-in problem named {', '.join(unknown)} "
-                               f"(have: {', '.join(p.key for p in problems)})")
-        return picked
-    return problems
+    try:
+        return load_directory(BUILTIN_DIR, levels=levels, ids=ids, names=names, size=size, overrides=overrides,
+                              origin="builtin")
+    except ProblemError as exc:
+        if names and "no problem named" in str(exc):
+            have = ", ".join(p.key for p in load_directory(BUILTIN_DIR, origin="builtin"))
+            raise ProblemError(f"no built-in problem named {', '.join(names)} (have: {have})") from None
+        raise
+
+
+def _matches_stem(level: int | None, stem: str, spec: str) -> bool:
+    s = spec.strip().removesuffix(".py").lower()
+    key = f"level{level}/{stem}".lower() if level is not None else stem.lower()
+    return s in (key, stem.lower(), stem.split("_", 1)[-1].lower())
 
 
 def _matches(problem: Problem, spec: str) -> bool:
-    s = spec.strip().removesuffix(".py").lower()
-    short = problem.name.split("_", 1)[-1].lower()
-    return s in (problem.key.lower(), problem.name.lower(), short)
+    return _matches_stem(problem.level, problem.name, spec)
 
 
 def resolve_problem(spec: str, *, size: str | None = None, overrides: dict[str, Any] | None = None) -> Problem:

@@ -34,7 +34,7 @@ class TimingConfig:
     input_sets: int = 3
     """Input sets rotated between rounds, so no cache carries one round's data into the next."""
     recheck_every: int = 4
-    """Every this many rounds, refill one input set in place with fresh values and check the output."""
+    """After rounds N, 2N, 4N, ... refill one input set in place with fresh values and check the output."""
     flush_l2: bool = True
     """Overwrite a buffer larger than the L2 cache before every timed GPU call."""
 

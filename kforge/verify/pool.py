@@ -128,7 +128,7 @@ class WorkerPool:
         self.build_workers = build_workers or max(1, min(4, cpus // 4))
         self.cpu_workers = cpu_workers
         self._gpus = gpus
-        self.build_cache = str(build_cache or cache_dir())
+        self.build_cache = str(build_cache or cache_dir() / "ext")
         self._tmp = None if root else tempfile.TemporaryDirectory(prefix="kforge-pool-")
         self.root = Path(root or self._tmp.name)
         self.root.mkdir(parents=True, exist_ok=True)

@@ -110,6 +110,8 @@ class Verdict:
     """Roofline floor of the problem on this device, where its FLOPs/bytes and the ceilings are known."""
     build: dict[str, Any] | None = None
     """The build phase: extensions ``built`` and ``cached`` (build directories) and its ``seconds``."""
+    phases: dict[str, float] = field(default_factory=dict)
+    """Seconds the run spent in each phase (setup, load, correctness, timing)."""
 
     @property
     def correct(self) -> bool:
@@ -153,7 +155,7 @@ class Verdict:
                    ref=stats(d.get("ref")), compile_ref=stats(d.get("compile_ref")),
                    evidence=Evidence(**(d.get("evidence") or {})), rule=d.get("rule"),
                    trials=d.get("trials", 0), wall_s=d.get("wall_s", 0.0), source_hash=d.get("source_hash", ""),
-                   floor_ms=d.get("floor_ms"), build=d.get("build"))
+                   floor_ms=d.get("floor_ms"), build=d.get("build"), phases=d.get("phases") or {})
 
     def summary(self) -> str:
         """A few readable lines for a terminal."""

@@ -126,4 +126,4 @@ class Verifier:
         ev.setdefault("output_tail", tail)
         stats = {k: TimingStats(**r[k]) if r.get(k) else None for k in ("runtime", "ref", "compile_ref")}
         return Verdict(State(r["state"]), r.get("message", ""), evidence=Evidence(**ev), rule=r.get("rule"),
-                       trials=r.get("trials", 0), **stats)
+                       trials=r.get("trials", 0), phases=r.get("phases") or {}, **stats)

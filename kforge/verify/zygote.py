@@ -25,6 +25,11 @@ OUTPUT_TAIL = 6000
 def _preload() -> None:
     import torch  # noqa: F401 - the point is to have it imported before forking
     from . import worker  # noqa: F401
+    try:  # ~2.5 s a child would otherwise spend importing the compiler for the torch.compile reference
+        import torch._dynamo  # noqa: F401
+        import torch._inductor.compile_fx  # noqa: F401
+    except Exception:  # noqa: BLE001 - the compile reference then reports its own failure
+        pass
     try:  # Triton's import is slow; with TRITON_INTERPRET set in our env it is harmless to preload.
         import triton  # noqa: F401
     except Exception:  # noqa: BLE001 - triton is optional

@@ -108,7 +108,7 @@ def test_kernel_rule(verifier, relu):
 def test_worker_sees_no_secrets_and_runs_in_a_temp_dir(monkeypatch, cache_dir, relu):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-real")
     monkeypatch.setenv("MY_SERVICE_TOKEN", "also-secret")
-    with WorkerPool(build_cache=cache_dir / "ext") as fresh:
+    with WorkerPool() as fresh:
         v = Verifier(fast_config(require_kernel=False), pool=fresh).verify(
             relu, candidate("cpu", "relu_reads_env.py"), "cpu")
     assert v.state is State.CORRECT, v.summary()

@@ -1,0 +1,102 @@
+"""The generation agent: single shot, then fixes from the verifier's evidence, then optimisations."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..backends import Backend
+from ..candidate import Candidate
+from ..llm import CallContext, LLM, LLMError, LLMResponse
+from ..problems import Problem
+from ..verify import Verdict
+from .prompts import Prompts
+
+TAIL_LINES = 40
+
+
+@dataclass
+class Reference:
+    """A working implementation of the same problem for another accelerator (reference transfer)."""
+
+    backend: str
+    backend_language: str
+    code: str
+    source: str = ""
+    """Where it came from (``oracle``, an MLflow run id, ...)."""
+
+
+@dataclass
+class Attempt:
+    """One generation call: the prompt, the reply, and the program extracted from it."""
+
+    phase: str
+    """``single_shot``, ``fix`` or ``optimise``."""
+    messages: list[dict[str, Any]]
+    candidate: Candidate
+    response: LLMResponse | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def prompt_text(self) -> str:
+        return "\n\n".join(f"### {m['role']}\n{m['content']}" for m in self.messages
+                           if isinstance(m.get("content"), str))
+
+
+def _tail(text: str | None, lines: int = TAIL_LINES) -> str | None:
+    if not text:
+        return None
+    kept = text.strip().splitlines()[-lines:]
+    return "\n".join(kept)
+
+
+class GenerationAgent:
+    """Writes programs for one backend with one model."""
+
+    def __init__(self, llm: LLM, backend: Backend, prompts: Prompts | None = None, device_name: str = ""):
+        self.llm = llm
+        self.backend = backend
+        self.prompts = prompts or Prompts()
+        self.device_name = device_name or ("a CPU" if backend.device == "cpu" else "an NVIDIA GPU")
+        self._example = backend.example()
+
+    def _common(self, problem: Problem) -> dict[str, Any]:
+        return {"backend": self.backend, "device_name": self.device_name, "problem": problem}
+
+    def _ask(self, phase: str, user: str, problem: Problem, iteration: int) -> Attempt:
+        system = self.prompts.render("system", **self._common(problem))
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        ctx = CallContext(problem_key=problem.key, backend=self.backend.name, phase=phase, iteration=iteration,
+                          problem=problem)
+        try:
+            resp = self.llm.complete(messages, ctx)
+        except LLMError as exc:
+            return Attempt(phase, messages, Candidate(None, error=f"the model call failed: {exc}"))
+        if resp.note:
+            candidate = Candidate(None, reply=resp.text, error=resp.note)
+        else:
+            candidate = Candidate.from_reply(resp.text)
+        return Attempt(phase, messages, candidate, resp)
+
+    def single_shot(self, problem: Problem, reference: Reference | None = None, iteration: int = 0) -> Attempt:
+        user = self.prompts.render("single_shot", **self._common(problem), example_model=self._example[0],
+                                   example_new=self._example[1], reference=reference, ops=list(problem.ops))
+        return self._ask("single_shot", user, problem, iteration)
+
+    def fix(self, problem: Problem, code: str | None, verdict: Verdict, iteration: int) -> Attempt:
+        ev = verdict.evidence
+        mismatch = {k: v for k, v in (ev.mismatch or {}).items() if v is not None} or None
+        user = self.prompts.render("fix", **self._common(problem), code=code, state=verdict.state.value,
+                                   message=verdict.message, compiler_log=_tail(ev.compiler_log),
+                                   traceback=_tail(ev.traceback), mismatch=mismatch,
+                                   output_tail=_tail(ev.output_tail, 15) if not (ev.compiler_log or ev.traceback)
+                                   else None)
+        return self._ask("fix", user, problem, iteration)
+
+    def optimise(self, problem: Problem, code: str, verdict: Verdict, recommendation: str, iteration: int) -> Attempt:
+        user = self.prompts.render(
+            "optimise", **self._common(problem), code=code, runtime_ms=verdict.runtime.median_ms,
+            ref_ms=verdict.ref.median_ms, speedup_eager=verdict.speedup_eager or 0.0,
+            compile_ms=verdict.compile_ref.median_ms if verdict.compile_ref else None,
+            speedup_compile=verdict.speedup_compile or 0.0, floor_ms=verdict.floor_ms, recommendation=recommendation)
+        return self._ask("optimise", user, problem, iteration)

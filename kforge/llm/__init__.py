@@ -1,0 +1,31 @@
+"""Model access: real models through litellm, and two offline models (scripted, oracle)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .. import cache_dir
+from .base import CallContext, LLM, LLMError, LLMResponse, MissingAPIKey, ModelConfig
+from .cache import ResponseCache
+from .offline import OracleModel, ScriptedModel
+
+
+def make_model(config: ModelConfig | dict[str, Any], cache_root: str | Path | None = None) -> LLM:
+    """Build the model a config names; raises `LLMError` for an unknown kind."""
+    if isinstance(config, dict):
+        known = set(ModelConfig.__dataclass_fields__)
+        config = ModelConfig(**{k: v for k, v in config.items() if k in known})
+    if config.kind == "oracle":
+        return OracleModel(config)
+    if config.kind == "scripted":
+        return ScriptedModel(config)
+    if config.kind == "litellm":
+        from .litellm_model import LiteLLMModel
+        cache = ResponseCache(Path(cache_root) if cache_root else cache_dir() / "llm") if config.cache else None
+        return LiteLLMModel(config, cache)
+    raise LLMError(f"unknown model kind {config.kind!r} (choose from litellm, oracle, scripted)")
+
+
+__all__ = ["CallContext", "LLM", "LLMError", "LLMResponse", "MissingAPIKey", "ModelConfig", "ResponseCache",
+           "OracleModel", "ScriptedModel", "make_model"]

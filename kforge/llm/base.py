@@ -1,0 +1,99 @@
+"""The model protocol, its configuration and its response — shared by every model kind."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+class LLMError(RuntimeError):
+    """A model call failed for good (after retries); the message says what to do."""
+
+
+class MissingAPIKey(LLMError):
+    """A real model was chosen but its API key is not in the environment."""
+
+
+@dataclass
+class ModelConfig:
+    """One model, as ``conf/model/*.yaml`` describes it."""
+
+    name: str
+    """Short name used in runs and tables (e.g. ``gpt-5``)."""
+    kind: str = "litellm"
+    """``litellm`` (a real model), ``oracle`` (hand-written solutions) or ``scripted`` (replays replies)."""
+    model: str | None = None
+    """litellm model string, e.g. ``openai/gpt-5``, ``anthropic/claude-opus-4-6``, ``hosted_vllm/NAME``."""
+    temperature: float | None = None
+    """Sampling temperature (None: the provider's default; reasoning models often accept only that)."""
+    max_tokens: int | None = 16384
+    """Upper bound on the reply's tokens."""
+    reasoning_effort: str | None = None
+    """``low``/``medium``/``high`` for reasoning models that take it."""
+    api_base: str | None = None
+    """Endpoint of a local OpenAI-compatible server (vLLM, Ollama, a stub)."""
+    api_key_env: str | None = None
+    """Environment variable holding the key, when it is not the provider's usual one."""
+    timeout_s: float = 600.0
+    """Per-request timeout."""
+    retries: int = 4
+    """Retries with exponential backoff on rate limits, 5xx errors, timeouts and connection errors."""
+    backoff_s: float = 2.0
+    """First backoff; doubles each retry."""
+    cache: bool = True
+    """Replay identical requests from the on-disk response cache (bit-identical reruns, no cost)."""
+    multimodal: bool = False
+    """The model accepts images (for the analysis agent's visual mode)."""
+    replies: list[str] = field(default_factory=list)
+    """For ``scripted``: the replies, in order."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Any other litellm.completion keyword arguments."""
+
+    @property
+    def label(self) -> str:
+        if self.kind == "oracle":
+            return f"{self.name} (oracle, not an LLM)"
+        if self.kind == "scripted":
+            return f"{self.name} (scripted replies, not an LLM)"
+        return self.name
+
+
+@dataclass
+class LLMResponse:
+    """One reply and what it cost."""
+
+    text: str
+    model: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float | None = None
+    """What the call cost: litellm's price where it knows one, else None; 0 for a cache replay."""
+    latency_s: float = 0.0
+    cached: bool = False
+    """Replayed from the on-disk cache (no call made)."""
+    note: str | None = None
+    """For offline models: why there is no code (e.g. the oracle has no solution for this backend)."""
+
+
+@dataclass
+class CallContext:
+    """What the call is for; offline models answer from it, real ones ignore it."""
+
+    problem_key: str = ""
+    backend: str = ""
+    phase: str = ""
+    iteration: int = 0
+    problem: Any = None
+    """The `Problem` itself (the oracle reads its level and name)."""
+
+
+class LLM(Protocol):
+    """Anything that answers a list of chat messages."""
+
+    config: ModelConfig
+
+    def check(self) -> None:
+        """Raise `MissingAPIKey` (or another `LLMError`) before any problem starts, if it cannot work."""
+
+    def complete(self, messages: list[dict[str, Any]], context: CallContext | None = None) -> LLMResponse:
+        """One completion."""

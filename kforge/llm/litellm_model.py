@@ -1,0 +1,98 @@
+"""Real models through ``litellm.completion`` — the only call path to an LLM in kforge.
+
+litellm is imported lazily: the verifier and its workers never need it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from .base import CallContext, LLMError, LLMResponse, MissingAPIKey, ModelConfig
+from .cache import ResponseCache
+
+# Worth retrying: the next attempt may well succeed.
+_TRANSIENT = ("RateLimitError", "InternalServerError", "ServiceUnavailableError", "BadGatewayError",
+              "APIConnectionError", "Timeout", "APIError")
+
+
+class LiteLLMModel:
+    """A model served by a provider or a local OpenAI-compatible server."""
+
+    def __init__(self, config: ModelConfig, cache: ResponseCache | None = None):
+        if not config.model:
+            raise LLMError(f"model {config.name!r} has no litellm model string (set model.model, e.g. openai/gpt-5)")
+        self.config = config
+        self.cache = cache if config.cache else None
+        self.calls = 0
+        """Calls that reached litellm (cache replays excluded)."""
+
+    def params(self) -> dict[str, Any]:
+        """The request parameters that change the reply (and so key the cache)."""
+        c = self.config
+        p: dict[str, Any] = {"max_tokens": c.max_tokens}
+        if c.temperature is not None:
+            p["temperature"] = c.temperature
+        if c.reasoning_effort:
+            p["reasoning_effort"] = c.reasoning_effort
+        if c.api_base:
+            p["api_base"] = c.api_base
+        p.update(c.extra)
+        return p
+
+    def check(self) -> None:
+        """Fail before any problem starts when the key is missing (local servers need none)."""
+        c = self.config
+        if c.api_key_env:
+            if not os.environ.get(c.api_key_env):
+                raise MissingAPIKey(f"model {c.name} ({c.model}) needs an API key: set {c.api_key_env} in the "
+                                    f"environment, or pick an offline model: model=oracle")
+            return
+        if c.api_base or "mock_response" in c.extra:
+            return
+        import litellm
+        env = litellm.validate_environment(model=c.model)
+        if not env.get("keys_in_environment", False):
+            missing = ", ".join(env.get("missing_keys") or ["the provider's API key"])
+            raise MissingAPIKey(f"model {c.name} ({c.model}) needs {missing} set in the environment "
+                                f"(e.g. export {missing.split(',')[0]}=...), or pick an offline model: model=oracle")
+
+    def complete(self, messages: list[dict[str, Any]], context: CallContext | None = None) -> LLMResponse:
+        c = self.config
+        params = self.params()
+        key = ResponseCache.key(c.model, messages, params) if self.cache else None
+        if key:
+            hit = self.cache.get(key)
+            if hit is not None:
+                return hit
+        import litellm
+        kwargs = dict(params, model=c.model, messages=messages, timeout=c.timeout_s)
+        if c.api_key_env:
+            kwargs["api_key"] = os.environ.get(c.api_key_env)
+        delay = c.backoff_s
+        for attempt in range(c.retries + 1):
+            start = time.monotonic()
+            try:
+                resp = litellm.completion(**kwargs)
+                break
+            except Exception as exc:  # noqa: BLE001 - classify by name: litellm maps every provider's errors
+                name = type(exc).__name__
+                transient = any(t in name for t in _TRANSIENT) and "Authentication" not in name
+                if not transient or attempt == c.retries:
+                    raise LLMError(f"{c.name} ({c.model}): {name}: {str(exc)[:500]}") from exc
+                time.sleep(delay)
+                delay *= 2
+        self.calls += 1
+        usage = getattr(resp, "usage", None)
+        text = resp.choices[0].message.content or ""
+        try:
+            cost = float(litellm.completion_cost(completion_response=resp))
+        except Exception:  # noqa: BLE001 - litellm has no price for this model (local servers, new models)
+            cost = None
+        out = LLMResponse(text=text, model=c.model, prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
+                          completion_tokens=getattr(usage, "completion_tokens", 0) or 0, cost_usd=cost,
+                          latency_s=time.monotonic() - start)
+        if key:
+            self.cache.put(key, out)
+        return out

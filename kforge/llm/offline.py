@@ -1,0 +1,58 @@
+"""Offline models: ``scripted`` (replays given replies, for tests) and ``oracle`` (hand-written
+solutions of the built-in suite). Neither is an LLM, and both say so wherever they show."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from .base import CallContext, LLMError, LLMResponse, ModelConfig
+
+
+class ScriptedModel:
+    """Returns ``config.replies`` in order, one per call; running out is an error, not a silent repeat."""
+
+    def __init__(self, config: ModelConfig):
+        self.config = config
+        self._replies = list(config.replies)
+        self._lock = threading.Lock()
+        self.calls = 0
+        self.prompts: list[list[dict[str, Any]]] = []
+        """Every message list it was sent (tests read the rendered prompts here)."""
+
+    def check(self) -> None:
+        if not self._replies:
+            raise LLMError(f"scripted model {self.config.name!r} has no replies (set model.replies)")
+
+    def complete(self, messages: list[dict[str, Any]], context: CallContext | None = None) -> LLMResponse:
+        with self._lock:
+            if self.calls >= len(self._replies):
+                raise LLMError(f"scripted model {self.config.name!r} ran out of replies after {self.calls} calls")
+            text = self._replies[self.calls]
+            self.calls += 1
+            self.prompts.append(messages)
+        return LLMResponse(text=text, model=self.config.label, prompt_tokens=0, completion_tokens=0, cost_usd=0.0)
+
+
+class OracleModel:
+    """Answers with the hand-written solution of a built-in problem for the requested backend."""
+
+    def __init__(self, config: ModelConfig):
+        self.config = config
+        self.calls = 0
+
+    def check(self) -> None:
+        """Always available: it reads files shipped with kforge."""
+
+    def complete(self, messages: list[dict[str, Any]], context: CallContext | None = None) -> LLMResponse:
+        from ..problems import builtin_solution_path
+        self.calls += 1
+        ctx = context or CallContext()
+        path = builtin_solution_path(ctx.problem, ctx.backend) if ctx.problem is not None else None
+        if path is None:
+            note = (f"the oracle (hand-written solutions, not an LLM) has no solution for {ctx.problem_key or '?'} "
+                    f"on the {ctx.backend or '?'} backend")
+            return LLMResponse(text=note, model=self.config.label, cost_usd=0.0, note=note)
+        text = ("Hand-written solution from kforge's built-in suite (oracle, not an LLM).\n\n```python\n"
+                + path.read_text().rstrip() + "\n```\n")
+        return LLMResponse(text=text, model=self.config.label, cost_usd=0.0)

@@ -1,0 +1,257 @@
+"""The refinement loop (KForge §3): a functional pass until correct, then optimisation passes.
+
+Per problem: a single-shot generation; then, in ``iterative`` mode, each later iteration either fixes
+the latest failure from the verifier's evidence (functional pass) or, once a correct kernel exists,
+asks the advisor for one recommendation and the generation agent for a faster program (optimisation
+pass). A failed optimisation gets ``max_fixes_in_optimisation`` fix attempts before the loop returns
+to optimising the best kernel. The best correct kernel is kept. Problems run concurrently, sharing the
+verifier's worker pool, so model calls overlap builds and timing.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Protocol
+
+from .agents import Attempt, GenerationAgent, Reference
+from .problems import Problem
+from .verify import State, Verdict, Verifier
+
+GENERIC_RECOMMENDATION = ("Make it faster: find the largest cost (memory traffic, launch count, "
+                          "arithmetic) and remove it, keeping the results the same.")
+
+
+@dataclass
+class LoopConfig:
+    """How the loop runs (``conf/loop/*.yaml``)."""
+
+    mode: str = "iterative"
+    """``single_shot`` (one generation per problem) or ``iterative`` (fix, then optimise)."""
+    iterations: int = 5
+    """Generation calls per problem at most, the first included."""
+    target_speedup: float | None = None
+    """Stop a problem early once its best speedup reaches this (None: use every iteration)."""
+    speedup_vs: str = "eager"
+    """Baseline that ranks kernels and meets the target: ``eager`` or ``compile``."""
+    concurrency: int = 2
+    """Problem loops in flight at once."""
+    max_fixes_in_optimisation: int = 1
+    """Fix attempts for a failed optimisation before optimising the best kernel again."""
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("single_shot", "iterative"):
+            raise ValueError(f"loop.mode must be single_shot or iterative, not {self.mode!r}")
+        if self.speedup_vs not in ("eager", "compile"):
+            raise ValueError(f"loop.speedup_vs must be eager or compile, not {self.speedup_vs!r}")
+        if self.iterations < 1:
+            raise ValueError("loop.iterations must be at least 1")
+
+
+@dataclass
+class Recommendation:
+    """One optimisation to try next, with why (the analysis agent's output)."""
+
+    action: str
+    bottleneck: str = "unknown"
+    evidence: str = ""
+    source: str = "generic"
+    """``generic``, ``rules`` or the model that wrote it."""
+    artifacts: dict[str, Any] = field(default_factory=dict)
+    """Files to keep with the iteration (profile CSV, digest JSON, PNG paths) and metrics (speed of light)."""
+
+    def text(self) -> str:
+        parts = [f"Bottleneck: {self.bottleneck}." if self.bottleneck != "unknown" else "",
+                 f"Evidence: {self.evidence}" if self.evidence else "", f"Do this: {self.action}"]
+        return "\n".join(p for p in parts if p)
+
+
+class Advisor(Protocol):
+    """Profiles a correct kernel and recommends one change (D's analysis agent implements this)."""
+
+    def recommend(self, problem: Problem, code: str, verdict: Verdict) -> Recommendation: ...
+
+
+class GenericAdvisor:
+    """No profiling: the same generic request every round."""
+
+    def recommend(self, problem: Problem, code: str, verdict: Verdict) -> Recommendation:
+        return Recommendation(action=GENERIC_RECOMMENDATION)
+
+
+@dataclass
+class IterationRecord:
+    """What one iteration did and cost."""
+
+    iteration: int
+    phase: str
+    state: str
+    correct: bool
+    message: str
+    speedup_eager: float | None = None
+    speedup_compile: float | None = None
+    runtime_ms: float | None = None
+    speed_of_light: float | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float | None = None
+    llm_s: float = 0.0
+    verify_s: float = 0.0
+    analysis_s: float = 0.0
+    wall_s: float = 0.0
+    cached_reply: bool = False
+    is_best: bool = False
+    recommendation: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class ProblemResult:
+    problem: Problem
+    records: list[IterationRecord] = field(default_factory=list)
+    best_code: str | None = None
+    best_verdict: Verdict | None = None
+    best_iteration: int | None = None
+    error: str | None = None
+    """An unexpected failure of the loop itself (not of a candidate)."""
+
+    @property
+    def correct(self) -> bool:
+        return self.best_verdict is not None
+
+    @property
+    def speedup_eager(self) -> float | None:
+        return self.best_verdict.speedup_eager if self.best_verdict else None
+
+    @property
+    def speedup_compile(self) -> float | None:
+        return self.best_verdict.speedup_compile if self.best_verdict else None
+
+
+IterationCallback = Callable[[Problem, IterationRecord, Attempt, Verdict, "Recommendation | None"], None]
+
+
+def _speedup(verdict: Verdict, vs: str) -> float:
+    s = verdict.speedup_compile if vs == "compile" else verdict.speedup_eager
+    if s is None:
+        s = verdict.speedup_eager
+    return s or 0.0
+
+
+class ProblemLoop:
+    """Runs one problem to completion; `run_problems` runs many."""
+
+    def __init__(self, agent: GenerationAgent, verifier: Verifier, config: LoopConfig,
+                 advisor: Advisor | None = None, on_iteration: IterationCallback | None = None,
+                 stop: threading.Event | None = None):
+        self.agent, self.verifier, self.config = agent, verifier, config
+        self.advisor = advisor or GenericAdvisor()
+        self.on_iteration = on_iteration
+        self.stop = stop or threading.Event()
+
+    def run(self, problem: Problem, reference: Reference | None = None, start: int = 0,
+            prior: ProblemResult | None = None) -> ProblemResult:
+        """Run iterations ``start``..; ``prior`` carries state recorded before a resume."""
+        cfg = self.config
+        result = prior or ProblemResult(problem)
+        last_code: str | None = None
+        last_verdict: Verdict | None = None
+        fixes_in_opt = 0
+        n = 1 if cfg.mode == "single_shot" else cfg.iterations
+        for it in range(start, n):
+            if self.stop.is_set():
+                break
+            t0 = time.monotonic()
+            recommendation: Recommendation | None = None
+            analysis_s = 0.0
+            if it == 0 or (last_verdict is None and result.best_verdict is None):
+                attempt = self.agent.single_shot(problem, reference, iteration=it)
+            elif last_verdict is not None and not last_verdict.correct and (
+                    result.best_verdict is None or fixes_in_opt < cfg.max_fixes_in_optimisation):
+                if result.best_verdict is not None:
+                    fixes_in_opt += 1
+                attempt = self.agent.fix(problem, last_code, last_verdict, iteration=it)
+            else:
+                fixes_in_opt = 0
+                a0 = time.monotonic()
+                recommendation = self.advisor.recommend(problem, result.best_code, result.best_verdict)
+                analysis_s = time.monotonic() - a0
+                attempt = self.agent.optimise(problem, result.best_code, result.best_verdict,
+                                              recommendation.text(), iteration=it)
+            llm_s = time.monotonic() - t0 - analysis_s
+            v0 = time.monotonic()
+            verdict = self.verifier.verify(problem, attempt.candidate, self.agent.backend)
+            verify_s = time.monotonic() - v0
+            is_best = verdict.correct and (result.best_verdict is None or
+                                           _speedup(verdict, cfg.speedup_vs) > _speedup(result.best_verdict,
+                                                                                        cfg.speedup_vs))
+            if is_best:
+                result.best_code, result.best_verdict, result.best_iteration = \
+                    attempt.candidate.source, verdict, it
+            resp = attempt.response
+            record = IterationRecord(
+                iteration=it, phase=attempt.phase, state=verdict.state.value, correct=verdict.correct,
+                message=verdict.message, speedup_eager=verdict.speedup_eager,
+                speedup_compile=verdict.speedup_compile,
+                runtime_ms=verdict.runtime.median_ms if verdict.runtime else None,
+                speed_of_light=verdict.speed_of_light,
+                prompt_tokens=resp.prompt_tokens if resp else 0, completion_tokens=resp.completion_tokens if resp else 0,
+                cost_usd=resp.cost_usd if resp else None, llm_s=llm_s, verify_s=verify_s, analysis_s=analysis_s,
+                wall_s=time.monotonic() - t0, cached_reply=bool(resp and resp.cached), is_best=is_best,
+                recommendation=recommendation.text() if recommendation else None)
+            result.records.append(record)
+            if self.on_iteration:
+                self.on_iteration(problem, record, attempt, verdict, recommendation)
+            last_code, last_verdict = attempt.candidate.source, verdict
+            if cfg.target_speedup and result.best_verdict is not None and \
+                    _speedup(result.best_verdict, cfg.speedup_vs) >= cfg.target_speedup:
+                break
+        return result
+
+
+def run_problems(problems: list[Problem], loop: ProblemLoop, *, concurrency: int = 1,
+                 references: dict[str, Reference | None] | None = None,
+                 on_done: Callable[[ProblemResult], None] | None = None,
+                 on_interrupt: Callable[[], None] | None = None,
+                 starts: dict[str, tuple[int, ProblemResult | None]] | None = None) -> list[ProblemResult]:
+    """Run problem loops, ``concurrency`` at a time.
+
+    Ctrl-C (KeyboardInterrupt) stops new iterations, calls ``on_interrupt`` (e.g. closing the worker
+    pool, so loops blocked on a verification end at once) and re-raises once the loops have ended.
+    """
+    references = references or {}
+    starts = starts or {}
+    results: dict[str, ProblemResult] = {}
+
+    def one(p: Problem) -> ProblemResult:
+        start, prior = starts.get(p.key, (0, None))
+        try:
+            return loop.run(p, references.get(p.key), start=start, prior=prior)
+        except Exception:  # noqa: BLE001 - one broken problem must not take the sweep down
+            r = prior or ProblemResult(p)
+            r.error = traceback.format_exc()
+            return r
+
+    with ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="kforge-loop") as ex:
+        pending = {ex.submit(one, p): p for p in problems}
+        try:
+            while pending:
+                done, _ = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    p = pending.pop(fut)
+                    results[p.key] = fut.result()
+                    if on_done:
+                        on_done(results[p.key])
+        except KeyboardInterrupt:
+            loop.stop.set()
+            for fut in pending:
+                fut.cancel()
+            if on_interrupt:
+                on_interrupt()
+            raise
+    return [results[p.key] for p in problems if p.key in results]

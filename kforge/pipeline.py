@@ -1,0 +1,208 @@
+"""One synthesis job: config → model, backend, problems, verifier, loop, MLflow. Called by
+``pipelines/synthesize.py`` (Hydra) and by the tests (with a composed config)."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .agents import GenerationAgent, Prompts, Reference
+from .backends import Backend, get_backend
+from .llm import LLM, ModelConfig, make_model
+from .loop import LoopConfig, ProblemLoop, ProblemResult, run_problems
+from .problems import Problem, load_builtin, load_directory
+from .verify import Verifier, VerifyConfig, WorkerPool
+
+
+class ConfigError(ValueError):
+    """The configuration cannot work; the message says which key and what to set."""
+
+
+@dataclass
+class JobResult:
+    results: list[ProblemResult]
+    stats: dict[str, Any]
+    parent_run_id: str | None = None
+    interrupted: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _plain(cfg: Any) -> Any:
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+    if isinstance(cfg, (DictConfig, ListConfig)):
+        return OmegaConf.to_container(cfg, resolve=True)
+    return cfg
+
+
+def make_backend(bcfg: dict[str, Any], pool: WorkerPool) -> Backend:
+    device = bcfg.get("device")
+    if bcfg["name"] == "triton" and device is None:
+        device = "cuda" if pool.gpus else "cpu"
+    try:
+        return get_backend(bcfg["name"], device=device, **(bcfg.get("options") or {}))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def load_problems(pcfg: dict[str, Any], device: str) -> list[Problem]:
+    size = pcfg.get("size") or ("cpu" if device == "cpu" else "gpu")
+    overrides = pcfg.get("overrides") or None
+    source = pcfg.get("source", "builtin")
+    if source == "builtin":
+        problems = load_builtin(levels=pcfg.get("levels"), ids=pcfg.get("ids"), names=pcfg.get("names"),
+                                size=size, overrides=overrides)
+    elif source == "kernelbench":
+        if not pcfg.get("root"):
+            raise ConfigError("problems=kernelbench needs problems.root=PATH (a KernelBench checkout) or "
+                              "KERNELBENCH_DIR in the environment; or use problems=kernelbench_hf")
+        problems = load_directory(pcfg["root"], levels=pcfg.get("levels"), ids=pcfg.get("ids"),
+                                  names=pcfg.get("names"), size=size, overrides=overrides)
+    elif source == "huggingface":
+        from .problems.huggingface import load_huggingface
+        problems = load_huggingface(pcfg.get("dataset") or "ScalingIntelligence/KernelBench",
+                                    levels=pcfg.get("levels"), ids=pcfg.get("ids"), size=size, overrides=overrides)
+    else:
+        raise ConfigError(f"problems.source must be builtin, kernelbench or huggingface, not {source!r}")
+    if pcfg.get("names") and source == "huggingface":
+        wanted = set(pcfg["names"])
+        problems = [p for p in problems if p.key in wanted or p.name in wanted]
+    if pcfg.get("limit"):
+        problems = problems[: int(pcfg["limit"])]
+    return problems
+
+
+def device_phrase(info: dict[str, Any], backend: Backend) -> str:
+    name = info.get("device", backend.device)
+    return f"a {name}" if backend.device == "cpu" else f"an {name} GPU"
+
+
+def _status_line(problem: Problem, record, n: int) -> str:
+    sp = f"{record.speedup_eager:.2f}x eager" if record.speedup_eager else ""
+    if record.speedup_compile:
+        sp += f", {record.speedup_compile:.2f}x compile"
+    best = " *best*" if record.is_best else ""
+    return (f"{problem.key:34} it {record.iteration + 1}/{n} {record.phase:11} {record.state:20} {sp}{best}"
+            f"  ({record.wall_s:.1f} s)")
+
+
+def print_summary(results: list[ProblemResult], stats: dict[str, Any], out=sys.stdout) -> None:
+    print("\nproblem                            best state           iters  speedup(eager)  speedup(compile)", file=out)
+    for r in results:
+        state = "correct" if r.correct else (r.records[-1].state if r.records else ("error" if r.error else "-"))
+        fmt = lambda x: f"{x:.2f}x" if x else "-"  # noqa: E731
+        print(f"{r.problem.key:34} {state:20} {len(r.records):5}  {fmt(r.speedup_eager):>14}  "
+              f"{fmt(r.speedup_compile):>16}", file=out)
+    g = stats.get("geomean_speedup")
+    print(f"\ncorrect {stats['fast_0']:.0%} · fast_1 {stats['fast_1']:.0%} · fast_1.5 {stats['fast_1.5']:.0%} · "
+          f"geomean speedup {g:.2f}x" if g else f"\ncorrect {stats['fast_0']:.0%} · no correct kernels", file=out)
+    print(f"tokens {stats['total_prompt_tokens']} in / {stats['total_completion_tokens']} out · "
+          f"cost ${stats['total_cost_usd']:.4f}", file=out)
+
+
+def run(cfg: Any, *, llm: LLM | None = None, tags: dict[str, str] | None = None,
+        pool: WorkerPool | None = None) -> JobResult:
+    """Run one job. ``llm`` replaces the configured model (tests pass a scripted one they inspect)."""
+    from omegaconf import OmegaConf
+    conf = _plain(cfg)
+    if llm is not None:  # record the model actually used, not the config's default
+        conf["model"] = {k: v for k, v in asdict(llm.config).items() if k != "replies"}
+    model_cfg = ModelConfig(**{k: v for k, v in conf["model"].items() if k in ModelConfig.__dataclass_fields__})
+    llm = llm or make_model(model_cfg)
+    llm.check()  # a missing API key stops here, before any problem starts
+    loop_cfg = LoopConfig(**conf["loop"])
+    verify_cfg = VerifyConfig.from_dict(conf["verify"])
+    if conf.get("reference", {}).get("kind", "none") != "none":
+        raise ConfigError(f"reference.kind={conf['reference']['kind']!r} is not available in this version")
+    if conf.get("profiler", {}).get("kind", "none") != "none":
+        raise ConfigError(f"profiler.kind={conf['profiler']['kind']!r} is not available in this version")
+
+    own_pool = pool is None
+    workers = conf.get("workers") or {}
+    pool = pool or WorkerPool(gpus=workers.get("gpus"), build_workers=workers.get("build"))
+    stop = threading.Event()
+    previous_term = signal.getsignal(signal.SIGTERM)
+    if threading.current_thread() is threading.main_thread():
+        # A scheduler's SIGTERM ends the job like Ctrl-C: finished problems stay finished in MLflow.
+        signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        backend = make_backend(conf["backend"], pool)
+        problems = load_problems(conf["problems"], backend.device)
+        verifier = Verifier(verify_cfg, pool=pool)
+        kinds = verifier.device_kinds(backend)
+        info = pool.device_info(kinds[0], backend.spec())
+        agent = GenerationAgent(llm, backend, Prompts(conf.get("prompts_dir")), device_phrase(info, backend))
+        return _run_tracked(conf, OmegaConf.to_yaml(OmegaConf.create(conf)), problems, backend, agent, verifier,
+                            loop_cfg, llm, stop, tags or {}, pool, info)
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, previous_term)
+        if own_pool:
+            pool.close()
+
+
+def _run_tracked(conf, conf_yaml, problems, backend, agent, verifier, loop_cfg, llm, stop, tags, pool, info):
+    from tqdm import tqdm
+
+    from .tracking import Tracker
+    tcfg = conf.get("tracking") or {}
+    tracker = Tracker(tcfg.get("uri"), tcfg.get("experiment") or "kforge", tcfg.get("artifact_root"))
+    if tcfg.get("autolog_llm"):
+        import mlflow
+        mlflow.set_tracking_uri(tracker.uri)
+        mlflow.set_experiment(tracker.experiment)
+        mlflow.litellm.autolog()
+    model_label = llm.config.label
+    ref_kind = conf.get("reference", {}).get("kind", "none")
+    prof_kind = conf.get("profiler", {}).get("kind", "none")
+    common = {"model": llm.config.name, "model_label": model_label, "backend": backend.name,
+              "device": backend.device, "loop_mode": loop_cfg.mode, "reference": ref_kind,
+              "profiler": prof_kind, "problems_source": conf["problems"].get("source", "builtin")}
+    parent = tracker.start_parent(f"{llm.config.name}-{backend.name}-{loop_cfg.mode}", conf, conf_yaml,
+                                  {**common, **tags, "gpu": info.get("device", "")})
+    n_iter = 1 if loop_cfg.mode == "single_shot" else loop_cfg.iterations
+    print(f"kforge: {len(problems)} problem(s) · model {model_label} · backend {backend.describe()} · "
+          f"{loop_cfg.mode} ({n_iter} iteration(s)) · MLflow {tracker.uri} (experiment {tracker.experiment})",
+          flush=True)
+    # The bar only where a person watches; logs (CI, nohup, Hydra multirun) get the lines alone.
+    bar = tqdm(total=len(problems), desc="problems", unit="problem", dynamic_ncols=True, file=sys.stdout,
+               disable=not sys.stdout.isatty())
+    run_ids: dict[str, str] = {}
+
+    def on_iteration(problem, record, attempt, verdict, recommendation):
+        tracker.log_iteration(run_ids[problem.key], record, attempt, verdict, recommendation)
+        bar.write(_status_line(problem, record, n_iter))
+
+    class TrackedLoop(ProblemLoop):
+        def run(self, problem, reference=None, start=0, prior=None):
+            rid = tracker.start_problem(parent, problem.key, {
+                **common, "problem": problem.key, "level": str(problem.level), "size": problem.size,
+                "reference_available": str(reference is not None).lower()})
+            run_ids[problem.key] = rid
+            try:
+                result = super().run(problem, reference, start, prior)
+            except BaseException:
+                tracker.kill(rid)
+                raise
+            tracker.end_problem(rid, result, status="KILLED" if self.stop.is_set() else "FINISHED")
+            return result
+
+    loop = TrackedLoop(agent, verifier, loop_cfg, on_iteration=on_iteration, stop=stop)
+    references: dict[str, Reference | None] = {}
+    interrupted = False
+    results: list[ProblemResult] = []
+    try:
+        results = run_problems(problems, loop, concurrency=loop_cfg.concurrency, references=references,
+                               on_done=lambda r: bar.update(1), on_interrupt=pool.close)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        bar.close()
+    stats = tracker.end_parent(parent, results, status="KILLED" if interrupted else "FINISHED",
+                               speedup_vs=loop_cfg.speedup_vs)
+    if interrupted:
+        print(f"\nkforge: interrupted; {len(results)} finished problem(s) are in MLflow (run {parent}).")
+    print_summary(results, stats)
+    return JobResult(results, stats, parent, interrupted)

@@ -1,0 +1,152 @@
+"""MLflow tracking: a parent run per sweep job, a nested run per problem, a step per iteration.
+
+Everything goes through one `MlflowClient` with explicit run ids (problem loops run in threads), under
+a lock, so one tracker is safe to share. A problem's run is finished as soon as the problem is, so a
+sweep killed later loses none of it.
+
+Per-iteration metric ``state`` holds the index of the verdict state in `STATE_CODES` (MLflow metrics
+are numbers); the state's name is in the iteration's ``verdict.json`` and in the run's tags.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from .metrics import summary
+from .verify import STATES
+
+STATE_CODES = {s: i for i, s in enumerate(STATES)}
+
+
+def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    out: dict[str, str] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = json.dumps(v) if isinstance(v, (list, tuple)) else str(v)
+    return out
+
+
+def default_uri() -> str:
+    """A SQLite file in the working directory (MLflow's embedded mode)."""
+    return f"sqlite:///{Path.cwd() / 'mlflow.db'}"
+
+
+class Tracker:
+    """Writes runs to one MLflow experiment."""
+
+    def __init__(self, uri: str | None = None, experiment: str = "kforge", artifact_root: str | None = None):
+        import mlflow
+        from mlflow.tracking import MlflowClient
+        self.mlflow = mlflow
+        self.uri = uri or default_uri()
+        self.client = MlflowClient(tracking_uri=self.uri)
+        self._lock = threading.RLock()
+        exp = self.client.get_experiment_by_name(experiment)
+        if exp is None:
+            location = artifact_root
+            if location is None and self.uri.startswith("sqlite:///"):
+                # Keep artifacts next to the database, not in whatever directory the run started from.
+                location = Path(self.uri[len("sqlite:///"):]).resolve().parent.joinpath("mlartifacts").as_uri()
+            self.experiment_id = self.client.create_experiment(experiment, artifact_location=location)
+        else:
+            self.experiment_id = exp.experiment_id
+        self.experiment = experiment
+
+    # -- runs ----------------------------------------------------------------------------------------
+    def start_parent(self, name: str, config: dict[str, Any], config_yaml: str, tags: dict[str, str]) -> str:
+        from mlflow.entities import Param
+        with self._lock:
+            run = self.client.create_run(self.experiment_id, run_name=name, tags={**tags, "kforge.kind": "sweep-job"})
+            rid = run.info.run_id
+            params = [Param(k[:250], v[:6000]) for k, v in flatten(config).items()]
+            for i in range(0, len(params), 100):
+                self.client.log_batch(rid, params=params[i:i + 100])
+            self.client.log_text(rid, config_yaml, "config.yaml")
+        return rid
+
+    def start_problem(self, parent_id: str, name: str, tags: dict[str, str]) -> str:
+        with self._lock:
+            run = self.client.create_run(self.experiment_id, run_name=name,
+                                         tags={**tags, "mlflow.parentRunId": parent_id, "kforge.kind": "problem"})
+        return run.info.run_id
+
+    def log_iteration(self, run_id: str, record, attempt, verdict, recommendation=None) -> None:
+        """Metrics at ``step=iteration`` and the iteration's files under ``iter_NNN/``."""
+        from mlflow.entities import Metric
+        it = record.iteration
+        values = {"state": STATE_CODES[record.state], "correct": float(record.correct),
+                  "speedup_eager": record.speedup_eager, "speedup_compile": record.speedup_compile,
+                  "runtime_ms": record.runtime_ms, "speed_of_light": record.speed_of_light,
+                  "prompt_tokens": record.prompt_tokens, "completion_tokens": record.completion_tokens,
+                  "cost_usd": record.cost_usd, "llm_s": record.llm_s, "verify_s": record.verify_s,
+                  "analysis_s": record.analysis_s}
+        import time
+        now = int(time.time() * 1000)
+        metrics = [Metric(k, float(v), now, it) for k, v in values.items() if v is not None]
+        d = f"iter_{it:03d}"
+        with self._lock:
+            self.client.log_batch(run_id, metrics=metrics)
+            self.client.set_tag(run_id, f"state.{it}", record.state)
+            self.client.log_text(run_id, attempt.prompt_text, f"{d}/prompt.md")
+            if attempt.response is not None:
+                self.client.log_text(run_id, attempt.response.text, f"{d}/reply.md")
+            if attempt.candidate.source:
+                self.client.log_text(run_id, attempt.candidate.source, f"{d}/kernel.py")
+            self.client.log_dict(run_id, {**verdict.to_dict(), "phase": record.phase,
+                                          "cached_reply": record.cached_reply}, f"{d}/verdict.json")
+            if recommendation is not None:
+                self.client.log_text(run_id, recommendation.text(), f"{d}/recommendation.md")
+                for name, path in (recommendation.artifacts.get("files") or {}).items():
+                    if path and os.path.isfile(path):
+                        self.client.log_artifact(run_id, path, f"{d}/profile")
+
+    def end_problem(self, run_id: str, result, status: str = "FINISHED") -> None:
+        from mlflow.entities import Metric
+        import time
+        now = int(time.time() * 1000)
+        recs = result.records
+        first_ok = next((r.iteration for r in recs if r.correct), None)
+        values = {"best_correct": float(result.correct), "best_speedup_eager": result.speedup_eager,
+                  "best_speedup_compile": result.speedup_compile, "iterations": len(recs),
+                  "first_correct_iteration": first_ok,
+                  "total_prompt_tokens": sum(r.prompt_tokens for r in recs),
+                  "total_completion_tokens": sum(r.completion_tokens for r in recs),
+                  "total_cost_usd": sum(r.cost_usd or 0.0 for r in recs)}
+        with self._lock:
+            self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in values.items()
+                                                   if v is not None])
+            self.client.set_tag(run_id, "best_state", "correct" if result.correct else
+                                (recs[-1].state if recs else "none"))
+            if result.best_code:
+                self.client.log_text(run_id, result.best_code, "best/kernel.py")
+                self.client.log_dict(run_id, result.best_verdict.to_dict(), "best/verdict.json")
+            if result.error:
+                self.client.log_text(run_id, result.error, "error.txt")
+            self.client.set_terminated(run_id, status="FAILED" if result.error else status)
+
+    def end_parent(self, run_id: str, results: list, status: str = "FINISHED", speedup_vs: str = "eager") -> dict:
+        from mlflow.entities import Metric
+        import time
+        now = int(time.time() * 1000)
+        outcomes = [(r.correct, r.speedup_compile if speedup_vs == "compile" and r.speedup_compile is not None
+                     else r.speedup_eager) for r in results]
+        stats = summary(outcomes)
+        stats["total_prompt_tokens"] = sum(x.prompt_tokens for r in results for x in r.records)
+        stats["total_completion_tokens"] = sum(x.completion_tokens for r in results for x in r.records)
+        stats["total_cost_usd"] = sum(x.cost_usd or 0.0 for r in results for x in r.records)
+        with self._lock:
+            self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in stats.items()
+                                                   if v is not None])
+            self.client.set_terminated(run_id, status=status)
+        return stats
+
+    def kill(self, run_id: str) -> None:
+        with self._lock:
+            self.client.set_terminated(run_id, status="KILLED")

@@ -1,0 +1,72 @@
+"""Prompt rendering (StrictUndefined) and the generation agent's use of replies."""
+
+import jinja2
+import pytest
+
+from kforge.agents import GenerationAgent, Prompts, Reference
+from kforge.backends import get_backend
+from kforge.llm import ModelConfig, make_model
+from kforge.problems import resolve_problem
+from kforge.verify import Evidence, State, TimingStats, Verdict
+
+PROGRAM = "import torch\nclass ModelNew(torch.nn.Module):\n    pass\n"
+
+
+@pytest.fixture
+def relu():
+    return resolve_problem("level1/1_ReLU", size="cpu")
+
+
+def agent(replies):
+    return GenerationAgent(make_model(ModelConfig(name="s", kind="scripted", replies=replies)), get_backend("cpu"))
+
+
+def test_templates_refuse_missing_variables():
+    with pytest.raises(jinja2.UndefinedError):
+        Prompts().render("fix", backend=get_backend("cpu"))
+
+
+def test_single_shot_prompt_has_example_problem_and_ops(relu):
+    a = agent([f"```python\n{PROGRAM}```"])
+    att = a.single_shot(relu)
+    system, user = att.messages[0]["content"], att.messages[1]["content"]
+    assert "C++" in system and "ModelNew" in system
+    assert "add_scale" in user and relu.source.strip() in user and "relu" in user
+    assert "working implementation for another accelerator" not in user
+    assert att.candidate.source == PROGRAM and att.phase == "single_shot"
+
+
+def test_single_shot_with_reference(relu):
+    ref = Reference(backend="cuda", backend_language="CUDA C++", code="# the cuda program", source="oracle")
+    att = agent([f"```python\n{PROGRAM}```"]).single_shot(relu, ref)
+    assert "working implementation for another accelerator" in att.messages[1]["content"]
+    assert "# the cuda program" in att.messages[1]["content"]
+
+
+def test_fix_prompt_carries_the_evidence(relu):
+    v = Verdict(State.COMPILATION_FAILURE, "the candidate does not build",
+                evidence=Evidence(compiler_log="main.cpp:11:15: error: expected ';' before '}' token"))
+    att = agent([f"```python\n{PROGRAM}```"]).fix(relu, "old program text", v, iteration=1)
+    user = att.messages[1]["content"]
+    assert "compilation_failure" in user and "expected ';'" in user and "old program text" in user
+    v = Verdict(State.NUMERICAL_MISMATCH, "output 0: 10 elements outside",
+                evidence=Evidence(mismatch={"max_abs_err": 0.5, "trial": "correctness trial 0"}))
+    user = agent(["x"]).fix(relu, None, v, iteration=1).messages[1]["content"]
+    assert "max_abs_err: 0.5" in user and "contained no usable program" in user
+
+
+def test_optimise_prompt_has_timing_and_recommendation(relu):
+    t = TimingStats(1.0, 1.0, 0.0, 10, 1.0)
+    v = Verdict(State.CORRECT, "ok", runtime=t, ref=TimingStats(2.0, 2.0, 0.0, 10, 2.0))
+    user = agent(["x"]).optimise(relu, PROGRAM, v, "Fuse the two passes.", iteration=2).messages[1]["content"]
+    assert "1.0000 ms" in user and "2.00x" in user and "Fuse the two passes." in user
+
+
+def test_reply_without_code_is_a_generation_failure(relu):
+    att = agent(["I would rather explain."]).single_shot(relu)
+    assert att.candidate.source is None and "no code block" in att.candidate.error
+
+
+def test_failed_model_call_becomes_a_failed_attempt(relu):
+    att = agent([]).single_shot(relu)  # the scripted model has nothing to say
+    assert att.candidate.source is None and "model call failed" in att.candidate.error

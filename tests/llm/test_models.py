@@ -1,0 +1,96 @@
+"""The model layer: litellm (through mock_response), the response cache, retries, keys, offline models."""
+
+import pytest
+
+from kforge.llm import CallContext, LLMError, MissingAPIKey, ModelConfig, ResponseCache, make_model
+from kforge.problems import resolve_problem
+
+MESSAGES = [{"role": "user", "content": "write a kernel"}]
+
+
+def mock_model(tmp_path, reply="```python\nclass ModelNew: pass\n```", **kw):
+    cfg = ModelConfig(name="mock", model="openai/gpt-4o", extra={"mock_response": reply}, **kw)
+    return make_model(cfg, cache_root=tmp_path / "llm")
+
+
+def test_litellm_call_reports_tokens_and_cost(tmp_path):
+    m = mock_model(tmp_path)
+    r = m.complete(MESSAGES)
+    assert "ModelNew" in r.text and r.prompt_tokens > 0 and r.completion_tokens > 0
+    assert r.cost_usd is not None and r.cost_usd > 0  # litellm knows gpt-4o's price
+    assert not r.cached and m.calls == 1
+
+
+def test_unknown_price_is_none(tmp_path):
+    cfg = ModelConfig(name="local", model="hosted_vllm/my-model", api_base="http://127.0.0.1:9/v1",
+                      extra={"mock_response": "hi"}, cache=False)
+    r = make_model(cfg).complete(MESSAGES)
+    assert r.text == "hi" and r.cost_usd is None
+
+
+def test_cache_replays_without_calling(tmp_path, monkeypatch):
+    m = mock_model(tmp_path)
+    first = m.complete(MESSAGES)
+    import litellm
+    monkeypatch.setattr(litellm, "completion", lambda **kw: pytest.fail("the model was called"))
+    again = make_model(m.config, cache_root=tmp_path / "llm").complete(MESSAGES)
+    assert again.cached and again.text == first.text and again.cost_usd == 0.0
+    assert again.prompt_tokens == first.prompt_tokens
+    # Different messages or parameters are different requests.
+    key1 = ResponseCache.key("m", MESSAGES, {"temperature": 0.0})
+    assert key1 != ResponseCache.key("m", MESSAGES, {"temperature": 1.0})
+
+
+def test_cache_can_be_switched_off(tmp_path):
+    m = mock_model(tmp_path, cache=False)
+    m.complete(MESSAGES)
+    assert not m.complete(MESSAGES).cached and m.calls == 2
+
+
+def test_retries_transient_errors_then_succeeds(tmp_path, monkeypatch):
+    import litellm
+    real = litellm.completion
+    calls = {"n": 0}
+
+    def flaky(**kw):
+        calls["n"] += 1
+        if calls["n"] < 3:
+            return real(**dict(kw, mock_response="litellm.RateLimitError"))
+        return real(**kw)
+
+    monkeypatch.setattr(litellm, "completion", flaky)
+    m = mock_model(tmp_path, backoff_s=0.01, cache=False)
+    assert "ModelNew" in m.complete(MESSAGES).text and calls["n"] == 3
+
+
+def test_gives_up_after_retries(tmp_path):
+    m = mock_model(tmp_path, reply="litellm.RateLimitError", retries=1, backoff_s=0.01, cache=False)
+    with pytest.raises(LLMError, match="RateLimitError"):
+        m.complete(MESSAGES)
+
+
+def test_missing_key_names_the_variable(monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(MissingAPIKey, match="OPENAI_API_KEY"):
+        make_model(ModelConfig(name="gpt-5", model="openai/gpt-5")).check()
+    monkeypatch.delenv("MY_KEY", raising=False)
+    with pytest.raises(MissingAPIKey, match="MY_KEY"):
+        make_model(ModelConfig(name="x", model="openai/gpt-5", api_key_env="MY_KEY")).check()
+    make_model(ModelConfig(name="local", model="hosted_vllm/x", api_base="http://127.0.0.1:9")).check()
+
+
+def test_scripted_replays_in_order_and_runs_out():
+    m = make_model(ModelConfig(name="s", kind="scripted", replies=["one", "two"]))
+    assert [m.complete(MESSAGES).text for _ in range(2)] == ["one", "two"]
+    assert "not an LLM" in m.config.label
+    with pytest.raises(LLMError, match="ran out of replies"):
+        m.complete(MESSAGES)
+
+
+def test_oracle_answers_from_the_builtin_suite():
+    m = make_model(ModelConfig(name="oracle", kind="oracle"))
+    p = resolve_problem("level1/1_ReLU")
+    r = m.complete(MESSAGES, CallContext(problem_key=p.key, backend="cpu", problem=p))
+    assert "oracle, not an LLM" in r.text and "load_inline" in r.text and r.note is None
+    missing = m.complete(MESSAGES, CallContext(problem_key=p.key, backend="metal", problem=p))
+    assert missing.note and "no solution for level1/1_ReLU on the metal backend" in missing.note

@@ -1,0 +1,125 @@
+"""The synthesis pipeline end to end on CPU: loop, agents, verifier, MLflow, Hydra."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from mlflow.tracking import MlflowClient
+
+from kforge import REPO_DIR
+from kforge.llm import LLMError, ModelConfig, make_model
+from kforge.pipeline import run
+from kforge.tracking import STATE_CODES
+from tests.helpers import candidate
+
+FAST = ["problems.names=[level1/1_ReLU]", "problems.overrides={BATCH:8,DIM:4096}", "verify.trials=2",
+        "verify.compile_ref=false", "verify.timing.min_trials=3", "verify.timing.max_trials=6",
+        "verify.timing.budget_s=1", "verify.timing.warmup=1", "loop.concurrency=1"]
+
+
+def config(tmp_path: Path, *overrides: str):
+    with initialize_config_dir(config_dir=str(REPO_DIR / "conf"), version_base="1.3"):
+        return compose("synthesize", overrides=[f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", *FAST, *overrides])
+
+
+def fenced(name: str) -> str:
+    return f"Here is the program.\n```python\n{candidate('cpu', name)}```\n"
+
+
+def scripted(*replies: str):
+    return make_model(ModelConfig(name="scripted", kind="scripted", replies=list(replies)))
+
+
+def problem_runs(tmp_path: Path, experiment: str = "kforge"):
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    exp = client.get_experiment_by_name(experiment)
+    runs = client.search_runs([exp.experiment_id])
+    return client, [r for r in runs if r.data.tags.get("kforge.kind") == "problem"], \
+        [r for r in runs if r.data.tags.get("kforge.kind") == "sweep-job"]
+
+
+def test_iterative_fixes_compile_error_then_mismatch(tmp_path, pool):
+    model = scripted(fenced("relu_syntax_error.py"), fenced("relu_wrong_math.py"), fenced("relu_ok.py"))
+    result = run(config(tmp_path, "loop.iterations=3"), llm=model, pool=pool)
+    states = [r.state for r in result.results[0].records]
+    assert states == ["compilation_failure", "numerical_mismatch", "correct"]
+    assert [r.phase for r in result.results[0].records] == ["single_shot", "fix", "fix"]
+    # The fix prompts carried the evidence: the compiler's words, then the mismatch statistics.
+    assert "expected" in model.prompts[1][1]["content"] and "max_abs_err" in model.prompts[2][1]["content"]
+    client, problems, parents = problem_runs(tmp_path)
+    assert len(problems) == 1 and len(parents) == 1
+    run_id = problems[0].info.run_id
+    history = sorted(client.get_metric_history(run_id, "state"), key=lambda m: m.step)
+    assert [(m.step, m.value) for m in history] == [(0, STATE_CODES["compilation_failure"]),
+                                                    (1, STATE_CODES["numerical_mismatch"]), (2, STATE_CODES["correct"])]
+    files = {f.path for d in ("iter_000", "iter_001", "iter_002") for f in client.list_artifacts(run_id, d)}
+    for d in ("iter_000", "iter_001", "iter_002"):
+        assert {f"{d}/kernel.py", f"{d}/prompt.md", f"{d}/reply.md", f"{d}/verdict.json"} <= files
+    kernel = client.download_artifacts(run_id, "iter_000/kernel.py", str(tmp_path))
+    assert "missing semicolon" in Path(kernel).read_text()
+    tags = problems[0].data.tags
+    assert tags["problem"] == "level1/1_ReLU" and tags["backend"] == "cpu" and tags["loop_mode"] == "iterative"
+    assert tags["model"] == "scripted" and tags["reference"] == "none" and tags["profiler"] == "none"
+    assert problems[0].data.metrics["best_correct"] == 1.0 and problems[0].info.status == "FINISHED"
+    parent = parents[0].data
+    assert parent.metrics["fast_0"] == 1.0 and parent.metrics["correctness_rate"] == 1.0
+    assert "loop.mode" in parent.params and parent.params["model.name"] == "scripted"
+
+
+def test_single_shot_stops_after_one(tmp_path, pool):
+    model = scripted(fenced("relu_wrong_math.py"), fenced("relu_ok.py"))
+    result = run(config(tmp_path, "loop=single_shot"), llm=model, pool=pool)
+    assert [r.state for r in result.results[0].records] == ["numerical_mismatch"] and model.calls == 1
+
+
+def test_reply_without_code_is_generation_failure(tmp_path, pool):
+    result = run(config(tmp_path, "loop=single_shot"), llm=scripted("I think you should use CUDA."), pool=pool)
+    rec = result.results[0].records[0]
+    assert rec.state == "generation_failure" and "no code block" in rec.message
+
+
+def test_litellm_mock_response_end_to_end_and_cache_replay(tmp_path, pool, monkeypatch):
+    monkeypatch.setenv("KFORGE_CACHE_DIR", str(tmp_path / "cache"))  # a fresh response cache
+
+    def gpt5():  # the real litellm path; mock_response makes litellm answer without a network
+        return make_model(ModelConfig(name="gpt-5", model="openai/gpt-5", extra={"mock_response": fenced("relu_ok.py")}))
+
+    first = run(config(tmp_path, "loop=single_shot"), llm=gpt5(), pool=pool)
+    rec = first.results[0].records[0]
+    assert rec.state == "correct" and rec.prompt_tokens > 0 and not rec.cached_reply
+    import litellm
+    monkeypatch.setattr(litellm, "completion", lambda **kw: pytest.fail("the model was called on a replay"))
+    again = run(config(tmp_path, "loop=single_shot"), llm=gpt5(), pool=pool)
+    rec2 = again.results[0].records[0]
+    assert rec2.cached_reply and rec2.state == "correct" and rec2.cost_usd == 0.0
+
+
+def test_missing_key_fails_before_any_problem(tmp_path, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    res = subprocess.run([sys.executable, str(REPO_DIR / "pipelines" / "synthesize.py"), "model=gpt-5",
+                          f"tracking.uri=sqlite:///{tmp_path}/mlflow.db"], capture_output=True, text=True,
+                         env=env, cwd=tmp_path, timeout=300)
+    assert res.returncode == 2 and "OPENAI_API_KEY" in res.stderr, res.stderr[-2000:]
+    assert not (tmp_path / "mlflow.db").exists()  # nothing started
+
+
+def test_wrong_override_names_the_choices(tmp_path):
+    res = subprocess.run([sys.executable, str(REPO_DIR / "pipelines" / "synthesize.py"), "backend=metal9"],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert res.returncode != 0 and "metal9" in res.stderr and "cpu" in res.stderr and "cuda" in res.stderr
+
+
+def test_multirun_over_loop_modes_makes_two_parent_runs(tmp_path):
+    cmd = [sys.executable, str(REPO_DIR / "pipelines" / "synthesize.py"), "-m", "loop=single_shot,iterative",
+           "model=oracle", "loop.iterations=2", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", *FAST]
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=900)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    _, problems, parents = problem_runs(tmp_path)
+    assert sorted(p.data.tags["loop_mode"] for p in parents) == ["iterative", "single_shot"]
+    assert len(problems) == 2 and all(p.data.metrics["best_correct"] == 1.0 for p in problems)
+    assert "oracle, not an LLM" in res.stdout
