@@ -30,3 +30,17 @@ def test_cpu_oracle_is_correct(verifier, problem):
     assert path is not None, f"{problem.key} has no cpu solution"
     v = verifier.verify(problem, path.read_text(), "cpu", config=fast_config(trials=3))
     assert v.state is State.CORRECT, v.summary()
+
+
+GPU_PROBLEMS = load_builtin(size="gpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["cuda", "triton"])
+@pytest.mark.parametrize("problem", GPU_PROBLEMS, ids=[p.key for p in GPU_PROBLEMS])
+def test_gpu_oracle_is_correct(pool, problem, backend):
+    path = builtin_solution_path(problem, backend)
+    if path is None:
+        pytest.skip(f"{problem.key} has no {backend} solution")
+    v = Verifier(fast_config(trials=3), pool=pool).verify(problem, path.read_text(), backend)
+    assert v.state is State.CORRECT, v.summary()

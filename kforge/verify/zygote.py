@@ -23,14 +23,22 @@ OUTPUT_TAIL = 6000
 
 
 def _preload() -> None:
-    import torch  # noqa: F401 - the point is to have it imported before forking
+    import torch  # the point is to have it imported before forking
     from . import worker  # noqa: F401
+    if os.environ.get("CUDA_VISIBLE_DEVICES", "") not in ("", "-1"):
+        # A GPU worker imports nothing more. With the compiler stack preloaded, children on an H200 failed
+        # with "Cannot re-initialize CUDA in forked subprocess": something in those imports asks CUDA for
+        # the device count, which marks every later fork as unable to use the GPU (torch.cuda stays
+        # uninitialised, so the check below cannot see it).
+        if torch.cuda.is_initialized():
+            raise RuntimeError("CUDA was initialised in the worker before forking; children could not use it")
+        return
     try:  # ~2.5 s a child would otherwise spend importing the compiler for the torch.compile reference
         import torch._dynamo  # noqa: F401
         import torch._inductor.compile_fx  # noqa: F401
     except Exception:  # noqa: BLE001 - the compile reference then reports its own failure
         pass
-    try:  # Triton's import is slow; with TRITON_INTERPRET set in our env it is harmless to preload.
+    try:  # Triton's import is slow; in CPU workers TRITON_INTERPRET is set, so it is harmless to preload.
         import triton  # noqa: F401
     except Exception:  # noqa: BLE001 - triton is optional
         pass

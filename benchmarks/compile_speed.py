@@ -1,0 +1,120 @@
+"""How long a fresh (uncached) extension build takes, and what each of kforge's build steps buys.
+
+    python benchmarks/compile_speed.py [--backend cuda|cpu] [--repeats 1]
+
+Builds the backend's one-shot example (torch kept out of the .cu) and a KernelBench-style variant
+(torch types inside the .cu) in fresh build directories with:
+  vanilla    torch.utils.cpp_extension.load_inline as is
+  pch        + kforge's precompiled torch/extension.h for the C++ binding file
+  torch-free + the .cu compiled without torch headers (when it uses none)
+  kforge     both (what the verifier does)
+The precompiled header is built once up front and reported separately (a once-per-machine cost).
+Prints a table; nothing is cached between rows except the precompiled header.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+CUDA_TORCH_IN_CU = r'''
+#include <torch/extension.h>
+__global__ void add_scale_kernel(const float* a, const float* b, float* o, float s, int64_t n) {
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i < n) o[i] = (a[i] + b[i]) * s;
+}
+torch::Tensor add_scale(torch::Tensor a, torch::Tensor b, double scale) {
+    auto o = torch::empty_like(a);
+    int64_t n = a.numel();
+    add_scale_kernel<<<(n + 255) / 256, 256>>>(a.data_ptr<float>(), b.data_ptr<float>(), o.data_ptr<float>(), (float)scale, n);
+    return o;
+}
+'''
+
+
+def example_sources(backend: str) -> dict:
+    """The load_inline arguments of the backend's one-shot example, read without running it."""
+    import ast
+    path = Path(__file__).resolve().parents[1] / "prompts" / "examples" / backend / "model_new.py"
+    tree = ast.parse(path.read_text())
+    consts = {t.id: ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+              for t in n.targets if isinstance(t, ast.Name) and isinstance(n.value, ast.Constant)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "load_inline":
+            kw = {}
+            for k in node.keywords:
+                v = k.value
+                if isinstance(v, ast.Name):
+                    kw[k.arg] = consts[v.id]
+                elif isinstance(v, ast.List) and all(isinstance(e, ast.Name) for e in v.elts):
+                    kw[k.arg] = [consts[e.id] for e in v.elts]
+                else:
+                    kw[k.arg] = ast.literal_eval(v)
+            return kw
+    raise SystemExit(f"no load_inline call in {path}")
+
+
+def build_once(kwargs: dict, mode: str, cache: Path) -> float:
+    """Build in a fresh directory under ``mode``; returns seconds."""
+    import torch.utils.cpp_extension as ce
+    from kforge.backends.build import Builder
+    kw = dict(kwargs)
+    kw["name"] = f"{kw['name']}_{uuid.uuid4().hex[:8]}"  # a new name: nothing reused
+    start = time.perf_counter()
+    if mode == "vanilla":
+        d = cache / "vanilla" / kw["name"]
+        d.mkdir(parents=True)
+        ce.load_inline(build_directory=str(d), **kw)
+    else:
+        b = Builder(cache, use_pch=mode in ("pch", "kforge"), torch_free_cu=mode in ("torch-free", "kforge"))
+        b.load_inline(**kw)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--backend", default="cuda", choices=("cuda", "cpu"))
+    ap.add_argument("--repeats", type=int, default=1)
+    args = ap.parse_args()
+    import torch
+    if args.backend == "cuda":
+        major, minor = torch.cuda.get_device_capability()
+        os.environ.setdefault("TORCH_CUDA_ARCH_LIST", f"{major}.{minor}{'a' if major >= 9 else ''}")
+    variants = {"one-shot example": example_sources(args.backend)}
+    if args.backend == "cuda":
+        variants["torch in .cu (KernelBench style)"] = dict(
+            name="kb_style", cpp_sources="torch::Tensor add_scale(torch::Tensor a, torch::Tensor b, double scale);",
+            cuda_sources=CUDA_TORCH_IN_CU, functions=["add_scale"], extra_cuda_cflags=["-O3"])
+    cache = Path(tempfile.mkdtemp(prefix="kforge-compile-speed-"))
+    from kforge.backends.build import Builder
+    t0 = time.perf_counter()
+    flags = list(next(iter(variants.values())).get("extra_cflags") or [])
+    Builder(cache)._ensure_pch(flags)
+    pch_s = time.perf_counter() - t0
+    for kw in variants.values():
+        Builder(cache)._ensure_pch(list(kw.get("extra_cflags") or []))
+    device = torch.cuda.get_device_name() if args.backend == "cuda" else "cpu"
+    print(f"\ncold extension builds ({args.backend}, {device}, {os.cpu_count()} cores, torch {torch.__version__}); "
+          f"precompiling torch/extension.h once: {pch_s:.1f} s\n")
+    print(f"{'source':36} {'vanilla':>9} {'pch':>9} {'torch-free':>11} {'kforge':>9}   (seconds, median of {args.repeats})")
+    for label, kw in variants.items():
+        row = []
+        for mode in ("vanilla", "pch", "torch-free", "kforge"):
+            if args.backend == "cpu" and mode in ("torch-free",):
+                row.append(None)
+                continue
+            row.append(statistics.median(build_once(kw, mode, cache) for _ in range(args.repeats)))
+        print(f"{label:36} " + " ".join(f"{x:9.1f}" if x is not None else f"{'-':>9}" for x in row[:2])
+              + (f" {row[2]:11.1f}" if row[2] is not None else f" {'-':>11}") + f" {row[3]:9.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""Verification latency, timing repeatability and agreement with Nsight Compute, on a GPU.
+
+    python benchmarks/verify_latency.py [--backends cuda,triton] [--problems 1_ReLU,2_Softmax,...] [--json out.json]
+
+For each built-in problem that has a hand-written (oracle) kernel for the backend, at its GPU size:
+  cold     a full verification (build, 5 correctness trials, timing vs eager and torch.compile) of a
+           source never built before (its build-cache entry, or Triton's kernel cache, removed first)
+  cached   the same verification again, the build cache warm
+  repeat   median(run 3) / median(run 2) of the candidate's timing: the harness's repeatability
+  ncu      the candidate's per-call GPU time from `ncu --clock-control none --metrics gpu__time_duration.sum`,
+           against the verifier's event-timed median (agreement = |ncu - events| / events)
+The machine-wide caches (the precompiled torch header, inductor's cache for the torch.compile
+reference) are warmed once first, as they are after the first problem of any sweep.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kforge.backends import get_backend  # noqa: E402
+from kforge.problems import builtin_solution_path, load_builtin  # noqa: E402
+from kforge.profile import ncu  # noqa: E402
+from kforge.verify import Verifier, VerifyConfig, WorkerPool  # noqa: E402
+from kforge.verify.pool import arch_of  # noqa: E402
+
+
+def clear_build(verdict, triton_cache: Path) -> None:
+    for d in (verdict.build or {}).get("built", []) + (verdict.build or {}).get("cached", []):
+        shutil.rmtree(d, ignore_errors=True)
+    shutil.rmtree(triton_cache, ignore_errors=True)
+    triton_cache.mkdir(parents=True, exist_ok=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--backends", default="cuda,triton")
+    ap.add_argument("--problems", default="", help="comma-separated built-in names (default: all with oracles)")
+    ap.add_argument("--json", help="write the raw numbers here")
+    ap.add_argument("--no-ncu", action="store_true")
+    args = ap.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="kforge-latency-"))
+    triton_cache = work / "triton-cache"
+    triton_cache.mkdir()
+    os.environ["TRITON_CACHE_DIR"] = str(triton_cache)
+    rows = []
+    with WorkerPool(build_cache=work / "cache") as pool:
+        verifier = Verifier(VerifyConfig(), pool=pool)
+        names = [n for n in args.problems.split(",") if n]
+        problems = load_builtin(names=names or None, size="gpu")
+        for bname in args.backends.split(","):
+            backend = get_backend(bname)
+            kind = pool.kinds_for(backend.device)[0]
+            info = pool.device_info(kind, backend.spec())
+            # Warm the machine-wide cache once (the precompiled header); each problem's first verification
+            # below then warms inductor's cache for its torch.compile reference.
+            t0 = time.monotonic()
+            warm = verifier.verify(backend.example_problem(), backend.example()[1], backend)
+            print(f"[{bname}] warm-up on {info['device']}: {warm.state.value}, {time.monotonic() - t0:.1f} s",
+                  flush=True)
+            for p in problems:
+                sol = builtin_solution_path(p, bname)
+                if sol is None:
+                    continue
+                source = sol.read_text()
+                first = verifier.verify(p, source, backend)
+                clear_build(first, triton_cache)
+                cold = verifier.verify(p, source, backend)
+                cached = verifier.verify(p, source, backend)
+                again = verifier.verify(p, source, backend)
+                row = {"backend": bname, "problem": p.key, "state": cold.state.value, "cold_s": cold.wall_s,
+                       "cold_build_s": (cold.build or {}).get("seconds"), "cached_s": cached.wall_s,
+                       "cached_build_s": (cached.build or {}).get("seconds"), "device": info["device"]}
+                if cached.correct and again.correct:
+                    row.update(median_ms=cached.runtime.median_ms, host_median_ms=cached.runtime.host_median_ms,
+                               n=cached.runtime.n, repeat=again.runtime.median_ms / cached.runtime.median_ms,
+                               speedup_eager=cached.speedup_eager, speedup_compile=cached.speedup_compile)
+                    if not args.no_ncu:
+                        try:
+                            rep = ncu.profile(work / "ncu" / f"{bname}-{p.name}",
+                                              {"problem": p.to_dict(), "backend": backend.spec(),
+                                               "config": VerifyConfig().to_dict(), "cache_dir": pool.build_cache,
+                                               "arch": arch_of(info["capability"]), "which": "candidate"},
+                                              {"problem.py": p.source, "candidate.py": source}, [ncu.DURATION],
+                                              gpu=int(kind.split(":")[1]), iterations=5)
+                            per_call = ncu.per_call_duration_ms(rep)
+                            row.update(ncu_ms=statistics.median(per_call), ncu_s=rep.seconds,
+                                       agreement=abs(statistics.median(per_call) - cached.runtime.median_ms)
+                                       / cached.runtime.median_ms)
+                        except ncu.NcuError as exc:
+                            row["ncu_error"] = str(exc)[-300:]
+                else:
+                    row["message"] = cold.message
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    print_table(rows)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+
+
+def print_table(rows: list[dict]) -> None:
+    def f(x, spec):
+        return format(x, spec) if isinstance(x, (int, float)) else "-"
+    print("\n| backend | problem | state | cold verify s | cached verify s | median ms | repeat | ncu ms | ncu vs events |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        agree = f"{100 * r['agreement']:.1f}%" if "agreement" in r else r.get("ncu_error", "-")[:40]
+        print(f"| {r['backend']} | {r['problem']} | {r['state']} | {f(r.get('cold_s'), '.1f')} | "
+              f"{f(r.get('cached_s'), '.2f')} | {f(r.get('median_ms'), '.4f')} | {f(r.get('repeat'), '.3f')} | "
+              f"{f(r.get('ncu_ms'), '.4f')} | {agree} |")
+    for backend in sorted({r["backend"] for r in rows}):
+        rs = [r for r in rows if r["backend"] == backend]
+        cold = [r["cold_s"] for r in rs]
+        cached = [r["cached_s"] for r in rs]
+        print(f"\n{backend}: cold verification median {statistics.median(cold):.1f} s, "
+              f"cached median {statistics.median(cached):.2f} s over {len(rs)} problems")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+"""The state matrix for the cuda and triton backends on a real GPU (run on the device: make test-gpu)."""
+
+import time
+
+import pytest
+
+from kforge.problems import resolve_problem
+from kforge.verify import State, Verifier
+from tests.helpers import candidate, fast_config
+
+pytestmark = pytest.mark.gpu
+
+MATRIX = {
+    "cuda": [("relu_ok.py", State.CORRECT), ("relu_wrong_math.py", State.NUMERICAL_MISMATCH),
+             ("relu_wrong_shape.py", State.SHAPE_MISMATCH), ("relu_syntax_error.py", State.COMPILATION_FAILURE),
+             ("relu_raises.py", State.RUNTIME_ERROR), ("relu_partial_write.py", State.NUMERICAL_MISMATCH)],
+    "triton": [("relu_ok.py", State.CORRECT), ("relu_wrong_math.py", State.NUMERICAL_MISMATCH),
+               ("relu_wrong_shape.py", State.SHAPE_MISMATCH), ("relu_compile_error.py", State.COMPILATION_FAILURE)],
+}
+
+
+@pytest.fixture(scope="module")
+def relu():
+    return resolve_problem("level1/1_ReLU", size="gpu", overrides={"BATCH": 256, "DIM": 8192})
+
+
+@pytest.fixture(scope="module")
+def verifier(pool):
+    return Verifier(fast_config(timeout_s=120), pool=pool)
+
+
+@pytest.mark.parametrize("backend,name,state", [(b, n, s) for b, rows in MATRIX.items() for n, s in rows])
+def test_gpu_state_matrix(verifier, relu, backend, name, state):
+    v = verifier.verify(relu, candidate(backend, name), backend)
+    assert v.state is state, v.summary()
+    if state is State.CORRECT:
+        assert v.runtime.host_median_ms >= v.runtime.median_ms * 0.5 and v.speedup_eager > 0
+        assert "H100" in v.device or "H200" in v.device or v.device
+    if state is State.COMPILATION_FAILURE:
+        assert v.evidence.compiler_log
+
+
+@pytest.mark.parametrize("backend", ["cuda", "triton"])
+def test_illegal_address_then_next_candidate_is_fine(verifier, relu, backend):
+    bad = verifier.verify(relu, candidate(backend, "relu_illegal_address.py"), backend)
+    assert bad.state is State.RUNTIME_ERROR, bad.summary()
+    assert "illegal" in (bad.message + (bad.evidence.traceback or "") + (bad.evidence.output_tail or "")).lower() \
+        or "SIG" in bad.message
+    good = verifier.verify(relu, candidate(backend, "relu_ok.py"), backend)
+    assert good.state is State.CORRECT, good.summary()
+
+
+@pytest.mark.parametrize("backend", ["cuda", "triton"])
+def test_timeout_kills_and_recovers(pool, relu, backend):
+    verifier = Verifier(fast_config(timeout_s=20), pool=pool)
+    # Build (and cache) first with no trials, so the timed call measures the hang alone.
+    verifier.verify(relu, candidate(backend, "relu_infinite_loop.py"), backend,
+                    config=fast_config(timeout_s=600, trials=0, skip_timing=True))
+    start = time.monotonic()
+    v = verifier.verify(relu, candidate(backend, "relu_infinite_loop.py"), backend)
+    assert v.state is State.TIMEOUT, v.summary()
+    assert time.monotonic() - start < 20 + 30
+    assert verifier.verify(relu, candidate(backend, "relu_ok.py"), backend).state is State.CORRECT
