@@ -1,6 +1,8 @@
 """The agents: generation (writes programs) and performance analysis (recommends one optimisation)."""
 
+from .analysis import AnalysisAgent, ProfilingAdvisor, Recommendation, parse_recommendation
 from .generation import Attempt, GenerationAgent, Reference
 from .prompts import Prompts
 
-__all__ = ["Attempt", "GenerationAgent", "Reference", "Prompts"]
+__all__ = ["AnalysisAgent", "Attempt", "GenerationAgent", "ProfilingAdvisor", "Prompts", "Recommendation",
+           "Reference", "parse_recommendation"]

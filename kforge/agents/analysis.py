@@ -1,0 +1,152 @@
+"""The performance-analysis agent, and the advisor the loop asks before each optimisation pass.
+
+The advisor profiles the best kernel (``profiler=none|torch|ncu|nsys``), digests the profile against
+the roofline, and gets one recommendation from the rule-based analyst (``analysis=rules``, no LLM),
+from a model (``analysis=llm``, optionally seeing the digest as a picture: ``analysis.visual=true``),
+or a generic one (``analysis=off``).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..backends import Backend
+from ..llm import CallContext, LLM, LLMError
+from ..problems import Problem
+from ..profile import Profiler, ProfilerUnavailable
+from ..profile.digest import Digest, build
+from ..profile.render import render_png
+from ..profile.rules import classify
+from ..verify import Verdict
+from .prompts import Prompts
+
+ANALYSES = ("off", "rules", "llm")
+GENERIC_RECOMMENDATION = ("Make it faster: find the largest cost (memory traffic, launch count, "
+                          "arithmetic) and remove it, keeping the results the same.")
+
+
+@dataclass
+class Recommendation:
+    """One optimisation to try next, with why (the analysis agent's output)."""
+
+    action: str
+    bottleneck: str = "unknown"
+    evidence: str = ""
+    source: str = "generic"
+    """``generic``, ``rules`` or the model that wrote it."""
+    artifacts: dict[str, Any] = field(default_factory=dict)
+    """Files to keep with the iteration (profile CSV, digest JSON, PNG paths) and metrics (speed of light)."""
+
+    def text(self) -> str:
+        parts = [f"Bottleneck: {self.bottleneck}." if self.bottleneck != "unknown" else "",
+                 f"Evidence: {self.evidence}" if self.evidence else "", f"Do this: {self.action}"]
+        return "\n".join(p for p in parts if p)
+
+_FIELD = re.compile(r"^[\s*#>-]*(BOTTLENECK|EVIDENCE|ACTION)\**\s*[:\-]\**\s*(.*?)"
+                    r"(?=^[\s*#>-]*(?:BOTTLENECK|EVIDENCE|ACTION)\**\s*[:\-]|\Z)",
+                    re.MULTILINE | re.DOTALL | re.IGNORECASE)
+
+
+def parse_recommendation(text: str, source: str) -> Recommendation:
+    """``BOTTLENECK: / EVIDENCE: / ACTION:`` lines; a reply without them becomes the action as a whole."""
+    fields = {m.group(1).upper(): m.group(2).strip() for m in _FIELD.finditer(text or "")}
+    if fields.get("ACTION"):
+        return Recommendation(action=fields["ACTION"], bottleneck=fields.get("BOTTLENECK") or "unstated",
+                              evidence=fields.get("EVIDENCE", ""), source=source)
+    body = (text or "").strip()
+    return Recommendation(action=body[:2000] or GENERIC_RECOMMENDATION, bottleneck="unstated", source=source)
+
+
+class AnalysisAgent:
+    """Asks a model for one recommendation from the kernel, its timing and its profile digest."""
+
+    def __init__(self, llm: LLM, backend: Backend, prompts: Prompts | None = None, device_name: str = "",
+                 visual: bool = False, raw_metrics: bool = False):
+        self.llm, self.backend, self.prompts = llm, backend, prompts or Prompts()
+        self.device_name = device_name or backend.device
+        self.visual, self.raw_metrics = visual, raw_metrics
+        if visual and not llm.config.multimodal:
+            raise ValueError(f"analysis.visual=true sends the digest as an image, but model {llm.config.name} is not "
+                             "marked multimodal (set the analysis model's multimodal: true)")
+
+    def messages(self, problem: Problem, code: str, verdict: Verdict, digest: Digest | None,
+                 png: Path | None) -> list[dict[str, Any]]:
+        raw = dict(digest.kernels[0].metrics) if self.raw_metrics and digest and digest.kernels else None
+        text = self.prompts.render(
+            "analysis", backend=self.backend, device_name=self.device_name, problem=problem, code=code,
+            runtime_ms=verdict.runtime.median_ms, ref_ms=verdict.ref.median_ms, speedup=verdict.speedup_eager or 0.0,
+            digest=digest.text() if digest else "(no profile available: judge from the code and the timing)",
+            raw_metrics=raw, image=bool(self.visual and png))
+        if self.visual and png:
+            data = base64.b64encode(Path(png).read_bytes()).decode()
+            content: Any = [{"type": "text", "text": text},
+                            {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{data}"}}]
+        else:
+            content = text
+        return [{"role": "user", "content": content}]
+
+    def analyse(self, problem: Problem, code: str, verdict: Verdict, digest: Digest | None,
+                png: Path | None = None) -> Recommendation:
+        messages = self.messages(problem, code, verdict, digest, png)
+        ctx = CallContext(problem_key=problem.key, backend=self.backend.name, phase="analysis", problem=problem)
+        try:
+            resp = self.llm.complete(messages, ctx)
+        except LLMError as exc:
+            return Recommendation(GENERIC_RECOMMENDATION, source="generic",
+                                  evidence=f"(the analysis model failed: {exc})")
+        rec = parse_recommendation(resp.text if not resp.note else "", self.llm.config.name)
+        rec.artifacts["usage"] = {"prompt_tokens": resp.prompt_tokens, "completion_tokens": resp.completion_tokens,
+                                  "cost_usd": resp.cost_usd}
+        rec.artifacts["prompt"] = messages[0]["content"] if isinstance(messages[0]["content"], str) \
+            else messages[0]["content"][0]["text"]
+        return rec
+
+
+class ProfilingAdvisor:
+    """profile → digest → analyse: the loop's `Advisor` for optimisation passes."""
+
+    def __init__(self, backend: Backend, profiler: Profiler | None, analysis: str, workdir: str | Path, *,
+                 agent: AnalysisAgent | None = None, ceilings: dict[str, Any] | None = None, render: bool = True):
+        if analysis not in ANALYSES:
+            raise ValueError(f"unknown analysis {analysis!r} (choose from {', '.join(ANALYSES)})")
+        if analysis == "llm" and agent is None:
+            raise ValueError("analysis=llm needs an analysis agent (a model)")
+        self.backend, self.profiler, self.analysis, self.agent = backend, profiler, analysis, agent
+        self.workdir = Path(workdir)
+        self.ceilings = ceilings
+        self.render = render
+
+    def recommend(self, problem: Problem, code: str, verdict: Verdict) -> Recommendation:
+        profile, notes = None, []
+        if self.profiler is not None:
+            try:
+                profile = self.profiler.run(problem, code, self.backend)
+            except ProfilerUnavailable as exc:
+                notes.append(f"profiling failed: {exc}")
+        digest = build(problem, profile, time_ms=verdict.runtime.median_ms if verdict.runtime else None,
+                       floor_ms=verdict.floor_ms, ceilings=self.ceilings, device=verdict.device)
+        digest.notes.extend(notes)
+        out = self.workdir / f"analysis-{uuid.uuid4().hex[:8]}"
+        out.mkdir(parents=True, exist_ok=True)
+        files = dict(profile.raw_files) if profile else {}
+        (out / "digest.json").write_text(json.dumps(digest.to_dict(), indent=1, default=str))
+        files["digest"] = str(out / "digest.json")
+        png = None
+        if self.render and (profile is not None or self.analysis != "off"):
+            png = render_png(digest, out / "digest.png")
+            files["digest_png"] = str(png)
+        if self.analysis == "llm":
+            rec = self.agent.analyse(problem, code, verdict, digest, png)
+        elif self.analysis == "rules":
+            f = classify(digest)
+            rec = Recommendation(action=f.action, bottleneck=f.bottleneck, evidence=f.evidence, source=f"rules:{f.rule}")
+        else:
+            rec = Recommendation(action=GENERIC_RECOMMENDATION, source="generic")
+        rec.artifacts.update(files=files, digest=digest.to_dict(), profile_seconds=profile.seconds if profile else 0.0)
+        return rec

@@ -1,0 +1,94 @@
+"""Measured ceilings of a device: memory bandwidth and matrix-multiply rates (METHOD.md's "two numbers").
+
+Datasheet peaks are leads; what a kernel can reach is what a large copy and a large library matrix
+product reach, so that is what the roofline floor and speed-of-light % use. Measured once per device
+(in a verifier worker) and cached in kforge's cache directory.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+
+def _timed(fn, reps: int, sync) -> float:
+    fn()
+    sync()
+    times = []
+    for _ in range(reps):
+        sync()
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def measure(device: str) -> dict[str, Any]:
+    """Runs in a worker process: bandwidth (bytes read + written per second) and fp32/bf16 matmul FLOP/s."""
+    import torch
+    torch.backends.cuda.matmul.allow_tf32 = False
+    cuda = device == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    dev = torch.device(device)
+    n_copy = (1 << 28) if cuda else (1 << 25)  # 1 GiB on a GPU, 128 MiB on a CPU (past any cache)
+    src = torch.rand(n_copy, device=dev)
+    dst = torch.empty_like(src)
+    t = _timed(lambda: dst.copy_(src), 10 if cuda else 5, sync)
+    bandwidth = 2 * src.numel() * 4 / t
+    del src, dst
+    out: dict[str, Any] = {"bandwidth_bytes_per_s": bandwidth}
+    n = 8192 if cuda else 1024
+    for dtype, key in ((torch.float32, "fp32_flops"), (torch.bfloat16, "bf16_flops")):
+        if not cuda and dtype is torch.bfloat16:
+            continue
+        a = torch.randn(n, n, device=dev, dtype=dtype)
+        b = torch.randn(n, n, device=dev, dtype=dtype)
+        t = _timed(lambda: torch.mm(a, b), 5, sync)
+        out[key] = 2 * n ** 3 / t
+    if cuda:
+        out["device"] = torch.cuda.get_device_name()
+    out["torch"] = torch.__version__
+    return out
+
+
+class CeilingCache:
+    """``ceilings.json``: one entry per (device name, torch version)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def _all(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        return self._all().get(key)
+
+    def put(self, key: str, value: dict[str, Any]) -> None:
+        data = self._all()
+        data[key] = value
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=1))
+        tmp.replace(self.path)
+
+
+#: On a CPU the measured bandwidth is DRAM's; data that fits in the caches moves faster, so a floor
+#: is only claimed for problems that move more than this.
+CPU_FLOOR_MIN_BYTES = 256 * 2**20
+
+
+def floor_ms(problem, ceilings: dict[str, Any] | None, device: str = "cuda") -> float | None:
+    """The roofline floor of a problem on a device (fp32 problems against the fp32 matmul rate)."""
+    if not ceilings:
+        return None
+    if device == "cpu" and (problem.bytes or 0) < CPU_FLOOR_MIN_BYTES:
+        return None
+    s = problem.floor_seconds(ceilings.get("fp32_flops"), ceilings.get("bandwidth_bytes_per_s"))
+    return s * 1e3 if s else None
