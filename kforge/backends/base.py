@@ -44,6 +44,12 @@ class Backend:
     """Regexes; a candidate must match one to count as containing a kernel in this language."""
     kernel_hint: ClassVar[str] = ""
     """What the kernel-presence rule asks for, in words."""
+    static_deny: ClassVar[tuple[str, ...]] = ()
+    """Extra regexes that reject a candidate on this backend."""
+    static_allow: ClassVar[tuple[str, ...]] = ()
+    """Regexes of source lines this backend allows although a rule would flag them."""
+    static_disabled: ClassVar[tuple[str, ...]] = ()
+    """Static rules that do not apply to this backend."""
 
     def __init__(self, device: str | None = None, **options: Any):
         self.device = device or self.default_device

@@ -218,6 +218,23 @@ class WorkerPool:
             self._info[kind] = reply.get("result") or {"device": kind, "error": reply.get("error")}
         return self._info[kind]
 
+    def ceilings(self, kind: str, backend_spec: dict[str, Any]) -> dict[str, Any] | None:
+        """Measured bandwidth and FLOP/s of a slot's device, cached on disk per device and torch version."""
+        from ..profile.ceilings import CeilingCache
+        if f"ceilings:{kind}" in self._info:
+            return self._info[f"ceilings:{kind}"]
+        info = self.device_info(kind, backend_spec)
+        cache = CeilingCache(Path(self.build_cache).parent / "ceilings.json")
+        key = f"{info.get('device')}|{info.get('torch')}"
+        value = cache.get(key)
+        if value is None:
+            reply = self.request(kind, {"kind": "ceilings", "backend": backend_spec}, {}, timeout=300)
+            value = reply.get("result")
+            if value:
+                cache.put(key, value)
+        self._info[f"ceilings:{kind}"] = value
+        return value
+
     def close(self) -> None:
         with self._lock:
             self._closed = True

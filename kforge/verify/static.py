@@ -8,6 +8,7 @@ Each rule has a name; a finding names its rule, and a ``deny`` finding turns the
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
@@ -31,12 +32,18 @@ class Finding:
 
 @dataclass
 class StaticConfig:
-    """Which static rules run."""
+    """Which static rules run, plus pattern deny/allow lists (``verify.static`` in Hydra)."""
 
     require_kernel: bool = True
     """The candidate must contain a kernel in its backend's language and call it from forward."""
     disabled: list[str] = field(default_factory=list)
     """Rule names to skip."""
+    deny: list[str] = field(default_factory=list)
+    """Regexes: a candidate whose source matches one is rejected (rule ``deny_pattern``)."""
+    allow: list[str] = field(default_factory=list)
+    """Regexes: a finding whose source line (or message) matches one is dropped."""
+    warn_only: list[str] = field(default_factory=list)
+    """Rule names reported without rejecting."""
 
 
 RuleFn = Callable[[ast.Module, str, Backend, Problem | None], list[Finding]]
@@ -67,8 +74,28 @@ def check(source: str, backend: Backend, problem: Problem | None = None,
     except SyntaxError:
         return []
     findings: list[Finding] = []
+    disabled = set(config.disabled) | set(backend.static_disabled)
+    if not config.require_kernel:
+        disabled |= {"no_kernel", "kernel_not_called", "forbidden_op"}
     for name, fn in RULES.items():
-        if name in config.disabled or (name == "no_kernel" and not config.require_kernel):
+        if name not in disabled:
+            findings.extend(fn(tree, source, backend, problem))
+    for pattern in list(config.deny) + list(backend.static_deny):
+        m = re.search(pattern, source, re.MULTILINE)
+        if m:
+            line = source.count("\n", 0, m.start()) + 1
+            findings.append(Finding("deny_pattern", f"matches the deny pattern {pattern!r}: {m.group(0)[:60]!r}", line))
+    allow = [re.compile(p) for p in list(config.allow) + list(backend.static_allow)]
+    lines = source.splitlines()
+    kept = []
+    for f in findings:
+        where = lines[f.line - 1] if f.line and 0 < f.line <= len(lines) else f.message
+        if any(a.search(where) for a in allow):
             continue
-        findings.extend(fn(tree, source, backend, problem))
-    return findings
+        if f.rule in config.warn_only:
+            f.severity = "warn"
+        kept.append(f)
+    return kept
+
+
+from . import static_rules  # noqa: E402,F401 - registers the rules

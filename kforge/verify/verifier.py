@@ -107,6 +107,14 @@ class Verifier:
         verdict = self._from_reply(reply, cfg)
         verdict.device = info.get("device", kind)
         verdict.build = build_info
+        if verdict.correct and (problem.flops or problem.bytes):
+            from ..profile.ceilings import floor_ms
+            verdict.floor_ms = floor_ms(problem, self.pool.ceilings(kind, backend.spec()), backend.device)
+            # Measured ceilings are what the hardware reaches; 20% under the floor is not a kernel, it is a trick.
+            if verdict.floor_ms and verdict.runtime and verdict.runtime.median_ms < 0.8 * verdict.floor_ms:
+                verdict.state, verdict.rule = State.CHEAT_DETECTED, "faster_than_roofline"
+                verdict.message = (f"{verdict.runtime.median_ms:.4f} ms is faster than the problem's roofline floor "
+                                   f"({verdict.floor_ms:.4f} ms) allows on this device")
         return verdict
 
     def _from_reply(self, reply: dict[str, Any], cfg: VerifyConfig) -> Verdict:

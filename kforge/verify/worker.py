@@ -44,6 +44,12 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
         return _Run(request).execute()
     if kind == "probe":
         return _probe(request)
+    if kind == "profile_torch":
+        from ..profile.torch_profiler import run_in_worker
+        return run_in_worker(request)
+    if kind == "ceilings":
+        from ..profile.ceilings import measure
+        return measure(from_spec(request["backend"]).device)
     raise ValueError(f"unknown request kind {kind!r}")
 
 
@@ -141,6 +147,7 @@ class Harness:
     def setup(self, flush_l2: bool = True) -> None:
         """Numerics, device, trusted clock, backend — all before any candidate code is imported."""
         import torch
+        import torch._dynamo  # noqa: F401 - importing it rebinds torch.manual_seed & co; do it before the tripwire
         self.torch = torch
         warnings.filterwarnings("ignore", message=".*[Dd]eterministic.*")
         # Always set: after fork, torch's and a candidate's OpenMP regions disagree on the thread count
@@ -205,6 +212,8 @@ class Harness:
         return _Verdict("runtime_error", f"{kind} {where}: {_first_line(exc)}", evidence={"traceback": tb})
 
     def load_candidate(self):
+        from .tripwire import Tripwire
+        self.tripwire = Tripwire()  # everything the harness set up is the baseline
         try:
             mod = import_file("candidate.py", "kforge_candidate")
         except BaseException as exc:  # noqa: BLE001 - SystemExit from a candidate is its error too
@@ -216,7 +225,13 @@ class Harness:
         except BaseException as exc:  # noqa: BLE001
             raise self._fail_exception(exc, "while constructing ModelNew") from None
         self._share_weights(model)
+        self.trip("after loading the candidate")
         return model
+
+    def trip(self, where: str) -> None:
+        found = self.tripwire.check()
+        if found:
+            raise _Verdict("cheat_detected", f"{found[1]} ({where})", rule=found[0])
 
     def _share_weights(self, model) -> None:
         """Same names, shapes and dtypes as the reference: give it the reference's exact weights."""
@@ -300,6 +315,7 @@ class _Run(Harness):
                     for r in as_outputs(self.ref_model(*ref_in))]
             cand_in = self._clone(inputs)
             outs = as_outputs(self._call(model, cand_in, f"in forward (trial {trial})"))
+        self.trip(f"correctness trial {trial}")
         self._check(outs, refs, cand_in, ref_in, f"correctness trial {trial}")
 
     def _check(self, outs, refs, cand_in, ref_in, where: str) -> None:
@@ -341,6 +357,8 @@ class _Run(Harness):
             self.ref_model(*sets[0])
             self._call(model, sets[0], "during warm-up")
         clock.sync()
+        self.trip("during warm-up")
+        self.tripwire.rebaseline_threads()  # torch.compile may have started worker threads of its own
         protected = self._protected_ptrs(sets, model)
         sampler = Sampler([p[0] for p in programs], tcfg, clock.now)
         rounds = 0
@@ -375,14 +393,31 @@ class _Run(Harness):
                 _poison(torch, out, protected)
                 del out
             rounds += 1
+            if recheck:
+                self.trip(f"timing round {rounds - 1}")
             if sampler.done(rounds):
                 break
+        self.trip("after timing")
+        self._check_unsynchronized(sampler)
         self.notes.append(f"timing: {rounds} rounds, stopped: {sampler.stop_reason}")
         rechecks = sum(1 for k in range(1, rounds // every + 1) if k & (k - 1) == 0)
         return {"state": "correct", "message": f"matches the reference on {cfg.trials} trials and "
                 f"{rechecks} timing rechecks",
                 "runtime": _stats(sampler.stats("cand")), "ref": _stats(sampler.stats("ref")),
                 "compile_ref": _stats(sampler.stats("compile"))}
+
+    def _check_unsynchronized(self, sampler) -> None:
+        """Event time far below host time (with a full device synchronize) means work left the timed stream."""
+        if self.device.type != "cuda":
+            return
+        cand, ref = sampler.stats("cand"), sampler.stats("ref")
+        gap = cand.host_median_ms - cand.median_ms
+        ref_gap = ref.host_median_ms - ref.median_ms
+        if cand.median_ms < 0.5 * cand.host_median_ms and gap - ref_gap > max(0.05, 0.5 * cand.median_ms):
+            raise _Verdict("cheat_detected", f"the candidate's work is not on the timed stream: events see "
+                           f"{cand.median_ms:.4f} ms, the host waits {cand.host_median_ms:.4f} ms for the device "
+                           f"(the reference: {ref.median_ms:.4f} vs {ref.host_median_ms:.4f} ms)",
+                           rule="unsynchronized_work")
 
     def _protected_ptrs(self, sets, model) -> set[int]:
         torch = self.torch

@@ -1,0 +1,304 @@
+"""The static rules (registered into `kforge.verify.static.RULES` on import).
+
+Each rule reads the candidate's Python AST and, for C++/CUDA, the string constants that hold kernel
+sources. They target the reward hacks of GUIDE §3: torch fallbacks, try/except fallbacks,
+monkey-patching, threads/processes/side streams, introspection of the grader, reads of the
+environment, tensor subclasses, and kernels that exist but are never called.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from ..backends import Backend
+from ..problems import Problem
+from .static import Finding, rule
+
+# Modules whose attributes a candidate must never assign (timers, the harness, torch itself).
+PROTECTED = {"torch", "time", "kforge", "triton", "numpy", "builtins", "sys", "os", "gc", "math", "importlib",
+             "functools", "random", "threading", "inspect", "ctypes", "torch.nn", "torch.nn.functional",
+             "torch.cuda", "torch.utils", "torch.utils.cpp_extension", "triton.language", "torch.backends"}
+THREADS = {"threading", "_thread", "multiprocessing", "concurrent", "concurrent.futures", "subprocess", "asyncio",
+           "signal", "torch.multiprocessing", "pty", "sched"}
+INTROSPECTION_MODULES = {"gc", "inspect", "ctypes", "importlib", "dis", "traceback", "tracemalloc", "weakref",
+                         "marshal", "pickle", "dill", "cffi", "_ctypes"}
+INTROSPECTION_CALLS = {"globals", "locals", "vars", "eval", "exec", "compile", "__import__", "breakpoint"}
+INTROSPECTION_ATTRS = {"_getframe", "f_back", "f_globals", "f_locals", "__subclasses__", "__code__", "__globals__",
+                       "__closure__", "modules", "settrace", "setprofile", "__builtins__", "gi_frame", "tb_frame"}
+OS_PROCESS = {"fork", "system", "popen", "spawnl", "spawnv", "execv", "execve", "kill", "posix_spawn", "forkpty"}
+CPP_THREADS = re.compile(r"std::thread|std::async|pthread_create|cudaStreamCreate|cudaLaunchHostFunc|"
+                         r"cudaStreamAddCallback|#include\s*<thread>|#include\s*<future>")
+CPP_ENV = re.compile(r"\bgetenv\s*\(|\benviron\b")
+CPP_ESCAPE = re.compile(r"\bdlopen\s*\(|\bdlsym\s*\(|\bsystem\s*\(|\bpopen\s*\(|\bfork\s*\(|\bexecv")
+
+
+def _aliases(tree: ast.Module) -> dict[str, str]:
+    """Local name -> module it stands for (``import torch.nn.functional as F`` gives F -> torch.nn.functional)."""
+    out = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                out[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            for a in node.names:
+                out[a.asname or a.name] = f"{node.module}.{a.name}"
+    return out
+
+
+def _dotted(node: ast.AST, aliases: dict[str, str]) -> str | None:
+    """``F.relu`` -> ``torch.nn.functional.relu`` (None for non-name chains)."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(aliases.get(node.id, node.id))
+        return ".".join(reversed(parts))
+    return None
+
+
+def _strings(tree: ast.Module) -> list[str]:
+    return [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+
+
+def _functions(tree: ast.Module):
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield node
+
+
+def _line(node: ast.AST) -> int | None:
+    return getattr(node, "lineno", None)
+
+
+def _kernel_names(tree: ast.Module, aliases: dict[str, str]) -> set[str]:
+    """Names bound to kernels: results of load_inline/load, and @triton.jit functions."""
+    kernels = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            if (_dotted(node.value.func, aliases) or "").endswith(("load_inline", "cpp_extension.load")):
+                kernels |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+                kernels |= {t.attr for t in node.targets if isinstance(t, ast.Attribute)}
+        if isinstance(node, ast.FunctionDef) and any(
+                (_dotted(d.func if isinstance(d, ast.Call) else d, aliases) or "").startswith("triton")
+                for d in node.decorator_list):
+            kernels.add(node.name)
+    return kernels
+
+
+_NOT_TORCH = ("math", "numpy", "triton", "builtins")
+
+
+@rule("forbidden_op")
+def _forbidden_op(tree: ast.Module, source: str, backend: Backend, problem: Problem | None) -> list[Finding]:
+    """Calling the operators the kernel should replace (outside __init__, or in the C++ source)."""
+    ops = set(problem.ops) if problem else set()
+    if not ops:
+        return []
+    aliases = _aliases(tree)
+    kernels = _kernel_names(tree, aliases)
+    found: list[Finding] = []
+    # Submodules built in __init__ from torch classes that do the problem's work (self.norm = nn.LayerNorm(d)).
+    op_modules = {}
+    for fn in _functions(tree):
+        if fn.name == "__init__":
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+                    name = _dotted(node.value.func, aliases) or ""
+                    if name.startswith("torch") and name.rsplit(".", 1)[-1] in ops:
+                        for t in node.targets:
+                            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                                op_modules[t.attr] = name
+    for fn in _functions(tree):
+        if fn.name == "__init__":
+            continue
+        for node in ast.walk(fn):
+            if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+                continue
+            f = node.func
+            base = _dotted(f.value, aliases)
+            if isinstance(f.value, ast.Name) and f.value.id == "self" and f.attr in op_modules:
+                found.append(Finding("forbidden_op", f"forward calls self.{f.attr}, a {op_modules[f.attr]}: the "
+                                     "reference's own operator, not a kernel", _line(node)))
+            elif f.attr in ops:
+                root = (base or "").split(".")[0]
+                if root in kernels or (base or "").startswith(_NOT_TORCH) or root in _NOT_TORCH:
+                    continue  # the candidate's own kernel module, or math/numpy/triton functions
+                found.append(Finding("forbidden_op", f"calls `{f.attr}` ({base + '.' + f.attr if base else 'a method'}),"
+                                     " an operator this problem's kernel should replace", _line(node)))
+    cpp_call = re.compile(r"(?:\b(?:torch|at)::(?:native::)?|\.)(" + "|".join(map(re.escape, sorted(ops)))
+                          + r")\s*\(")
+    for text in _strings(tree):
+        if not re.search(r"torch::|at::|#include|__global__", text):
+            continue
+        for m in cpp_call.finditer(text):
+            found.append(Finding("forbidden_op", f"the C++ source calls `{m.group(0).rstrip('(')}`, an operator "
+                                 "this problem's kernel should replace"))
+    return found
+
+
+@rule("try_fallback")
+def _try_fallback(tree: ast.Module, source: str, backend: Backend, problem: Problem | None) -> list[Finding]:
+    """try/except inside functions: the classic 'kernel, else the reference' fallback."""
+    out = []
+    for fn in _functions(tree):
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Try) and any(
+                    any(isinstance(x, ast.Call) for x in ast.walk(h)) or not all(isinstance(s, ast.Raise)
+                                                                             for s in h.body)
+                    for h in node.handlers):
+                out.append(Finding("try_fallback", f"try/except in {fn.name}() whose handler does work: a fallback "
+                                   "path the verifier would time instead of the kernel", _line(node)))
+    return out
+
+
+@rule("monkey_patch")
+def _monkey_patch(tree: ast.Module, source: str, backend: Backend, problem: Problem | None) -> list[Finding]:
+    aliases = _aliases(tree)
+    out = []
+
+    def protected(dotted: str | None) -> bool:
+        return bool(dotted) and any(dotted == p or dotted.startswith(p + ".") for p in PROTECTED)
+
+    for node in ast.walk(tree):
+        targets = []
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        elif isinstance(node, ast.Delete):
+            targets = node.targets
+        for t in targets:
+            if isinstance(t, ast.Attribute) and protected(_dotted(t.value, aliases)):
+                out.append(Finding("monkey_patch", f"assigns {_dotted(t, aliases)}: patching torch, timers or the "
+                                   "harness is not allowed", _line(node)))
+            if isinstance(t, ast.Subscript) and _dotted(t.value, aliases) in ("sys.modules", "os.environ"):
+                out.append(Finding("monkey_patch", f"writes {_dotted(t.value, aliases)}[...]", _line(node)))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr") \
+                and node.args and not (isinstance(node.args[0], ast.Name) and node.args[0].id == "self"):
+            out.append(Finding("monkey_patch", f"{node.func.id}() on {ast.unparse(node.args[0])}", _line(node)))
+    return out
+
+
+@rule("threads_processes")
+def _threads(tree: ast.Module, source: str, backend: Backend, problem: Problem | None) -> list[Finding]:
+    aliases = _aliases(tree)
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            for n in names:
+                if n in THREADS or n.split(".")[0] in THREADS:
+                    out.append(Finding("threads_processes", f"imports {n}: work in other threads or processes escapes "
+                                       "the timed region", _line(node)))
+        if isinstance(node, ast.Call):
+            d = _dotted(node.func, aliases) or ""
+            if d.startswith("os.") and d.split(".")[1] in OS_PROCESS:
+                out.append(Finding("threads_processes", f"calls {d}", _line(node)))
+            if d in ("torch.cuda.Stream", "torch.cuda.stream", "torch.cuda.set_stream", "torch.cuda.ExternalStream") \
+                    or d.endswith(".cuda.Stream"):
+                out.append(Finding("threads_processes", f"uses {d}: work on a side stream is not timed", _line(node)))
+    for text in _strings(tree):
+        m = CPP_THREADS.search(text)
+        if m:
+            out.append(Finding("threads_processes", f"the kernel source uses {m.group(0)}: work outside the timed "
+                               "stream"))
+    return out
+
+
+@rule("introspection")
+def _introspection(tree: ast.Module, source: str, backend: Backend, problem: Problem | None) -> list[Finding]:
+    aliases = _aliases(tree)
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            for n in names:
+                if n.split(".")[0] in INTROSPECTION_MODULES or n.startswith("kforge"):
+                    out.append(Finding("introspection", f"imports {n}: reading the grader's state is not allowed",
+                                       _line(node)))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in INTROSPECTION_CALLS:
+            out.append(Finding("introspection", f"calls {node.func.id}()", _line(node)))
+        elif isinstance(node, ast.Attribute) and node.attr in INTROSPECTION_ATTRS:
+            d = _dotted(node, aliases) or node.attr
+            if node.attr != "modules" or d == "sys.modules":
+                out.append(Finding("introspection", f"uses {d}", _line(node)))
+        elif isinstance(node, ast.Name) and node.id == "__builtins__":
+            out.append(Finding("introspection", "uses __builtins__", _line(node)))
+    for text in _strings(tree):
+        m = CPP_ESCAPE.search(text)
+        if m:
+            out.append(Finding("introspection", f"the kernel source calls {m.group(0).rstrip('(')}"))
+    return out
+
+
+@rule("environment")
+def _environment(tree: ast.Module, source: str, backend: Backend, problem: Problem | None) -> list[Finding]:
+    aliases = _aliases(tree)
+    out = []
+    for node in ast.walk(tree):
+        d = _dotted(node, aliases) if isinstance(node, ast.Attribute) else None
+        if d in ("os.environ", "os.getenv", "os.putenv", "os.environb", "os.getcwd", "os.listdir", "os.walk",
+                 "os.scandir", "pathlib.Path", "os.path.expanduser"):
+            out.append(Finding("environment", f"reads {d}: a candidate must not look at its surroundings",
+                               _line(node)))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "open":
+            out.append(Finding("environment", "opens files", _line(node)))
+    for text in _strings(tree):
+        if CPP_ENV.search(text):
+            out.append(Finding("environment", "the kernel source reads the environment (getenv)"))
+    return out
+
+
+@rule("tensor_subclass")
+def _tensor_subclass(tree: ast.Module, source: str, backend: Backend, problem: Problem | None) -> list[Finding]:
+    aliases = _aliases(tree)
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            for base in node.bases:
+                if _dotted(base, aliases) in ("torch.Tensor", "torch._C.TensorBase", "torch._C._TensorBase"):
+                    out.append(Finding("tensor_subclass", f"class {node.name} subclasses torch.Tensor: outputs must "
+                                       "be plain, materialised tensors", _line(node)))
+        if isinstance(node, ast.FunctionDef) and node.name in ("__torch_function__", "__torch_dispatch__"):
+            out.append(Finding("tensor_subclass", f"defines {node.name}", _line(node)))
+    return out
+
+
+@rule("kernel_not_called")
+def _kernel_not_called(tree: ast.Module, source: str, backend: Backend, problem: Problem | None) -> list[Finding]:
+    """A kernel exists (the no_kernel rule is satisfied) but forward never reaches it."""
+    if not backend.has_kernel(source):
+        return []
+    aliases = _aliases(tree)
+    kernels = _kernel_names(tree, aliases)
+    if not kernels:
+        return []
+    funcs = {f.name: f for f in _functions(tree)}
+    model = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ModelNew"), None)
+    start = [f for f in (model.body if model else []) if isinstance(f, ast.FunctionDef) and f.name == "forward"]
+    seen, todo = set(), list(start)
+    while todo:
+        fn = todo.pop()
+        if fn.name in seen:
+            continue
+        seen.add(fn.name)
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Name) and node.id in kernels:
+                return []
+            if isinstance(node, ast.Attribute) and node.attr in kernels:
+                return []
+            if isinstance(node, ast.Name) and node.id in funcs:
+                todo.append(funcs[node.id])
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self" \
+                    and node.attr in funcs:
+                todo.append(funcs[node.attr])
+    return [Finding("kernel_not_called", "the kernel is built but forward never calls it", None)]
+
+
+@rule("precision_downgrade")
+def _precision(tree: ast.Module, source: str, backend: Backend, problem: Problem | None) -> list[Finding]:
+    """fp32 problems computed in lower precision (warn: the tolerance is what rejects it)."""
+    pats = re.compile(r"\.half\(\)|\.bfloat16\(\)|torch\.float16|torch\.bfloat16|allow_tf32\s*=\s*True|"
+                      r"set_float32_matmul_precision|input_precision\s*=\s*['\"]tf32|__half\b|__nv_bfloat16|wmma::")
+    m = pats.search(source)
+    return [Finding("precision_downgrade", f"uses {m.group(0)}: fp32 problems must stay fp32", None, "warn")] if m else []

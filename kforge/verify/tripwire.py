@@ -1,0 +1,121 @@
+"""Runtime tripwires in the worker: patched functions, changed numerics flags, stray threads.
+
+A snapshot is taken after the harness has set the process up and before candidate code is imported;
+`check` compares against it after the import and after every candidate call. The harness's own clocks
+do not depend on any of this (they hold references captured earlier); the tripwire turns a patch
+that would fool a weaker harness into a ``cheat_detected`` verdict naming what changed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from typing import Any
+
+# (module or class path, attribute): functions a candidate could patch to fake results or timings.
+WATCHED: tuple[tuple[str, str], ...] = (
+    ("torch", "allclose"), ("torch", "isclose"), ("torch", "equal"), ("torch", "manual_seed"), ("torch", "randn"),
+    ("torch", "rand"), ("torch", "empty"), ("torch", "empty_like"), ("torch", "compile"), ("torch", "no_grad"),
+    ("torch.Tensor", "__eq__"), ("torch.Tensor", "clone"), ("torch.Tensor", "copy_"), ("torch.Tensor", "fill_"),
+    ("torch.Tensor", "zero_"), ("torch.Tensor", "abs"), ("torch.Tensor", "__sub__"), ("torch.Tensor", "to"),
+    ("torch.nn.Module", "__call__"), ("torch.nn.Module", "_call_impl"), ("torch.nn.Module", "state_dict"),
+    ("time", "perf_counter"), ("time", "time"), ("time", "monotonic"), ("time", "perf_counter_ns"),
+    ("torch.cuda", "synchronize"), ("torch.cuda", "current_stream"), ("torch.cuda.Event", "elapsed_time"),
+    ("torch.cuda.Event", "record"), ("torch.cuda.Event", "synchronize"), ("torch.utils.cpp_extension", "load_inline"),
+    ("kforge.verify.compare", "compare_tensor"), ("kforge.verify.compare", "check_structure"),
+    ("kforge.verify.compare", "check_degenerate"), ("kforge.verify.worker", "import_file"),
+    ("threading.Thread", "start"), ("_thread", "start_new_thread"),
+)
+FLAGS: tuple[tuple[str, str], ...] = (
+    ("torch.backends.cuda.matmul", "allow_tf32"), ("torch.backends.cudnn", "allow_tf32"),
+    ("torch.backends.cuda.matmul", "allow_fp16_reduced_precision_reduction"),
+)
+
+
+def _resolve(path: str) -> Any:
+    parts = path.split(".")
+    obj = importlib.import_module(parts[0])
+    for i, p in enumerate(parts[1:], 1):
+        try:
+            obj = getattr(obj, p)
+        except AttributeError:
+            obj = importlib.import_module(".".join(parts[: i + 1]))
+    return obj
+
+
+def _library_thread(t: Any) -> bool:
+    """Threads that torch.compile, Triton or tqdm start for themselves (e.g. tqdm's monitor)."""
+    target = getattr(t, "_target", None) if isinstance(t, threading.Thread) else t
+    modules = (type(t).__module__ if isinstance(t, threading.Thread) else "", getattr(target, "__module__", "") or "")
+    return any(m.startswith(("tqdm", "torch", "triton")) for m in modules)
+
+
+_STARTED: list[Any] = []
+
+
+def _record_thread_starts() -> None:
+    """Wrap thread creation once per process: a thread that already finished still counts."""
+    import _thread
+    if getattr(threading.Thread.start, "_kforge", False):
+        return
+    orig_start, orig_new = threading.Thread.start, _thread.start_new_thread
+
+    def start(self, *args, **kwargs):
+        _STARTED.append(self)
+        return orig_start(self, *args, **kwargs)
+
+    def start_new_thread(function, *args, **kwargs):
+        _STARTED.append(function)
+        return orig_new(function, *args, **kwargs)
+
+    start._kforge = start_new_thread._kforge = True
+    threading.Thread.start = start
+    _thread.start_new_thread = start_new_thread
+
+
+class Tripwire:
+    def __init__(self) -> None:
+        _record_thread_starts()
+        self._ids: dict[str, int] = {}
+        self._flags: dict[str, Any] = {}
+        for owner, attr in WATCHED:
+            try:
+                self._ids[f"{owner}.{attr}"] = id(getattr(_resolve(owner), attr))
+            except (ImportError, AttributeError):
+                continue
+        for owner, attr in FLAGS:
+            try:
+                self._flags[f"{owner}.{attr}"] = getattr(_resolve(owner), attr)
+            except (ImportError, AttributeError):
+                continue
+        self.rebaseline_threads()
+
+    def rebaseline_threads(self) -> None:
+        """Threads alive or started so far are the harness's (e.g. after torch.compile started its own)."""
+        self._threads = {t.ident for t in threading.enumerate()}
+        _STARTED.clear()
+
+    def check(self) -> tuple[str, str] | None:
+        """(rule, message) for the first change found, else None."""
+        for name, ident in self._ids.items():
+            owner, attr = name.rsplit(".", 1)
+            try:
+                now = getattr(_resolve(owner), attr)
+            except (ImportError, AttributeError):
+                return "monkey_patch", f"the candidate removed {name}"
+            if id(now) != ident:
+                return "monkey_patch", f"the candidate replaced {name}"
+        for name, value in self._flags.items():
+            owner, attr = name.rsplit(".", 1)
+            if getattr(_resolve(owner), attr, value) != value:
+                return "numerics_changed", f"the candidate changed {name} (the reference runs with it at {value})"
+        extra = [t for t in threading.enumerate()
+                 if t.ident not in self._threads and t.is_alive() and not _library_thread(t)]
+        if extra:
+            return "threads", (f"the candidate left {len(extra)} thread(s) running ({extra[0].name}): work outside "
+                               "the timed call")
+        started = [t for t in _STARTED if not _library_thread(t)]
+        if started:
+            name = getattr(started[0], "name", getattr(started[0], "__name__", "?"))
+            return "threads", f"the candidate started {len(started)} thread(s) ({name}): work outside the timed call"
+        return None

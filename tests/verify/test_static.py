@@ -1,0 +1,52 @@
+"""Static-check configuration: deny and allow patterns, warnings, switching rules off."""
+
+from kforge.backends import get_backend
+from kforge.problems import resolve_problem
+from kforge.verify.static import StaticConfig, check
+from tests.helpers import candidate
+
+RELU = resolve_problem("level1/1_ReLU")
+
+
+def rules(source, **cfg):
+    return [(f.rule, f.severity) for f in check(source, get_backend("cpu"), RELU, StaticConfig(**cfg))]
+
+
+def test_honest_kernel_has_no_findings():
+    assert rules(candidate("cpu", "relu_ok.py")) == []
+
+
+def test_deny_pattern_rejects_and_names_the_line():
+    fs = check(candidate("cpu", "relu_ok.py"), get_backend("cpu"), RELU, StaticConfig(deny=[r"#pragma omp"]))
+    assert [f.rule for f in fs] == ["deny_pattern"] and fs[0].line == 14
+
+
+def test_allow_pattern_drops_a_finding():
+    src = candidate("cpu", "relu_ok.py").replace("return ext.relu_fwd(x)", "return torch.relu(ext.relu_fwd(x))")
+    assert ("forbidden_op", "deny") in rules(src)
+    assert rules(src, allow=[r"torch\.relu\(ext"]) == []
+
+
+def test_precision_downgrade_is_a_warning_and_warn_only_softens_rules():
+    src = candidate("cpu", "relu_ok.py").replace("return ext.relu_fwd(x)", "return ext.relu_fwd(x.half().float())")
+    assert rules(src) == [("precision_downgrade", "warn")]
+    src = candidate("cpu", "relu_ok.py").replace("return ext.relu_fwd(x)", "return x.clamp_min(0)")
+    assert ("forbidden_op", "warn") in rules(src, warn_only=["forbidden_op"])
+
+
+def test_rules_can_be_switched_off():
+    src = "import os\n" + candidate("cpu", "relu_ok.py").replace("return ext.relu_fwd(x)",
+                                                                 "os.environ.get('X')\n        return ext.relu_fwd(x)")
+    assert ("environment", "deny") in rules(src)
+    assert rules(src, disabled=["environment"]) == []
+
+
+def test_submodule_of_the_reference_op_is_a_fallback():
+    ln = resolve_problem("level1/3_LayerNorm")
+    src = ("import torch\nimport torch.nn as nn\nfrom torch.utils.cpp_extension import load_inline\n"
+           "ext = load_inline(name='x', cpp_sources=['int f(){return 1;}'], functions=['f'])\n"
+           "class ModelNew(nn.Module):\n    def __init__(self, d):\n        super().__init__()\n"
+           "        self.norm = nn.LayerNorm(d)\n    def forward(self, x):\n        ext.f()\n"
+           "        return self.norm(x)\n")
+    fs = check(src, get_backend("cpu"), ln)
+    assert [f.rule for f in fs] == ["forbidden_op"] and "self.norm" in fs[0].message
