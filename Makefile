@@ -27,9 +27,23 @@ DEMO_BACKEND ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo cuda || echo cpu)
 DEMO_ARGS ?=
 MLFLOW_PORT ?= 5000
 
-.PHONY: demo ui
+MODELS ?= gpt-5
+BACKENDS ?= $(DEMO_BACKEND)
+LEVELS ?= 1,2,3
+ITERATIONS ?= 5
+KERNELBENCH ?=
+REPRODUCE_ARGS ?=
+
+.PHONY: demo ui reproduce tables
 demo: ## the whole pipeline offline: oracle model (not an LLM), built-in suite, cpu (cuda with a GPU), into MLflow
 	$(PYTHON) pipelines/synthesize.py experiment=demo backend=$(DEMO_BACKEND) $(DEMO_ARGS)
 
 ui: ## browse the runs: mlflow ui on ./mlflow.db (http://127.0.0.1:$(MLFLOW_PORT))
 	$(PYTHON) -m mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --port $(MLFLOW_PORT)
+
+reproduce: ## the paper's ablations (MODELS=gpt-5,claude-opus BACKENDS=cuda LEVELS=1,2,3 KERNELBENCH=dir), then the tables
+	$(PYTHON) pipelines/reproduce.py --models $(MODELS) --backends $(BACKENDS) --levels $(LEVELS) \
+		--iterations $(ITERATIONS) $(if $(KERNELBENCH),--kernelbench $(KERNELBENCH)) $(if $(REPRODUCE_ARGS),-- $(REPRODUCE_ARGS))
+
+tables: ## rebuild the ablation tables and plots in results/ from ./mlflow.db
+	$(PYTHON) pipelines/tables.py

@@ -17,12 +17,11 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Protocol
 
-from .agents import Attempt, GenerationAgent, Reference
+from .agents import Attempt, GenerationAgent, Recommendation, Reference
+from .agents.analysis import GENERIC_RECOMMENDATION
 from .problems import Problem
 from .verify import State, Verdict, Verifier
 
-GENERIC_RECOMMENDATION = ("Make it faster: find the largest cost (memory traffic, launch count, "
-                          "arithmetic) and remove it, keeping the results the same.")
 
 
 @dataclass
@@ -49,24 +48,6 @@ class LoopConfig:
             raise ValueError(f"loop.speedup_vs must be eager or compile, not {self.speedup_vs!r}")
         if self.iterations < 1:
             raise ValueError("loop.iterations must be at least 1")
-
-
-@dataclass
-class Recommendation:
-    """One optimisation to try next, with why (the analysis agent's output)."""
-
-    action: str
-    bottleneck: str = "unknown"
-    evidence: str = ""
-    source: str = "generic"
-    """``generic``, ``rules`` or the model that wrote it."""
-    artifacts: dict[str, Any] = field(default_factory=dict)
-    """Files to keep with the iteration (profile CSV, digest JSON, PNG paths) and metrics (speed of light)."""
-
-    def text(self) -> str:
-        parts = [f"Bottleneck: {self.bottleneck}." if self.bottleneck != "unknown" else "",
-                 f"Evidence: {self.evidence}" if self.evidence else "", f"Do this: {self.action}"]
-        return "\n".join(p for p in parts if p)
 
 
 class Advisor(Protocol):
@@ -204,6 +185,11 @@ class ProblemLoop:
                 cost_usd=resp.cost_usd if resp else None, llm_s=llm_s, verify_s=verify_s, analysis_s=analysis_s,
                 wall_s=time.monotonic() - t0, cached_reply=bool(resp and resp.cached), is_best=is_best,
                 recommendation=recommendation.text() if recommendation else None)
+            usage = (recommendation.artifacts.get("usage") or {}) if recommendation else {}
+            record.prompt_tokens += usage.get("prompt_tokens") or 0  # the analysis agent's call, if any
+            record.completion_tokens += usage.get("completion_tokens") or 0
+            if usage.get("cost_usd") is not None:
+                record.cost_usd = (record.cost_usd or 0.0) + usage["cost_usd"]
             result.records.append(record)
             if self.on_iteration:
                 self.on_iteration(problem, record, attempt, verdict, recommendation)

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import signal
 import sys
+import tempfile
 import threading
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .agents import GenerationAgent, Prompts, Reference
+from .agents import GenerationAgent, Prompts
 from .backends import Backend, get_backend
 from .llm import LLM, ModelConfig, make_model
 from .loop import LoopConfig, ProblemLoop, ProblemResult, run_problems
@@ -74,6 +75,50 @@ def load_problems(pcfg: dict[str, Any], device: str) -> list[Problem]:
     return problems
 
 
+def resolve_profiler(kind: str, backend: Backend) -> str:
+    """``auto``: ncu for GPU backends where Nsight Compute is installed, else torch.profiler."""
+    if kind != "auto":
+        return kind
+    from .profile.ncu import find_ncu
+    return "ncu" if backend.device == "cuda" and find_ncu() else "torch"
+
+
+def make_advisor(conf: dict[str, Any], llm: LLM, backend: Backend, pool: WorkerPool, prompts: Prompts,
+                 device_name: str, scratch: str, kind: str):
+    """What optimisation passes ask for a recommendation: profiler x analysis from the config."""
+    from .agents import AnalysisAgent, ProfilingAdvisor
+    from .profile import PROFILERS, Profiler
+    pcfg, acfg = conf.get("profiler") or {}, conf.get("analysis") or {}
+    pkind, akind = pcfg.get("kind", "none"), acfg.get("kind", "off")
+    pkind = resolve_profiler(pkind, backend)
+    if pkind not in PROFILERS:
+        raise ConfigError(f"profiler.kind must be one of {', '.join(PROFILERS)}, not {pkind!r}")
+    if pkind in ("ncu", "nsys") and backend.device != "cuda":
+        raise ConfigError(f"profiler={pkind} profiles NVIDIA GPU kernels; with backend={backend.name} on "
+                          f"{backend.device} use profiler=torch")
+    if pkind == "none" and akind == "off":
+        return None  # the loop's generic recommendation
+    profiler = None if pkind == "none" else Profiler(pkind, pool, scratch, iterations=pcfg.get("iterations", 3),
+                                                     timeout_s=pcfg.get("timeout_s", 600.0),
+                                                     metrics=pcfg.get("metrics"))
+    agent = None
+    if akind == "llm":
+        mcfg = acfg.get("model")
+        analysis_llm = make_model(ModelConfig(**{k: v for k, v in mcfg.items() if k in ModelConfig.__dataclass_fields__})) \
+            if mcfg else llm
+        analysis_llm.check()
+        try:
+            agent = AnalysisAgent(analysis_llm, backend, prompts, device_name, visual=acfg.get("visual", False),
+                                  raw_metrics=acfg.get("raw_metrics", False))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    try:
+        return ProfilingAdvisor(backend, profiler, akind, scratch, agent=agent,
+                                ceilings=pool.ceilings(kind, backend.spec()))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def device_phrase(info: dict[str, Any], backend: Backend) -> str:
     name = info.get("device", backend.device)
     return f"a {name}" if backend.device == "cpu" else f"an {name} GPU"
@@ -114,10 +159,6 @@ def run(cfg: Any, *, llm: LLM | None = None, tags: dict[str, str] | None = None,
     llm.check()  # a missing API key stops here, before any problem starts
     loop_cfg = LoopConfig(**conf["loop"])
     verify_cfg = VerifyConfig.from_dict(conf["verify"])
-    if conf.get("reference", {}).get("kind", "none") != "none":
-        raise ConfigError(f"reference.kind={conf['reference']['kind']!r} is not available in this version")
-    if conf.get("profiler", {}).get("kind", "none") != "none":
-        raise ConfigError(f"profiler.kind={conf['profiler']['kind']!r} is not available in this version")
 
     own_pool = pool is None
     workers = conf.get("workers") or {}
@@ -133,9 +174,12 @@ def run(cfg: Any, *, llm: LLM | None = None, tags: dict[str, str] | None = None,
         verifier = Verifier(verify_cfg, pool=pool)
         kinds = verifier.device_kinds(backend)
         info = pool.device_info(kinds[0], backend.spec())
-        agent = GenerationAgent(llm, backend, Prompts(conf.get("prompts_dir")), device_phrase(info, backend))
-        return _run_tracked(conf, OmegaConf.to_yaml(OmegaConf.create(conf)), problems, backend, agent, verifier,
-                            loop_cfg, llm, stop, tags or {}, pool, info)
+        prompts = Prompts(conf.get("prompts_dir"))
+        agent = GenerationAgent(llm, backend, prompts, device_phrase(info, backend))
+        with tempfile.TemporaryDirectory(prefix="kforge-analysis-") as scratch:
+            advisor = make_advisor(conf, llm, backend, pool, prompts, device_phrase(info, backend), scratch, kinds[0])
+            return _run_tracked(conf, OmegaConf.to_yaml(OmegaConf.create(conf)), problems, backend, agent, verifier,
+                                loop_cfg, llm, stop, tags or {}, pool, info, advisor)
     finally:
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, previous_term)
@@ -143,7 +187,8 @@ def run(cfg: Any, *, llm: LLM | None = None, tags: dict[str, str] | None = None,
             pool.close()
 
 
-def _run_tracked(conf, conf_yaml, problems, backend, agent, verifier, loop_cfg, llm, stop, tags, pool, info):
+def _run_tracked(conf, conf_yaml, problems, backend, agent, verifier, loop_cfg, llm, stop, tags, pool, info,
+                 advisor=None):
     from tqdm import tqdm
 
     from .tracking import Tracker
@@ -156,12 +201,26 @@ def _run_tracked(conf, conf_yaml, problems, backend, agent, verifier, loop_cfg, 
         mlflow.litellm.autolog()
     model_label = llm.config.label
     ref_kind = conf.get("reference", {}).get("kind", "none")
-    prof_kind = conf.get("profiler", {}).get("kind", "none")
-    common = {"model": llm.config.name, "model_label": model_label, "backend": backend.name,
+    if ref_kind != "none":
+        src = conf["reference"].get("backend") or "auto"
+        ref_kind = f"{ref_kind}:{('triton' if backend.name == 'cuda' else 'cuda') if src == 'auto' else src}"
+    prof_kind = resolve_profiler(conf.get("profiler", {}).get("kind", "none"), backend)
+    analysis_kind = conf.get("analysis", {}).get("kind", "off")
+    common = {"analysis": analysis_kind, "model": llm.config.name, "model_label": model_label, "backend": backend.name,
               "device": backend.device, "loop_mode": loop_cfg.mode, "reference": ref_kind,
               "profiler": prof_kind, "problems_source": conf["problems"].get("source", "builtin")}
+    from .reference import ReferenceError, load_references
+    try:
+        references = load_references(conf.get("reference") or {}, problems, backend.name, tracker.uri)
+    except ReferenceError as exc:
+        raise ConfigError(str(exc)) from None
     parent = tracker.start_parent(f"{llm.config.name}-{backend.name}-{loop_cfg.mode}", conf, conf_yaml,
                                   {**common, **tags, "gpu": info.get("device", "")})
+    if ref_kind != "none":
+        have = sum(r is not None for r in references.values())
+        print(f"kforge: reference transfer ({ref_kind}): {have} of {len(problems)} problem(s) have a reference; "
+              "the others run without one", flush=True)
+        tracker.client.set_tag(parent, "references_available", f"{have}/{len(problems)}")
     n_iter = 1 if loop_cfg.mode == "single_shot" else loop_cfg.iterations
     print(f"kforge: {len(problems)} problem(s) · model {model_label} · backend {backend.describe()} · "
           f"{loop_cfg.mode} ({n_iter} iteration(s)) · MLflow {tracker.uri} (experiment {tracker.experiment})",
@@ -179,7 +238,8 @@ def _run_tracked(conf, conf_yaml, problems, backend, agent, verifier, loop_cfg, 
         def run(self, problem, reference=None, start=0, prior=None):
             rid = tracker.start_problem(parent, problem.key, {
                 **common, "problem": problem.key, "level": str(problem.level), "size": problem.size,
-                "reference_available": str(reference is not None).lower()})
+                "reference_available": str(reference is not None).lower(),
+                "reference_source": reference.source if reference else "none"})
             run_ids[problem.key] = rid
             try:
                 result = super().run(problem, reference, start, prior)
@@ -189,8 +249,7 @@ def _run_tracked(conf, conf_yaml, problems, backend, agent, verifier, loop_cfg, 
             tracker.end_problem(rid, result, status="KILLED" if self.stop.is_set() else "FINISHED")
             return result
 
-    loop = TrackedLoop(agent, verifier, loop_cfg, on_iteration=on_iteration, stop=stop)
-    references: dict[str, Reference | None] = {}
+    loop = TrackedLoop(agent, verifier, loop_cfg, advisor=advisor, on_iteration=on_iteration, stop=stop)
     interrupted = False
     results: list[ProblemResult] = []
     try:

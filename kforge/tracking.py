@@ -102,10 +102,16 @@ class Tracker:
             self.client.log_dict(run_id, {**verdict.to_dict(), "phase": record.phase,
                                           "cached_reply": record.cached_reply}, f"{d}/verdict.json")
             if recommendation is not None:
-                self.client.log_text(run_id, recommendation.text(), f"{d}/recommendation.md")
+                self.client.log_text(run_id, f"source: {recommendation.source}\n\n{recommendation.text()}\n",
+                                     f"{d}/recommendation.md")
+                if recommendation.artifacts.get("prompt"):
+                    self.client.log_text(run_id, recommendation.artifacts["prompt"], f"{d}/analysis_prompt.md")
                 for name, path in (recommendation.artifacts.get("files") or {}).items():
                     if path and os.path.isfile(path):
                         self.client.log_artifact(run_id, path, f"{d}/profile")
+                digest = recommendation.artifacts.get("digest") or {}
+                if digest.get("speed_of_light") is not None and record.speed_of_light is None:
+                    self.client.log_metric(run_id, "speed_of_light", float(digest["speed_of_light"]), step=it)
 
     def end_problem(self, run_id: str, result, status: str = "FINISHED") -> None:
         from mlflow.entities import Metric

@@ -123,3 +123,26 @@ def test_multirun_over_loop_modes_makes_two_parent_runs(tmp_path):
     assert sorted(p.data.tags["loop_mode"] for p in parents) == ["iterative", "single_shot"]
     assert len(problems) == 2 and all(p.data.metrics["best_correct"] == 1.0 for p in problems)
     assert "oracle, not an LLM" in res.stdout
+
+
+def test_rules_recommendation_reaches_the_optimise_prompt(tmp_path, pool):
+    model = scripted(fenced("relu_ok.py"), fenced("relu_ok.py"))
+    run(config(tmp_path, "loop.iterations=2", "profiler=torch", "analysis=rules"), llm=model, pool=pool)
+    optimise = model.prompts[1][1]["content"]
+    assert "## Recommendation" in optimise and "Bottleneck:" in optimise and "Do this:" in optimise
+    client, problems, _ = problem_runs(tmp_path)
+    run_id = problems[0].info.run_id
+    files = {f.path for f in client.list_artifacts(run_id, "iter_001/profile")}
+    assert {"iter_001/profile/digest.json", "iter_001/profile/digest.png"} <= files
+    assert any(f.endswith(".txt") for f in files)  # torch.profiler's raw table
+    rec = Path(client.download_artifacts(run_id, "iter_001/recommendation.md", str(tmp_path))).read_text()
+    assert rec.startswith("source: rules:") and problems[0].data.tags["profiler"] == "torch"
+
+
+def test_llm_analyst_recommendation_reaches_the_optimise_prompt(tmp_path, pool):
+    # One scripted model plays both roles, in call order: generate, analyse, generate.
+    model = scripted(fenced("relu_ok.py"), "BOTTLENECK: loop overhead\nEVIDENCE: 90% in own code\n"
+                     "ACTION: unroll the inner loop by 4", fenced("relu_ok.py"))
+    run(config(tmp_path, "loop.iterations=2", "profiler=torch", "analysis=llm"), llm=model, pool=pool)
+    assert "Profile digest" in model.prompts[1][0]["content"]
+    assert "Do this: unroll the inner loop by 4" in model.prompts[2][1]["content"]

@@ -1,0 +1,85 @@
+"""Cross-platform reference transfer: a working kernel for another accelerator, shown in the prompt.
+
+``reference=oracle`` takes the built-in suite's hand-written solution for ``reference.backend``;
+``reference=mlflow`` takes the best correct kernel of ``reference.backend`` for the same problem from an
+MLflow experiment (``reference.experiment``) or one sweep job (``reference.run_id``). A problem with
+no reference runs without one and is tagged ``reference_available=false``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .agents import Reference
+from .backends import get_backend
+from .problems import Problem, builtin_solution_path
+
+KINDS = ("none", "oracle", "mlflow")
+
+
+class ReferenceError(ValueError):
+    """The reference configuration cannot work (unknown kind, same backend, missing experiment)."""
+
+
+def load_references(rcfg: dict[str, Any], problems: list[Problem], target: str,
+                    tracking_uri: str | None = None) -> dict[str, Reference | None]:
+    kind = rcfg.get("kind", "none")
+    if kind not in KINDS:
+        raise ReferenceError(f"reference.kind must be one of {', '.join(KINDS)}, not {kind!r}")
+    if kind == "none":
+        return {p.key: None for p in problems}
+    source = rcfg.get("backend") or "auto"
+    if source == "auto":
+        source = "triton" if target == "cuda" else "cuda"
+    if source == target:
+        raise ReferenceError(f"reference.backend={source} is the target backend itself; pick another accelerator's "
+                             "kernels (e.g. reference.backend=cuda when targeting triton or cpu)")
+    language = get_backend(source).language
+    if kind == "oracle":
+        out = {}
+        for p in problems:
+            path = builtin_solution_path(p, source)
+            out[p.key] = Reference(source, language, path.read_text(), "oracle") if path else None
+        return out
+    return _from_mlflow(rcfg, problems, source, language, tracking_uri)
+
+
+def _from_mlflow(rcfg: dict[str, Any], problems: list[Problem], source: str, language: str,
+                 uri: str | None) -> dict[str, Reference | None]:
+    import tempfile
+    from pathlib import Path
+
+    from mlflow.tracking import MlflowClient
+
+    from .tracking import default_uri
+    client = MlflowClient(tracking_uri=rcfg.get("tracking_uri") or uri or default_uri())
+    filters = [f"tags.backend = '{source}'", "tags.`kforge.kind` = 'problem'", "metrics.best_correct = 1"]
+    if rcfg.get("run_id"):
+        filters.append(f"tags.mlflow.parentRunId = '{rcfg['run_id']}'")
+        parent = client.get_run(rcfg["run_id"])
+        experiment_ids = [parent.info.experiment_id]
+    else:
+        name = rcfg.get("experiment")
+        if not name:
+            raise ReferenceError("reference=mlflow needs reference.experiment=NAME or reference.run_id=ID")
+        exp = client.get_experiment_by_name(name)
+        if exp is None:
+            raise ReferenceError(f"no MLflow experiment named {name!r} at {client.tracking_uri}")
+        experiment_ids = [exp.experiment_id]
+    runs = client.search_runs(experiment_ids, " and ".join(filters), max_results=50000)
+    best: dict[str, Any] = {}
+    for r in runs:
+        key = r.data.tags.get("problem")
+        s = r.data.metrics.get("best_speedup_eager") or 0.0
+        if key and (key not in best or s > (best[key].data.metrics.get("best_speedup_eager") or 0.0)):
+            best[key] = r
+    out: dict[str, Reference | None] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for p in problems:
+            r = best.get(p.key)
+            if r is None:
+                out[p.key] = None
+                continue
+            path = client.download_artifacts(r.info.run_id, "best/kernel.py", tmp)
+            out[p.key] = Reference(source, language, Path(path).read_text(), f"mlflow:{r.info.run_id}")
+    return out

@@ -1,0 +1,55 @@
+"""make reproduce: the model check, an oracle dry run of one sweep at tiny size, and missing references."""
+
+import os
+import subprocess
+import sys
+
+from hydra import compose, initialize_config_dir
+from mlflow.tracking import MlflowClient
+
+from kforge import REPO_DIR
+from kforge.pipeline import run
+from tests.test_pipeline import FAST
+
+TINY = [o for o in FAST if not o.startswith("problems.names")]
+
+
+def test_missing_key_stops_at_once_and_suggests_the_oracle(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    res = subprocess.run([sys.executable, str(REPO_DIR / "pipelines" / "reproduce.py"), "--models", "gpt-5"],
+                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert res.returncode != 0 and "OPENAI_API_KEY" in res.stderr and "MODELS=oracle" in res.stderr
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_oracle_dry_run_of_one_sweep_writes_tables(tmp_path):
+    cmd = [sys.executable, str(REPO_DIR / "pipelines" / "reproduce.py"), "--models", "oracle", "--backends", "cpu",
+           "--levels", "1", "--iterations", "2", "--ablations", "single_vs_iterative", "--",
+           "problems.names=[level1/1_ReLU]", *TINY]
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=900)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    table = (tmp_path / "results" / "single_vs_iterative.md").read_text()
+    assert "| oracle | cpu | 1 | iterative | 1/1 |" in table and "| oracle | cpu | 1 | single_shot | 1/1 |" in table
+    assert (tmp_path / "results" / "single_vs_iterative_fast_p.png").is_file()
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    exp = client.get_experiment_by_name("kforge-single_vs_iterative")
+    kinds = [r.data.tags.get("kforge.kind") for r in client.search_runs([exp.experiment_id])]
+    assert kinds.count("sweep-job") == 2 and kinds.count("problem") == 2 and kinds.count("tables") == 1
+
+
+def test_problem_without_reference_is_tagged_not_fatal(tmp_path, pool):
+    kb = tmp_path / "kb" / "level1"
+    kb.mkdir(parents=True)
+    (kb / "1_Relu.py").write_text((REPO_DIR / "kforge/problems/builtin/level1/1_ReLU.py").read_text())
+    with initialize_config_dir(config_dir=str(REPO_DIR / "conf"), version_base="1.3"):
+        cfg = compose("synthesize", overrides=[f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", *TINY,
+                                               "problems=kernelbench_l1", f"problems.root={tmp_path / 'kb'}",
+                                               "reference=oracle", "loop=single_shot", "verify.require_kernel=false"])
+    result = run(cfg, pool=pool)
+    assert len(result.results) == 1  # ran (the oracle model has no answer for a non-built-in problem)
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    runs = client.search_runs([client.get_experiment_by_name("kforge").experiment_id])
+    problem = next(r for r in runs if r.data.tags.get("kforge.kind") == "problem")
+    parent = next(r for r in runs if r.data.tags.get("kforge.kind") == "sweep-job")
+    assert problem.data.tags["reference_available"] == "false" and problem.data.tags["reference"] == "oracle:cuda"
+    assert parent.data.tags["references_available"] == "0/1"
