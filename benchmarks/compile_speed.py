@@ -65,8 +65,10 @@ def example_sources(backend: str) -> dict:
 def build_once(kwargs: dict, mode: str, cache: Path) -> float:
     """Build in a fresh directory under ``mode``; returns seconds."""
     import torch.utils.cpp_extension as ce
+    import copy
+
     from kforge.backends.build import Builder
-    kw = dict(kwargs)
+    kw = copy.deepcopy(kwargs)  # torch's load_inline edits the source lists it is given
     kw["name"] = f"{kw['name']}_{uuid.uuid4().hex[:8]}"  # a new name: nothing reused
     start = time.perf_counter()
     if mode == "vanilla":

@@ -136,12 +136,11 @@ class ProblemLoop:
         self.stop = stop or threading.Event()
 
     def run(self, problem: Problem, reference: Reference | None = None, start: int = 0,
-            prior: ProblemResult | None = None) -> ProblemResult:
-        """Run iterations ``start``..; ``prior`` carries state recorded before a resume."""
+            prior: ProblemResult | None = None, last_code: str | None = None,
+            last_verdict: Verdict | None = None) -> ProblemResult:
+        """Run iterations ``start``..; ``prior`` and the last attempt carry the state of a resumed run."""
         cfg = self.config
         result = prior or ProblemResult(problem)
-        last_code: str | None = None
-        last_verdict: Verdict | None = None
         fixes_in_opt = 0
         n = 1 if cfg.mode == "single_shot" else cfg.iterations
         for it in range(start, n):

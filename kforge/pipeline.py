@@ -38,6 +38,16 @@ def _plain(cfg: Any) -> Any:
     return cfg
 
 
+def split_gpus(gpus: list[int], job_num: int, parallel: int) -> list[int]:
+    """The GPUs of one of ``parallel`` jobs running at once on one host (joblib): disjoint while
+    ``parallel <= len(gpus)`` — job k takes every parallel-th GPU from position k mod parallel."""
+    if parallel <= 1 or not gpus:
+        return list(gpus)
+    if parallel > len(gpus):
+        return [gpus[job_num % len(gpus)]]  # more jobs than GPUs: some must share
+    return list(gpus[job_num % parallel::parallel])
+
+
 def make_backend(bcfg: dict[str, Any], pool: WorkerPool) -> Backend:
     device = bcfg.get("device")
     if bcfg["name"] == "triton" and device is None:
@@ -214,8 +224,19 @@ def _run_tracked(conf, conf_yaml, problems, backend, agent, verifier, loop_cfg, 
         references = load_references(conf.get("reference") or {}, problems, backend.name, tracker.uri)
     except ReferenceError as exc:
         raise ConfigError(str(exc)) from None
+    from .resume import config_hash, previous_runs
+    chash = config_hash(conf)
+    common["kforge.config_hash"] = chash
+    previous = previous_runs(tracker.client, tracker.experiment_id, chash, problems) if conf.get("resume", True) \
+        else {}
+    done = [p for p in problems if p.key in previous and previous[p.key].finished]
+    todo = [p for p in problems if p not in done]
     parent = tracker.start_parent(f"{llm.config.name}-{backend.name}-{loop_cfg.mode}", conf, conf_yaml,
                                   {**common, **tags, "gpu": info.get("device", "")})
+    if previous:
+        cut = [k for k, prev in previous.items() if not prev.finished]
+        print(f"kforge: resuming: {len(done)} problem(s) finished earlier are skipped"
+              + (f", {len(cut)} cut off earlier continue from their last iteration" if cut else ""), flush=True)
     if ref_kind != "none":
         have = sum(r is not None for r in references.values())
         print(f"kforge: reference transfer ({ref_kind}): {have} of {len(problems)} problem(s) have a reference; "
@@ -226,7 +247,7 @@ def _run_tracked(conf, conf_yaml, problems, backend, agent, verifier, loop_cfg, 
           f"{loop_cfg.mode} ({n_iter} iteration(s)) · MLflow {tracker.uri} (experiment {tracker.experiment})",
           flush=True)
     # The bar only where a person watches; logs (CI, nohup, Hydra multirun) get the lines alone.
-    bar = tqdm(total=len(problems), desc="problems", unit="problem", dynamic_ncols=True, file=sys.stdout,
+    bar = tqdm(total=len(todo), desc="problems", unit="problem", dynamic_ncols=True, file=sys.stdout,
                disable=not sys.stdout.isatty())
     run_ids: dict[str, str] = {}
 
@@ -235,14 +256,20 @@ def _run_tracked(conf, conf_yaml, problems, backend, agent, verifier, loop_cfg, 
         bar.write(_status_line(problem, record, n_iter))
 
     class TrackedLoop(ProblemLoop):
-        def run(self, problem, reference=None, start=0, prior=None):
-            rid = tracker.start_problem(parent, problem.key, {
-                **common, "problem": problem.key, "level": str(problem.level), "size": problem.size,
-                "reference_available": str(reference is not None).lower(),
-                "reference_source": reference.source if reference else "none"})
+        def run(self, problem, reference=None, start=0, prior=None, last_code=None, last_verdict=None):
+            prev = previous.get(problem.key)
+            if prev is not None:  # cut off earlier: continue in the same MLflow run
+                rid = prev.run_id
+                tracker.reopen(rid)
+                start, prior, last_code, last_verdict = prev.start, prev.result, prev.last_code, prev.last_verdict
+            else:
+                rid = tracker.start_problem(parent, problem.key, {
+                    **common, "problem": problem.key, "level": str(problem.level), "size": problem.size,
+                    "reference_available": str(reference is not None).lower(),
+                    "reference_source": reference.source if reference else "none"})
             run_ids[problem.key] = rid
             try:
-                result = super().run(problem, reference, start, prior)
+                result = super().run(problem, reference, start, prior, last_code, last_verdict)
             except BaseException:
                 tracker.kill(rid)
                 raise
@@ -251,14 +278,17 @@ def _run_tracked(conf, conf_yaml, problems, backend, agent, verifier, loop_cfg, 
 
     loop = TrackedLoop(agent, verifier, loop_cfg, advisor=advisor, on_iteration=on_iteration, stop=stop)
     interrupted = False
-    results: list[ProblemResult] = []
+    results: list[ProblemResult] = [previous[p.key].result for p in done]
+    runs_before = pool.counters["run"]
     try:
-        results = run_problems(problems, loop, concurrency=loop_cfg.concurrency, references=references,
-                               on_done=lambda r: bar.update(1), on_interrupt=pool.close)
+        results += run_problems(todo, loop, concurrency=loop_cfg.concurrency, references=references,
+                                on_done=lambda r: bar.update(1), on_interrupt=pool.close)
     except KeyboardInterrupt:
         interrupted = True
     finally:
         bar.close()
+    tracker.client.log_metric(parent, "verifications", pool.counters["run"] - runs_before)
+    tracker.client.log_metric(parent, "problems_skipped", len(done))
     stats = tracker.end_parent(parent, results, status="KILLED" if interrupted else "FINISHED",
                                speedup_vs=loop_cfg.speedup_vs)
     if interrupted:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,35 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, str]:
     return out
 
 
+class _Retrying:
+    """An MlflowClient whose calls retry while SQLite says the database is locked.
+
+    Several jobs (joblib, several launchers on one machine) may write one SQLite store at once; SQLite
+    serialises writers and the loser gets "database is locked" after its busy timeout. Retrying
+    loses nothing. A server backend never says this.
+    """
+
+    def __init__(self, client):
+        self._client = client
+
+    def __getattr__(self, name):
+        attr = getattr(self._client, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args, **kwargs):
+            delay = 0.05
+            for attempt in range(12):
+                try:
+                    return attr(*args, **kwargs)
+                except Exception as exc:  # noqa: BLE001 - MLflow wraps SQLAlchemy's OperationalError
+                    if "database is locked" not in str(exc) or attempt == 11:
+                        raise
+                    time.sleep(delay)
+                    delay = min(2.0, delay * 2)
+        return call
+
+
 def default_uri() -> str:
     """A SQLite file in the working directory (MLflow's embedded mode)."""
     return f"sqlite:///{Path.cwd() / 'mlflow.db'}"
@@ -46,18 +76,34 @@ class Tracker:
         from mlflow.tracking import MlflowClient
         self.mlflow = mlflow
         self.uri = uri or default_uri()
-        self.client = MlflowClient(tracking_uri=self.uri)
         self._lock = threading.RLock()
-        exp = self.client.get_experiment_by_name(experiment)
-        if exp is None:
-            location = artifact_root
-            if location is None and self.uri.startswith("sqlite:///"):
-                # Keep artifacts next to the database, not in whatever directory the run started from.
-                location = Path(self.uri[len("sqlite:///"):]).resolve().parent.joinpath("mlartifacts").as_uri()
-            self.experiment_id = self.client.create_experiment(experiment, artifact_location=location)
-        else:
-            self.experiment_id = exp.experiment_id
         self.experiment = experiment
+        if self.uri.startswith("sqlite:///"):
+            # Jobs started together (joblib, Ray on one host) would otherwise both create the database
+            # and race in its schema migration; one lock file next to it serialises the first touch.
+            import fcntl
+            db = Path(self.uri[len("sqlite:///"):]).resolve()
+            db.parent.mkdir(parents=True, exist_ok=True)
+            with open(str(db) + ".lock", "a+") as fh:
+                fcntl.flock(fh, fcntl.LOCK_EX)
+                self.client = _Retrying(MlflowClient(tracking_uri=self.uri))
+                self.experiment_id = self._experiment_id(artifact_root or db.parent.joinpath("mlartifacts").as_uri())
+        else:
+            self.client = _Retrying(MlflowClient(tracking_uri=self.uri))
+            self.experiment_id = self._experiment_id(artifact_root)
+
+    def _experiment_id(self, location: str | None) -> str:
+        exp = self.client.get_experiment_by_name(self.experiment)
+        if exp is not None:
+            return exp.experiment_id
+        try:
+            # Keep artifacts next to a SQLite database, not in whatever directory the run started from.
+            return self.client.create_experiment(self.experiment, artifact_location=location)
+        except Exception:  # noqa: BLE001 - another job created it first
+            exp = self.client.get_experiment_by_name(self.experiment)
+            if exp is None:
+                raise
+            return exp.experiment_id
 
     # -- runs ----------------------------------------------------------------------------------------
     def start_parent(self, name: str, config: dict[str, Any], config_yaml: str, tags: dict[str, str]) -> str:
@@ -87,13 +133,10 @@ class Tracker:
                   "prompt_tokens": record.prompt_tokens, "completion_tokens": record.completion_tokens,
                   "cost_usd": record.cost_usd, "llm_s": record.llm_s, "verify_s": record.verify_s,
                   "analysis_s": record.analysis_s}
-        import time
         now = int(time.time() * 1000)
         metrics = [Metric(k, float(v), now, it) for k, v in values.items() if v is not None]
         d = f"iter_{it:03d}"
         with self._lock:
-            self.client.log_batch(run_id, metrics=metrics)
-            self.client.set_tag(run_id, f"state.{it}", record.state)
             self.client.log_text(run_id, attempt.prompt_text, f"{d}/prompt.md")
             if attempt.response is not None:
                 self.client.log_text(run_id, attempt.response.text, f"{d}/reply.md")
@@ -101,6 +144,7 @@ class Tracker:
                 self.client.log_text(run_id, attempt.candidate.source, f"{d}/kernel.py")
             self.client.log_dict(run_id, {**verdict.to_dict(), "phase": record.phase,
                                           "cached_reply": record.cached_reply}, f"{d}/verdict.json")
+            self.client.log_dict(run_id, record.to_dict(), f"{d}/record.json")
             if recommendation is not None:
                 self.client.log_text(run_id, f"source: {recommendation.source}\n\n{recommendation.text()}\n",
                                      f"{d}/recommendation.md")
@@ -111,11 +155,14 @@ class Tracker:
                         self.client.log_artifact(run_id, path, f"{d}/profile")
                 digest = recommendation.artifacts.get("digest") or {}
                 if digest.get("speed_of_light") is not None and record.speed_of_light is None:
-                    self.client.log_metric(run_id, "speed_of_light", float(digest["speed_of_light"]), step=it)
+                    metrics.append(Metric("speed_of_light", float(digest["speed_of_light"]), now, it))
+            # The metrics go last: a step that has them is complete, which is what a resumed job relies on
+            # (an iteration cut off before this point is run again, overwriting its files).
+            self.client.log_batch(run_id, metrics=metrics)
+            self.client.set_tag(run_id, f"state.{it}", record.state)
 
     def end_problem(self, run_id: str, result, status: str = "FINISHED") -> None:
         from mlflow.entities import Metric
-        import time
         now = int(time.time() * 1000)
         recs = result.records
         first_ok = next((r.iteration for r in recs if r.correct), None)
@@ -139,7 +186,6 @@ class Tracker:
 
     def end_parent(self, run_id: str, results: list, status: str = "FINISHED", speedup_vs: str = "eager") -> dict:
         from mlflow.entities import Metric
-        import time
         now = int(time.time() * 1000)
         outcomes = [(r.correct, r.speedup_compile if speedup_vs == "compile" and r.speedup_compile is not None
                      else r.speedup_eager) for r in results]
@@ -152,6 +198,11 @@ class Tracker:
                                                    if v is not None])
             self.client.set_terminated(run_id, status=status)
         return stats
+
+    def reopen(self, run_id: str) -> None:
+        """Mark a run that was cut off as running again (a resumed job continues it)."""
+        with self._lock:
+            self.client.update_run(run_id, status="RUNNING")
 
     def kill(self, run_id: str) -> None:
         with self._lock:

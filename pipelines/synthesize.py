@@ -26,11 +26,24 @@ from kforge.verify import BackendUnavailable  # noqa: E402
 @hydra.main(config_path="../conf", config_name="synthesize", version_base="1.3")
 def main(cfg: DictConfig) -> float:
     from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
+
+    from kforge.pipeline import split_gpus
+    from kforge.verify.pool import detect_gpus
     hc = HydraConfig.get()
     tags = {"hydra.job": hc.job.name, "hydra.output_dir": hc.runtime.output_dir}
     if hc.mode.name == "MULTIRUN":
         tags["hydra.job_num"] = str(hc.job.num)
         tags["hydra.sweep_dir"] = hc.sweep.dir
+        launcher = str(hc.launcher.get("_target_", ""))
+        if "joblib" in launcher.lower() and cfg.workers.gpus is None:
+            # Jobs run side by side on this host: give each its own GPUs.
+            import os
+            n_jobs = int(hc.launcher.get("n_jobs") or 1)
+            n_jobs = (os.cpu_count() or 1) if n_jobs < 0 else n_jobs
+            with open_dict(cfg):
+                cfg.workers.gpus = split_gpus(detect_gpus(), hc.job.num, n_jobs)
+            tags["gpus"] = ",".join(map(str, cfg.workers.gpus))
     try:
         result = run(cfg, tags=tags)
     except (LLMError, ConfigError, ProblemError, BackendUnavailable) as exc:

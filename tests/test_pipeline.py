@@ -93,7 +93,7 @@ def test_litellm_mock_response_end_to_end_and_cache_replay(tmp_path, pool, monke
     assert rec.state == "correct" and rec.prompt_tokens > 0 and not rec.cached_reply
     import litellm
     monkeypatch.setattr(litellm, "completion", lambda **kw: pytest.fail("the model was called on a replay"))
-    again = run(config(tmp_path, "loop=single_shot"), llm=gpt5(), pool=pool)
+    again = run(config(tmp_path, "loop=single_shot", "resume=false"), llm=gpt5(), pool=pool)
     rec2 = again.results[0].records[0]
     assert rec2.cached_reply and rec2.state == "correct" and rec2.cost_usd == 0.0
 

@@ -200,12 +200,17 @@ class Builder:
         key = hashlib.sha256(json.dumps([self._env, flags, includes]).encode()).hexdigest()[:16]
         pch_dir = self.root / "pch" / key
         gch = pch_dir / "torch" / "extension.h.gch"
-        if gch.is_file():
+        # A second #include <torch/extension.h> (load_inline adds one; many candidates write one too) cannot
+        # use the PCH and looks for the header beside it: a stub there forwards to the real one.
+        stub = pch_dir / "torch" / "extension.h"
+        if gch.is_file() and stub.is_file():
             return pch_dir
         with _locked(self.root / "pch" / f"{key}.lock"):
+            gch.parent.mkdir(parents=True, exist_ok=True)
+            if not stub.is_file():
+                stub.write_text(f'#pragma once\n#include "{header}"\n')
             if gch.is_file():
                 return pch_dir
-            gch.parent.mkdir(parents=True, exist_ok=True)
             tmp = gch.with_suffix(f".tmp{os.getpid()}")
             cmd = [cxx, "-x", "c++-header", str(header), "-o", str(tmp), *includes, *flags]
             proc = subprocess.run(cmd, capture_output=True, text=True)

@@ -46,6 +46,8 @@ class ModelConfig:
     """The model accepts images (for the analysis agent's visual mode)."""
     replies: list[str] = field(default_factory=list)
     """For ``scripted``: the replies, in order."""
+    latency_s: float = 0.0
+    """For offline models: seconds each call waits, simulating an LLM's latency (throughput benchmarks)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Any other litellm.completion keyword arguments."""
 

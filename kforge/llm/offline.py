@@ -4,6 +4,7 @@ solutions of the built-in suite). Neither is an LLM, and both say so wherever th
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 from .base import CallContext, LLMError, LLMResponse, ModelConfig
@@ -25,6 +26,8 @@ class ScriptedModel:
             raise LLMError(f"scripted model {self.config.name!r} has no replies (set model.replies)")
 
     def complete(self, messages: list[dict[str, Any]], context: CallContext | None = None) -> LLMResponse:
+        if self.config.latency_s:
+            time.sleep(self.config.latency_s)
         with self._lock:
             if self.calls >= len(self._replies):
                 raise LLMError(f"scripted model {self.config.name!r} ran out of replies after {self.calls} calls")
@@ -46,6 +49,8 @@ class OracleModel:
 
     def complete(self, messages: list[dict[str, Any]], context: CallContext | None = None) -> LLMResponse:
         from ..problems import builtin_solution_path
+        if self.config.latency_s:
+            time.sleep(self.config.latency_s)
         self.calls += 1
         ctx = context or CallContext()
         path = builtin_solution_path(ctx.problem, ctx.backend) if ctx.problem is not None else None

@@ -34,7 +34,9 @@ _SECRET_PREFIX = ("AWS_", "AZURE_", "GOOGLE_", "GCP_", "OPENAI", "ANTHROPIC", "G
 
 
 class WorkerLost(RuntimeError):
-    """The slot's process died while serving a request (it has been replaced)."""
+    """The slot's process died while serving a request (it has been replaced); ``kind`` names the slot."""
+
+    kind: str = ""
 
 
 def scrubbed_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -59,6 +61,7 @@ class Zygote:
                                      stdout=subprocess.PIPE, stderr=self._log, env=env, cwd=str(root),
                                      start_new_session=True)
         self._buf = b""
+        self.kind = ""
         ready = self._read_line(start_timeout)
         if ready is None or not json.loads(ready).get("ready"):
             self.close()
@@ -134,7 +137,10 @@ class WorkerPool:
         self.root.mkdir(parents=True, exist_ok=True)
         self.keep_workdirs = keep_workdirs
         self._lock = threading.Lock()
+        self._returned = threading.Condition(self._lock)
         self._slots: dict[str, queue.Queue] = {}
+        self.busy_s: dict[str, float] = {}
+        """Seconds each slot kind spent serving run requests (for GPU busy fractions)."""
         self._all: list[Zygote] = []
         self._info: dict[str, dict[str, Any]] = {}
         self.counters = {"build": 0, "run": 0, "lost": 0}
@@ -178,20 +184,40 @@ class WorkerPool:
             return q
 
     @contextmanager
-    def slot(self, kind: str) -> Iterator[Zygote]:
-        q = self._queue(kind)
-        label, z = q.get()
+    def slot(self, kind: str | list[str]) -> Iterator[Zygote]:
+        """A free slot of ``kind`` (or of any of several kinds: the first to free up); ``.kind`` says which."""
+        kinds = [kind] if isinstance(kind, str) else list(kind)
+        queues = {k: self._queue(k) for k in kinds}
+        got = None
+        with self._returned:
+            while got is None:
+                for k in sorted(kinds, key=lambda k: self.busy_s.get(k, 0.0)):  # least used first
+                    try:
+                        got = (k, *queues[k].get_nowait())
+                        break
+                    except queue.Empty:
+                        continue
+                else:
+                    self._returned.wait(timeout=1.0)
+        kind, label, z = got
         try:
             if z is None or not z.alive():
                 z = Zygote(label, self._env(kind), self.root)
                 with self._lock:
                     self._all.append(z)
+            z.kind = kind
             yield z
         finally:
-            q.put((label, z if z is not None and z.alive() else None))
+            with self._returned:
+                queues[kind].put((label, z if z is not None and z.alive() else None))
+                self._returned.notify_all()
 
-    def request(self, kind: str, payload: dict[str, Any], files: dict[str, str], timeout: float) -> dict[str, Any]:
-        """Run one request on a slot of ``kind`` in a fresh work directory holding ``files``."""
+    def request(self, kind: str | list[str], payload: dict[str, Any], files: dict[str, str],
+                timeout: float) -> dict[str, Any]:
+        """Run one request on a slot of ``kind`` (or the first free of several) in a fresh work directory.
+
+        The reply's ``kind`` says which slot served it.
+        """
         workdir = self.root / "work" / uuid.uuid4().hex[:12]
         workdir.mkdir(parents=True)
         for name, text in files.items():
@@ -199,13 +225,20 @@ class WorkerPool:
         payload = dict(payload, workdir=str(workdir), timeout=timeout, cache_dir=self.build_cache)
         try:
             with self.slot(kind) as z:
+                start = time.monotonic()
                 try:
                     reply = z.request(payload, timeout)
-                except WorkerLost:
+                except WorkerLost as exc:
                     self.counters["lost"] += 1
+                    exc.kind = z.kind
                     z.close()
                     raise
+                finally:
+                    if payload.get("kind") == "run":
+                        with self._lock:
+                            self.busy_s[z.kind] = self.busy_s.get(z.kind, 0.0) + time.monotonic() - start
             self.counters["run" if payload.get("kind") == "run" else "build"] += 1
+            reply["kind"] = z.kind
             return reply
         finally:
             if not self.keep_workdirs:

@@ -51,6 +51,14 @@ class Verifier:
                 f"or `--backend triton --device cpu` for Triton's interpreter")
         return kinds
 
+    def arch(self, backend: Backend, kinds: list[str]) -> str | None:
+        """TORCH_CUDA_ARCH_LIST for builds: every distinct arch among the GPUs a candidate may land on."""
+        if backend.device != "cuda":
+            return None
+        archs = sorted({arch_of(i["capability"]) for i in (self.pool.device_info(k, backend.spec()) for k in kinds)
+                        if i.get("capability")})
+        return ";".join(archs) or None
+
     def verify(self, problem: Problem, candidate: Candidate | str, backend: Backend | str,
                config: VerifyConfig | None = None) -> Verdict:
         cfg = config or self.config
@@ -75,10 +83,8 @@ class Verifier:
             return Verdict(State.CHEAT_DETECTED, denied[0].message, rule=denied[0].rule,
                            evidence=Evidence(findings=[f.to_dict() for f in findings]))
         files = {"problem.py": problem.source, "candidate.py": candidate.source}
-        kind = kinds[0]
-        info = self.pool.device_info(kind, backend.spec())
-        arch = arch_of(info["capability"]) if info.get("capability") else None
-        request = {"problem": problem.to_dict(), "backend": backend.spec(), "config": cfg.to_dict(), "arch": arch}
+        request = {"problem": problem.to_dict(), "backend": backend.spec(), "config": cfg.to_dict(),
+                   "arch": self.arch(backend, kinds)}
 
         build = self.pool.request("build", dict(request, kind="build"), files, cfg.build_timeout_s)
         if build.get("timed_out"):
@@ -91,19 +97,18 @@ class Verifier:
             return Verdict(State.COMPILATION_FAILURE, "the candidate does not build",
                            evidence=Evidence(compiler_log=result["compile_error"]), build=build_info)
 
-        # A lost worker (its process died under the candidate) is retried once, on another GPU if any.
-        run_kinds = ([kind] + [k for k in kinds if k != kind])[:2]
-        if len(run_kinds) == 1:
-            run_kinds *= 2
-        lost: WorkerLost | None = None
-        for k in run_kinds:
+        # Any free GPU runs it. A lost worker (its process died under the candidate) is retried once,
+        # on another GPU where there is one; the second loss is the verdict.
+        try:
+            reply = self.pool.request(kinds, dict(request, kind="run"), files, cfg.timeout_s)
+        except WorkerLost as exc:
+            others = [k for k in kinds if k != exc.kind] or kinds
             try:
-                reply = self.pool.request(k, dict(request, kind="run"), files, cfg.timeout_s)
-                break
-            except WorkerLost as exc:
-                lost = exc
-        else:
-            return Verdict(State.RUNTIME_ERROR, f"the worker process died twice under this candidate: {lost}")
+                reply = self.pool.request(others, dict(request, kind="run"), files, cfg.timeout_s)
+            except WorkerLost as again:
+                return Verdict(State.RUNTIME_ERROR, f"the worker process died twice under this candidate: {again}")
+        kind = reply.get("kind") or kinds[0]
+        info = self.pool.device_info(kind, backend.spec())
         verdict = self._from_reply(reply, cfg)
         verdict.device = info.get("device", kind)
         verdict.build = build_info

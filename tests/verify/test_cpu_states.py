@@ -34,6 +34,12 @@ def test_correct_with_speedups_and_build_cache(verifier, relu):
     assert second.build["cached"][0] in (first.build["built"] + first.build["cached"])
 
 
+def test_candidate_including_torch_extension_itself(verifier, relu):
+    # load_inline prepends the include again; the second one must not trip over the precompiled header.
+    v = verifier.verify(relu, candidate("cpu", "relu_explicit_include.py"), "cpu")
+    assert v.state is State.CORRECT, v.summary()
+
+
 def test_compile_reference_is_timed(verifier, relu):
     v = verifier.verify(relu, candidate("cpu", "relu_ok.py"), "cpu", config=fast_config(compile_ref=True))
     assert v.state is State.CORRECT

@@ -1,0 +1,84 @@
+"""Sweep throughput: problems per hour and device busy fraction, by device count and loop concurrency.
+
+    python benchmarks/sweep_throughput.py --backend cpu --latency 2 --configs 1x1,1x4
+    python benchmarks/sweep_throughput.py --backend cuda --latency 5 --configs 1x1,1x4,2x8
+
+A config ``GxC`` runs the sweep on G devices (GPUs; on the cpu backend, G CPU run slots) with C problem
+loops in flight. The model is the oracle (hand-written kernels, not an LLM) with a simulated latency
+per call, so the numbers show how well kforge overlaps model calls, builds and timing — not how
+fast any real model is. Builds are warmed first, as they are from the second iteration of a sweep.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def run_config(backend: str, devices: int, concurrency: int, latency: float, iterations: int, size: str,
+               levels: str, workdir: Path) -> dict:
+    from hydra import compose, initialize_config_dir
+
+    from kforge import REPO_DIR
+    from kforge.pipeline import run
+    from kforge.verify import WorkerPool
+    from kforge.verify.pool import detect_gpus
+    overrides = [f"backend={backend}", "model=oracle", f"model.latency_s={latency}", "loop=iterative",
+                 f"loop.iterations={iterations}", f"loop.concurrency={concurrency}", f"problems.levels=[{levels}]",
+                 f"problems.size={size}", f"tracking.uri=sqlite:///{workdir}/mlflow.db",
+                 f"tracking.experiment=throughput-{devices}x{concurrency}", "resume=false"]
+    with initialize_config_dir(config_dir=str(REPO_DIR / "conf"), version_base="1.3"):
+        cfg = compose("synthesize", overrides=overrides)
+    if backend == "cpu":
+        pool = WorkerPool(gpus=[], cpu_workers=devices)
+    else:
+        gpus = detect_gpus()
+        if len(gpus) < devices:
+            raise SystemExit(f"asked for {devices} GPUs, {len(gpus)} visible")
+        pool = WorkerPool(gpus=gpus[:devices])
+    with pool:
+        start = time.monotonic()
+        result = run(cfg, pool=pool)
+        wall = time.monotonic() - start
+        kinds = pool.kinds_for("cuda" if backend != "cpu" else "cpu")
+        busy = sum(pool.busy_s.get(k, 0.0) for k in kinds)
+    n = len(result.results)
+    return {"config": f"{devices}x{concurrency}", "devices": devices, "concurrency": concurrency, "problems": n,
+            "wall_s": wall, "problems_per_hour": n / wall * 3600,
+            "busy_fraction": busy / (wall * devices), "correct": sum(r.correct for r in result.results)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--backend", default="cpu")
+    ap.add_argument("--latency", type=float, default=2.0, help="simulated seconds per model call")
+    ap.add_argument("--configs", default="1x1,1x4", help="comma-separated DEVICESxCONCURRENCY")
+    ap.add_argument("--iterations", type=int, default=3)
+    ap.add_argument("--levels", default="1", help="built-in levels, e.g. 1 or 1,2")
+    ap.add_argument("--size", default=None, help="problem size preset (default: cpu on cpu, gpu on GPUs)")
+    args = ap.parse_args()
+    size = args.size or ("cpu" if args.backend == "cpu" else "gpu")
+    work = Path(tempfile.mkdtemp(prefix="kforge-throughput-"))
+    print("warming the build cache ...", flush=True)
+    run_config(args.backend, 1, 4, 0.0, 1, size, args.levels, work / "warm")
+    rows = []
+    for spec in args.configs.split(","):
+        g, c = (int(x) for x in spec.lower().split("x"))
+        rows.append(run_config(args.backend, g, c, args.latency, args.iterations, size, args.levels, work / spec))
+        print(rows[-1], flush=True)
+    print(f"\nsweep throughput: backend {args.backend}, {args.iterations} iterations per problem, simulated model "
+          f"latency {args.latency:g} s per call (oracle, not an LLM)\n")
+    print("| devices x loops | problems | wall s | problems/hour | device busy |")
+    print("|---|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['config']} | {r['problems']} | {r['wall_s']:.1f} | {r['problems_per_hour']:.0f} | "
+              f"{100 * r['busy_fraction']:.0f}% |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""Resuming a sweep: what a previous run of the same job configuration already did, from MLflow.
+
+Every problem run carries ``kforge.config_hash`` (the job's configuration minus where it logs and
+which workers it uses). Started again with the same configuration, a job skips problems whose run
+finished, and continues a run that was cut off (SIGKILL, node loss, Ctrl-C) from its last recorded
+iteration in the same MLflow run, rebuilding the loop's state from that run's ``iter_NNN/`` files.
+Nothing is logged twice, so tables never double-count. The LLM response cache makes any replayed
+call free.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .loop import IterationRecord, ProblemResult
+from .problems import Problem
+from .verify import Verdict
+
+#: Configuration keys that do not change what a job computes.
+IGNORED = ("tracking", "workers", "resume", "hydra")
+
+
+def config_hash(conf: dict[str, Any]) -> str:
+    kept = {k: v for k, v in conf.items() if k not in IGNORED}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+@dataclass
+class Previous:
+    """What an earlier job with this configuration left for one problem."""
+
+    run_id: str
+    finished: bool
+    result: ProblemResult
+    start: int = 0
+    """The next iteration to run."""
+    last_code: str | None = None
+    last_verdict: Verdict | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _download_json(client, run_id: str, path: str, tmp: str) -> dict[str, Any] | None:
+    try:
+        return json.loads(Path(client.download_artifacts(run_id, path, tmp)).read_text())
+    except Exception:  # noqa: BLE001 - a missing artifact: that iteration was not finished
+        return None
+
+
+def _download_text(client, run_id: str, path: str, tmp: str) -> str | None:
+    try:
+        return Path(client.download_artifacts(run_id, path, tmp)).read_text()
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def restore(client, run, problem: Problem) -> Previous:
+    """Rebuild a problem's loop state from its run's per-iteration files."""
+    finished = run.info.status == "FINISHED"
+    result = ProblemResult(problem)
+    last_code = last_verdict = None
+    steps = sorted({m.step for m in client.get_metric_history(run.info.run_id, "state")})
+    with tempfile.TemporaryDirectory() as tmp:
+        for step in steps:
+            d = f"iter_{step:03d}"
+            rec = _download_json(client, run.info.run_id, f"{d}/record.json", tmp)
+            verdict = _download_json(client, run.info.run_id, f"{d}/verdict.json", tmp)
+            if rec is None or verdict is None:
+                break  # killed while logging this iteration: run it again
+            record = IterationRecord(**rec)
+            v = Verdict.from_dict(verdict)
+            code = _download_text(client, run.info.run_id, f"{d}/kernel.py", tmp)
+            result.records.append(record)
+            if record.is_best:
+                result.best_code, result.best_verdict, result.best_iteration = code, v, record.iteration
+            last_code, last_verdict = code, v
+    return Previous(run.info.run_id, finished, result, start=len(result.records), last_code=last_code,
+                    last_verdict=last_verdict)
+
+
+def previous_runs(client, experiment_id: str, chash: str, problems: list[Problem]) -> dict[str, Previous]:
+    """The newest run per problem of this configuration (finished ones and cut-off ones)."""
+    by_key = {p.key: p for p in problems}
+    runs = client.search_runs([experiment_id], f"tags.`kforge.config_hash` = '{chash}' and "
+                                               "tags.`kforge.kind` = 'problem'", max_results=50000,
+                              order_by=["attributes.start_time DESC"])
+    out: dict[str, Previous] = {}
+    for run in runs:
+        key = run.data.tags.get("problem")
+        if key not in by_key or key in out or run.info.status == "FAILED":
+            continue
+        out[key] = restore(client, run, by_key[key])
+    return out

@@ -1,0 +1,133 @@
+"""Scaling out on CPU: GPU splitting, joblib and Ray launchers, concurrent writers, resuming a killed sweep."""
+
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from kforge import REPO_DIR
+from kforge.pipeline import split_gpus
+from tests.test_pipeline import FAST
+
+SYNTH = str(REPO_DIR / "pipelines" / "synthesize.py")
+TINY = [o for o in FAST if not o.startswith("problems.names")]
+
+
+def runs(uri: str, experiment: str = "kforge"):
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name(experiment)
+    return client, (client.search_runs([exp.experiment_id]) if exp else [])
+
+
+def test_split_gpus_gives_concurrent_jobs_disjoint_gpus():
+    gpus = [0, 1, 2, 3]
+    assert [split_gpus(gpus, k, 2) for k in range(4)] == [[0, 2], [1, 3], [0, 2], [1, 3]]
+    assert [split_gpus(gpus, k, 4) for k in range(4)] == [[0], [1], [2], [3]]
+    assert split_gpus(gpus, 5, 1) == gpus and split_gpus([], 1, 2) == []
+    assert split_gpus([0, 1], 3, 4) == [1]  # more jobs than GPUs: they must share
+
+
+@pytest.mark.parametrize("launcher", [
+    ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"],
+    ["hydra/launcher=ray", "+hydra.launcher.ray.init.num_cpus=2", "+hydra.launcher.ray.init.include_dashboard=false"],
+    # SLURM's launcher with its local executor: the same submitit path, no scheduler needed
+    ["hydra/launcher=submitit_local", "hydra.launcher.timeout_min=15"],
+], ids=["joblib", "ray", "submitit"])
+def test_launcher_runs_two_jobs_into_one_store(tmp_path, launcher):
+    plugin = {"joblib": "hydra_plugins.hydra_joblib_launcher", "ray": "hydra_plugins.hydra_ray_launcher",
+              "submitit_local": "hydra_plugins.hydra_submitit_launcher"}[launcher[0].split("=")[1]]
+    pytest.importorskip(plugin)
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    cmd = [sys.executable, SYNTH, "-m", *launcher, "loop=single_shot,iterative", "model=oracle", "loop.iterations=2",
+           f"tracking.uri={uri}", "problems.names=[level1/1_ReLU]", *TINY]
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=900)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    _, all_runs = runs(uri)
+    parents = [r for r in all_runs if r.data.tags.get("kforge.kind") == "sweep-job"]
+    problems = [r for r in all_runs if r.data.tags.get("kforge.kind") == "problem"]
+    assert sorted(p.data.tags["loop_mode"] for p in parents) == ["iterative", "single_shot"]
+    assert len(problems) == 2 and all(p.info.status == "FINISHED" for p in problems)
+
+
+def _writer(uri: str, n: int, who: int) -> None:
+    from kforge.tracking import Tracker
+    t = Tracker(uri, "concurrent")
+    for i in range(n):
+        rid = t.start_problem(t.start_parent(f"w{who}-{i}", {"who": who}, "who: 1", {}), f"p{who}-{i}", {})
+        t.client.log_metric(rid, "x", float(i))
+        t.client.log_text(rid, f"{who}-{i}", "note.txt")
+        t.client.set_terminated(rid)
+
+
+def test_concurrent_writers_lose_nothing(tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    _writer(uri, 1, 99)  # create the database and experiment first
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_writer, args=(uri, 15, w)) for w in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(300)
+        assert p.exitcode == 0
+    client, all_runs = runs(uri, "concurrent")
+    names = {r.info.run_name for r in all_runs if r.data.tags.get("kforge.kind") == "problem"}
+    assert names == {f"p{w}-{i}" for w in range(4) for i in range(15)} | {"p99-0"}
+    assert all(r.data.metrics.get("x") is not None for r in all_runs if r.data.tags.get("kforge.kind") == "problem")
+
+
+def test_sweep_killed_with_sigkill_resumes_without_repeating_work(tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    names = "problems.names=[level1/1_ReLU,level1/2_Softmax,level1/3_LayerNorm,level1/5_SumReduction]"
+    overrides = {"BATCH": 4, "DIM": 1024, "DIM1": 64, "DIM2": 32}
+    cmd = [sys.executable, SYNTH, "model=oracle", "loop.iterations=2", f"tracking.uri={uri}", names,
+           *[o for o in TINY if not o.startswith("problems.overrides")],
+           "problems.overrides={" + ",".join(f"{k}:{v}" for k, v in overrides.items()) + "}"]
+    # Constants a problem lacks would be an error: give each problem only its own.
+    cmd = [c for c in cmd if not c.startswith("problems.overrides")] + ["problems.size=cpu"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.monotonic() + 600
+    finished_before: list[str] = []
+    while time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.5)
+        if not (tmp_path / "mlflow.db").exists():
+            continue
+        try:
+            _, all_runs = runs(uri)
+        except Exception:
+            continue
+        problem_runs = [r for r in all_runs if r.data.tags.get("kforge.kind") == "problem"]
+        finished_before = [r.data.tags["problem"] for r in problem_runs if r.info.status == "FINISHED"]
+        if finished_before and len(problem_runs) > len(finished_before):
+            break
+    assert proc.poll() is None, "the sweep ended before it could be killed"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    client, all_runs = runs(uri)
+    before = {r.data.tags["problem"]: r for r in all_runs if r.data.tags.get("kforge.kind") == "problem"}
+    done_iters = {k: len(client.get_metric_history(r.info.run_id, "state")) for k, r in before.items()}
+    assert any(r.info.status == "RUNNING" for r in before.values())  # cut off mid-problem
+
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=900)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "resuming" in res.stdout
+    client, all_runs = runs(uri)
+    problems = [r for r in all_runs if r.data.tags.get("kforge.kind") == "problem"]
+    keys = [r.data.tags["problem"] for r in problems]
+    assert sorted(keys) == sorted(set(keys)) and len(keys) == 4  # every problem exactly once
+    assert all(r.info.status == "FINISHED" for r in problems)
+    for r in problems:  # every problem has exactly its two iterations, none logged twice
+        steps = [m.step for m in client.get_metric_history(r.info.run_id, "state")]
+        assert sorted(steps) == [0, 1], (r.data.tags["problem"], steps)
+    # The second job verified only what the first had not: no finished problem was re-verified.
+    parents = sorted((r for r in all_runs if r.data.tags.get("kforge.kind") == "sweep-job"),
+                     key=lambda r: r.info.start_time)
+    expected = sum(2 - n for k, n in done_iters.items() if k not in finished_before) + 2 * (4 - len(before))
+    assert parents[-1].data.metrics["verifications"] == expected
+    assert parents[-1].data.metrics["problems_skipped"] == len(finished_before)
