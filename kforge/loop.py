@@ -20,7 +20,7 @@ from typing import Any, Callable, Protocol
 from .agents import Attempt, GenerationAgent, Recommendation, Reference
 from .agents.analysis import GENERIC_RECOMMENDATION
 from .problems import Problem
-from .verify import State, Verdict, Verifier
+from .verify import Verdict, Verifier
 
 
 

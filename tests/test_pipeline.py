@@ -1,6 +1,5 @@
 """The synthesis pipeline end to end on CPU: loop, agents, verifier, MLflow, Hydra."""
 
-import json
 import os
 import subprocess
 import sys
@@ -11,7 +10,7 @@ from hydra import compose, initialize_config_dir
 from mlflow.tracking import MlflowClient
 
 from kforge import REPO_DIR
-from kforge.llm import LLMError, ModelConfig, make_model
+from kforge.llm import ModelConfig, make_model
 from kforge.pipeline import run
 from kforge.tracking import STATE_CODES
 from tests.helpers import candidate

@@ -10,19 +10,15 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import os
 import shutil
-import signal
 import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..verify.pool import scrubbed_env
 from .base import Profile, ProfilerUnavailable
-from .runner import NVTX_RANGE
+from .runner import NVTX_RANGE, run_under
 
 DURATION = "gpu__time_duration.sum"
 
@@ -158,35 +154,20 @@ def parse_raw_csv(text: str) -> list[NcuKernel]:
 def profile(workdir: str | os.PathLike, request: dict[str, Any], files: dict[str, str], metrics: list[str], *,
             gpu: int | None = None, timeout: float = 600.0, iterations: int = 3) -> NcuReport:
     """Profile one program (``request['which']``: candidate or reference) under ncu in ``workdir``."""
-    import time
     ncu = find_ncu()
     if ncu is None:
         raise NcuError("ncu (Nsight Compute) is not installed or not on PATH; set KFORGE_NCU to its path")
     metrics, dropped = supported(metrics, available_metrics(ncu) if len(metrics) > 1 else None)
     wd = Path(workdir)
-    wd.mkdir(parents=True, exist_ok=True)
-    for name, text in files.items():
-        (wd / name).write_text(text)
-    (wd / "request.json").write_text(json.dumps(dict(request, iterations=iterations)))
     report = wd / "profile.ncu-rep"
-    cmd = [ncu, "--clock-control", "none", "--nvtx", "--nvtx-include", f"{NVTX_RANGE}/",
-           "--metrics", ",".join(metrics), "--export", str(report), "--force-overwrite",
-           sys.executable, "-m", "kforge.profile.runner", str(wd)]
-    extra = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
-    if gpu is not None:
-        extra["CUDA_VISIBLE_DEVICES"] = str(gpu)
-    start = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=scrubbed_env(extra), cwd=str(wd), start_new_session=True)
+    prefix = [ncu, "--clock-control", "none", "--nvtx", "--nvtx-include", f"{NVTX_RANGE}/",
+              "--metrics", ",".join(metrics), "--export", str(report), "--force-overwrite"]
     try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        raise NcuError(f"ncu did not finish within {timeout:g} s") from None
-    (wd / "ncu.log").write_text(out)
-    if proc.returncode != 0 or not report.is_file():
-        raise NcuError(f"ncu failed (exit {proc.returncode}): " + "\n".join(out.strip().splitlines()[-12:]))
+        code, out, seconds = run_under(prefix, wd, request, files, gpu=gpu, timeout=timeout, iterations=iterations)
+    except TimeoutError as exc:
+        raise NcuError(str(exc)) from None
+    if code != 0 or not report.is_file():
+        raise NcuError(f"ncu failed (exit {code}): " + "\n".join(out.strip().splitlines()[-12:]))
     exported = subprocess.run([ncu, "--import", str(report), "--csv", "--page", "raw", "--print-units", "base"],
                               capture_output=True, text=True, timeout=300)
     if exported.returncode != 0:
@@ -199,7 +180,7 @@ def profile(workdir: str | os.PathLike, request: dict[str, Any], files: dict[str
                        + " | ".join(out.strip().splitlines()[-6:]))
     present = set().union(*(k.metrics for k in kernels)) if kernels else set()
     return NcuReport(kernels=kernels, csv_path=str(csv_path), report_path=str(report),
-                     seconds=time.monotonic() - start, iterations=iterations,
+                     seconds=seconds, iterations=iterations,
                      missing_metrics=dropped + [m for m in metrics if m not in present])
 
 

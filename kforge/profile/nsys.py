@@ -9,19 +9,14 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import os
 import shutil
-import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
-from ..verify.pool import scrubbed_env
 from .base import KernelStat, Profile, ProfilerUnavailable
-from .runner import NVTX_RANGE
+from .runner import NVTX_RANGE, run_under
 
 
 def find_nsys() -> str | None:
@@ -52,32 +47,18 @@ def profile(workdir: str | os.PathLike, request: dict[str, Any], files: dict[str
         raise ProfilerUnavailable("nsys (Nsight Systems) is not on PATH; set KFORGE_NSYS, or use profiler=ncu or "
                                   "profiler=torch")
     wd = Path(workdir)
-    wd.mkdir(parents=True, exist_ok=True)
-    for name, text in files.items():
-        (wd / name).write_text(text)
-    (wd / "request.json").write_text(json.dumps(dict(request, iterations=iterations)))
     out = wd / "timeline"
     # Only the kforge NVTX ranges (the candidate's profiled calls) are captured.
-    cmd = [nsys, "profile", "--trace=cuda,nvtx", f"--capture-range=nvtx", f"--nvtx-capture={NVTX_RANGE}",
-           "--capture-range-end=repeat", f"--output={out}", "--force-overwrite=true",
-           sys.executable, "-m", "kforge.profile.runner", str(wd)]
-    extra = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
-    if gpu is not None:
-        extra["CUDA_VISIBLE_DEVICES"] = str(gpu)
-    start = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=scrubbed_env(extra),
-                            cwd=str(wd), start_new_session=True)
+    prefix = [nsys, "profile", "--trace=cuda,nvtx", "--capture-range=nvtx", f"--nvtx-capture={NVTX_RANGE}",
+              "--capture-range-end=repeat", f"--output={out}", "--force-overwrite=true"]
     try:
-        log, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        raise ProfilerUnavailable(f"nsys did not finish within {timeout:g} s") from None
-    (wd / "nsys.log").write_text(log)
+        code, log, seconds = run_under(prefix, wd, request, files, gpu=gpu, timeout=timeout, iterations=iterations)
+    except TimeoutError as exc:
+        raise ProfilerUnavailable(str(exc)) from None
     reports = sorted(wd.glob("timeline*.nsys-rep"))
     if not reports:
         leftovers = ", ".join(p.name for p in wd.glob("timeline*")) or "nothing"
-        raise ProfilerUnavailable(f"nsys produced no report here (it left {leftovers}; exit {proc.returncode}): "
+        raise ProfilerUnavailable(f"nsys produced no report here (it left {leftovers}; exit {code}): "
                                   + " | ".join(log.strip().splitlines()[-4:]) + " — use profiler=ncu or profiler=torch")
     stats = subprocess.run([nsys, "stats", "--report", "cuda_gpu_kern_sum", "--format", "csv", "--output", "-",
                             str(reports[0])], capture_output=True, text=True, timeout=300)
@@ -87,4 +68,4 @@ def profile(workdir: str | os.PathLike, request: dict[str, Any], files: dict[str
         raise ProfilerUnavailable(f"nsys stats found no kernels: {stats.stderr.strip()[-300:]}")
     return Profile(tool="nsys", device=device, kernels=kernels, total_ms=sum(k.time_ms for k in kernels),
                    raw_files={"nsys_report": str(reports[0]), "nsys_kern_sum": str(wd / "kern_sum.csv")},
-                   seconds=time.monotonic() - start)
+                   seconds=seconds)

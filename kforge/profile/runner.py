@@ -15,19 +15,54 @@ import sys
 NVTX_RANGE = "kforge"
 
 
+def run_under(prefix: list[str], workdir: str | os.PathLike, request: dict, files: dict[str, str], *,
+              gpu: int | None, timeout: float, iterations: int) -> tuple[int, str, float]:
+    """Run this runner under a profiler (``prefix`` is its command line): (exit code, output, seconds).
+
+    The runner process gets a scrubbed environment and its own session; past ``timeout`` the whole
+    group is killed and `TimeoutError` raised.
+    """
+    import signal
+    import subprocess
+    import time
+    from pathlib import Path
+
+    from ..verify.pool import scrubbed_env
+    wd = Path(workdir)
+    wd.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (wd / name).write_text(text)
+    (wd / "request.json").write_text(json.dumps(dict(request, iterations=iterations)))
+    extra = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    if gpu is not None:
+        extra["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    start = time.monotonic()
+    proc = subprocess.Popen([*prefix, sys.executable, "-m", "kforge.profile.runner", str(wd)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=scrubbed_env(extra), cwd=str(wd),
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise TimeoutError(f"{prefix[0]} did not finish within {timeout:g} s") from None
+    (wd / "profiler.log").write_text(out)
+    return proc.returncode, out, time.monotonic() - start
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = argv if argv is not None else sys.argv[1:]
     workdir = argv[0]
     os.chdir(workdir)
     with open("request.json") as fh:
         req = json.load(fh)
-    from ..verify.worker import Harness, _Verdict
+    from ..verify.harness import Harness, HarnessVerdict
     h = Harness(req)
     try:
         h.setup(flush_l2=True)
         h.load_reference()
         model = h.load_candidate() if req.get("which", "candidate") == "candidate" else h.ref_model
-    except _Verdict as v:
+    except HarnessVerdict as v:
         print(f"kforge-runner: cannot load: {v.state}: {v.message}", file=sys.stderr)
         return 3
     torch = h.torch

@@ -11,13 +11,13 @@ FORWARD = "kforge_forward"
 
 def run_in_worker(req: dict[str, Any]) -> dict[str, Any]:
     """Worker request ``profile_torch``: profile ``iterations`` forward calls of the candidate."""
-    from ..verify.worker import Harness, _Verdict
+    from ..verify.harness import Harness, HarnessVerdict
     h = Harness(req)
     try:
         h.setup(flush_l2=True)
         h.load_reference()
         model = h.load_candidate() if req.get("which", "candidate") == "candidate" else h.ref_model
-    except _Verdict as v:
+    except HarnessVerdict as v:
         return {"error": f"{v.state}: {v.message}"}
     torch = h.torch
     from torch.profiler import ProfilerActivity, profile, record_function

@@ -72,6 +72,16 @@ def _line(node: ast.AST) -> int | None:
     return getattr(node, "lineno", None)
 
 
+def _imports(tree: ast.Module):
+    """(node, module name) for every import statement."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                yield node, a.name
+        elif isinstance(node, ast.ImportFrom):
+            yield node, node.module or ""
+
+
 def _kernel_names(tree: ast.Module, aliases: dict[str, str]) -> set[str]:
     """Names bound to kernels: results of load_inline/load, and @triton.jit functions."""
     kernels = set()
@@ -182,14 +192,9 @@ def _monkey_patch(tree: ast.Module, source: str, backend: Backend, problem: Prob
 @rule("threads_processes")
 def _threads(tree: ast.Module, source: str, backend: Backend, problem: Problem | None) -> list[Finding]:
     aliases = _aliases(tree)
-    out = []
+    out = [Finding("threads_processes", f"imports {n}: work in other threads or processes escapes the timed region",
+                   _line(node)) for node, n in _imports(tree) if n in THREADS or n.split(".")[0] in THREADS]
     for node in ast.walk(tree):
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
-            for n in names:
-                if n in THREADS or n.split(".")[0] in THREADS:
-                    out.append(Finding("threads_processes", f"imports {n}: work in other threads or processes escapes "
-                                       "the timed region", _line(node)))
         if isinstance(node, ast.Call):
             d = _dotted(node.func, aliases) or ""
             if d.startswith("os.") and d.split(".")[1] in OS_PROCESS:
@@ -208,15 +213,10 @@ def _threads(tree: ast.Module, source: str, backend: Backend, problem: Problem |
 @rule("introspection")
 def _introspection(tree: ast.Module, source: str, backend: Backend, problem: Problem | None) -> list[Finding]:
     aliases = _aliases(tree)
-    out = []
+    out = [Finding("introspection", f"imports {n}: reading the grader's state is not allowed", _line(node))
+           for node, n in _imports(tree) if n.split(".")[0] in INTROSPECTION_MODULES or n.startswith("kforge")]
     for node in ast.walk(tree):
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
-            for n in names:
-                if n.split(".")[0] in INTROSPECTION_MODULES or n.startswith("kforge"):
-                    out.append(Finding("introspection", f"imports {n}: reading the grader's state is not allowed",
-                                       _line(node)))
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in INTROSPECTION_CALLS:
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in INTROSPECTION_CALLS:
             out.append(Finding("introspection", f"calls {node.func.id}()", _line(node)))
         elif isinstance(node, ast.Attribute) and node.attr in INTROSPECTION_ATTRS:
             d = _dotted(node, aliases) or node.attr

@@ -9,6 +9,9 @@ that would fool a weaker harness into a ``cheat_detected`` verdict naming what c
 from __future__ import annotations
 
 import importlib
+import os
+import sys
+import sysconfig
 import threading
 from typing import Any
 
@@ -23,7 +26,7 @@ WATCHED: tuple[tuple[str, str], ...] = (
     ("torch.cuda", "synchronize"), ("torch.cuda", "current_stream"), ("torch.cuda.Event", "elapsed_time"),
     ("torch.cuda.Event", "record"), ("torch.cuda.Event", "synchronize"), ("torch.utils.cpp_extension", "load_inline"),
     ("kforge.verify.compare", "compare_tensor"), ("kforge.verify.compare", "check_structure"),
-    ("kforge.verify.compare", "check_degenerate"), ("kforge.verify.worker", "import_file"),
+    ("kforge.verify.compare", "check_degenerate"), ("kforge.verify.harness", "import_file"),
     ("threading.Thread", "start"), ("_thread", "start_new_thread"),
 )
 FLAGS: tuple[tuple[str, str], ...] = (
@@ -51,21 +54,44 @@ def _library_thread(t: Any) -> bool:
 
 
 _STARTED: list[Any] = []
+CANDIDATE_FILE = "candidate.py"
+"""The file the harness imports candidate code from; a thread started with it on the stack is the candidate's."""
+
+
+_STDLIB = sysconfig.get_paths()["stdlib"]
+
+
+def _in_stdlib(filename: str) -> bool:
+    # A Python without a venv keeps site-packages under the stdlib folder: those are libraries.
+    return filename.startswith(_STDLIB) and "-packages" not in filename
+
+
+def _from_candidate() -> bool:
+    """Whose thread is it? The first frame above the start that is not the standard library decides:
+    the candidate's file, or a library's (torch.compile, Triton) when they start threads for themselves."""
+    frame = sys._getframe(2)
+    while frame is not None and _in_stdlib(frame.f_code.co_filename):
+        frame = frame.f_back
+    return frame is not None and os.path.basename(frame.f_code.co_filename) == CANDIDATE_FILE
 
 
 def _record_thread_starts() -> None:
-    """Wrap thread creation once per process: a thread that already finished still counts."""
+    """Wrap thread creation once per process: every thread the candidate's code starts is recorded,
+    even one that has finished by the time anyone looks. Threads torch.compile or Triton start for
+    themselves (no candidate code on the stack when they start) are not the candidate's."""
     import _thread
     if getattr(threading.Thread.start, "_kforge", False):
         return
     orig_start, orig_new = threading.Thread.start, _thread.start_new_thread
 
     def start(self, *args, **kwargs):
-        _STARTED.append(self)
+        if _from_candidate():
+            _STARTED.append(self)
         return orig_start(self, *args, **kwargs)
 
     def start_new_thread(function, *args, **kwargs):
-        _STARTED.append(function)
+        if _from_candidate():
+            _STARTED.append(function)
         return orig_new(function, *args, **kwargs)
 
     start._kforge = start_new_thread._kforge = True
@@ -91,8 +117,7 @@ class Tripwire:
         self.rebaseline_threads()
 
     def rebaseline_threads(self) -> None:
-        """Threads alive or started so far are the harness's (e.g. after torch.compile started its own)."""
-        self._threads = {t.ident for t in threading.enumerate()}
+        """Forget threads started so far (the harness's own set-up)."""
         _STARTED.clear()
 
     def check(self) -> tuple[str, str] | None:
@@ -109,11 +134,6 @@ class Tripwire:
             owner, attr = name.rsplit(".", 1)
             if getattr(_resolve(owner), attr, value) != value:
                 return "numerics_changed", f"the candidate changed {name} (the reference runs with it at {value})"
-        extra = [t for t in threading.enumerate()
-                 if t.ident not in self._threads and t.is_alive() and not _library_thread(t)]
-        if extra:
-            return "threads", (f"the candidate left {len(extra)} thread(s) running ({extra[0].name}): work outside "
-                               "the timed call")
         started = [t for t in _STARTED if not _library_thread(t)]
         if started:
             name = getattr(started[0], "name", getattr(started[0], "__name__", "?"))

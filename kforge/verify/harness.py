@@ -1,0 +1,215 @@
+"""Loading a problem and a candidate inside a worker process: the part verifying and profiling share.
+
+Order matters: numerics, device and the trusted clock are set up, the reference model is built, and
+only then is candidate code imported (with the tripwire's snapshot taken just before).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import random
+import secrets
+import sys
+import time
+import traceback
+import warnings
+from pathlib import Path
+from typing import Any
+
+from ..backends import WorkerContext, from_spec
+from ..problems import Problem
+from .config import VerifyConfig
+from .timing import l2_flush_bytes
+
+TAIL = 6000
+
+
+_PHASES: dict[str, float] = {}
+_CURRENT: list[tuple[str, float]] = []
+
+
+def phase(name: str) -> None:
+    """Leave a marker, so a timeout can say how far the candidate got; time each phase."""
+    now = time.monotonic()
+    if _CURRENT:
+        prev, since = _CURRENT.pop()
+        _PHASES[prev] = round(_PHASES.get(prev, 0.0) + now - since, 4)
+    _CURRENT.append((name, now))
+    with contextlib.suppress(OSError):
+        Path("phase").write_text(name)
+
+
+def phase_times() -> dict[str, float]:
+    """Seconds spent in each phase so far (the current one included)."""
+    out = dict(_PHASES)
+    if _CURRENT:
+        name, since = _CURRENT[-1]
+        out[name] = round(out.get(name, 0.0) + time.monotonic() - since, 4)
+    return out
+
+
+def import_file(path: str | Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, str(path))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def tail(text: str, n: int = TAIL) -> str:
+    return text if len(text) <= n else "..." + text[-n:]
+
+
+class HarnessVerdict(Exception):
+    """Raised inside a run to stop with a verdict."""
+
+    def __init__(self, state: str, message: str, **extra: Any):
+        super().__init__(message)
+        self.state, self.message, self.extra = state, message, extra
+
+
+class Harness:
+    """Loads a problem and a candidate in this process, the same way for verifying and for profiling."""
+
+    def __init__(self, req: dict[str, Any]):
+        self.req = req
+        self.cfg = VerifyConfig.from_dict(req["config"])
+        self.problem = Problem.from_dict(req["problem"])
+        self.backend = from_spec(req["backend"])
+        seed = self.cfg.seed
+        self.rng = random.Random(seed) if seed is not None else secrets.SystemRandom()
+        self.notes: list[str] = []
+
+    def draw(self) -> int:
+        return self.rng.randrange(1 << 62)
+
+    def setup(self, flush_l2: bool = True) -> None:
+        """Numerics, device, trusted clock, backend — all before any candidate code is imported."""
+        import torch
+        import torch._dynamo  # noqa: F401 - importing it rebinds torch.manual_seed & co; do it before the tripwire
+        self.torch = torch
+        warnings.filterwarnings("ignore", message=".*[Dd]eterministic.*")
+        # Always set: after fork, torch's and a candidate's OpenMP regions disagree on the thread count
+        # until this is called (measured: 8 ms instead of 2 us for a tiny OpenMP loop).
+        torch.set_num_threads(self.cfg.cpu_threads or torch.get_num_threads())
+        # The reference runs in true fp32: TF32 would make it ~1e-3 off and excuse the same in a candidate.
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        self.device = torch.device(self.backend.device)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(0)
+        flush = l2_flush_bytes() if self.device.type == "cuda" and flush_l2 else 0
+        self.clock = self.backend.make_clock(flush)  # trusted: made before any candidate code exists
+        self.backend.prepare(WorkerContext(cache_dir=self.req["cache_dir"], arch=self.req.get("arch")))
+
+    def load_reference(self) -> None:
+        torch = self.torch
+        try:
+            self.ref_mod = import_file("problem.py", "kforge_reference")
+            self.weight_seed = self.draw()
+            torch.manual_seed(self.weight_seed)
+            with torch.device(self.device):
+                self.init_inputs = list(self.ref_mod.get_init_inputs())
+            self.ref_model = self._construct(self.ref_mod.Model)
+        except Exception:
+            raise HarnessVerdict("runtime_error", "the reference program failed to build its model; this is a bug "
+                           "in the problem, not in the candidate",
+                           evidence={"traceback": tail(traceback.format_exc())}) from None
+
+    # -- pieces ------------------------------------------------------------------------------------
+    def _construct(self, cls):
+        torch = self.torch
+        torch.manual_seed(self.weight_seed)
+        with torch.device(self.device):
+            model = cls(*self.init_inputs)
+        return model.to(self.device) if hasattr(model, "to") else model
+
+    def inputs(self, seed: int) -> list[Any]:
+        torch = self.torch
+        torch.manual_seed(seed)
+        with torch.device(self.device):
+            inputs = list(self.ref_mod.get_inputs())
+        return [x.to(self.device) if isinstance(x, torch.Tensor) else x for x in inputs]
+
+    def _clone(self, inputs: list[Any]) -> list[Any]:
+        return [x.clone() if isinstance(x, self.torch.Tensor) else x for x in inputs]
+
+    def _fail_exception(self, exc: BaseException, where: str) -> HarnessVerdict:
+        from ..backends.build import CompilationError
+        if isinstance(exc, CompilationError):
+            return HarnessVerdict("compilation_failure", f"the candidate's extension does not build ({where})",
+                            evidence={"compiler_log": tail(exc.log)})
+        state = self.backend.classify(exc)
+        tb = tail("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+        if state == "compilation_failure":
+            return HarnessVerdict(state, f"the candidate's kernel does not compile ({where}): {first_line(exc)}",
+                            evidence={"compiler_log": tb})
+        if isinstance(exc, SyntaxError):
+            return HarnessVerdict("compilation_failure", f"Python syntax error in the candidate: line {exc.lineno}: "
+                            f"{exc.msg}", evidence={"compiler_log": tb})
+        kind = "CUDA error" if "CUDA" in str(exc) or "cuda" in type(exc).__name__.lower() else type(exc).__name__
+        return HarnessVerdict("runtime_error", f"{kind} {where}: {first_line(exc)}", evidence={"traceback": tb})
+
+    def load_candidate(self):
+        from .tripwire import Tripwire
+        self.tripwire = Tripwire()  # everything the harness set up is the baseline
+        try:
+            mod = import_file("candidate.py", "kforge_candidate")
+        except BaseException as exc:  # noqa: BLE001 - SystemExit from a candidate is its error too
+            raise self._fail_exception(exc, "while importing the candidate") from None
+        if not hasattr(mod, "ModelNew"):
+            raise HarnessVerdict("generation_failure", "the program defines no `ModelNew`")
+        try:
+            model = self._construct(mod.ModelNew)
+        except BaseException as exc:  # noqa: BLE001
+            raise self._fail_exception(exc, "while constructing ModelNew") from None
+        self._share_weights(model)
+        self.trip("after loading the candidate")
+        return model
+
+    def trip(self, where: str) -> None:
+        found = self.tripwire.check()
+        if found:
+            raise HarnessVerdict("cheat_detected", f"{found[1]} ({where})", rule=found[0])
+
+    def _share_weights(self, model) -> None:
+        """Same names, shapes and dtypes as the reference: give it the reference's exact weights."""
+        try:
+            ref_sd, sd = self.ref_model.state_dict(), model.state_dict()
+        except Exception:  # noqa: BLE001 - not an nn.Module: nothing to share
+            return
+        if ref_sd.keys() == sd.keys() and all(ref_sd[k].shape == sd[k].shape and ref_sd[k].dtype == sd[k].dtype
+                                              for k in ref_sd):
+            model.load_state_dict(ref_sd)
+
+    @contextlib.contextmanager
+    def _poisoned_allocations(self):
+        """NaN-fill every uninitialised allocation (torch.empty & co, in Python or C++) while checking."""
+        torch = self.torch
+        prev = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        fill = getattr(torch.utils, "deterministic", None)
+        prev_fill = fill.fill_uninitialized_memory if fill else None
+        if fill:
+            fill.fill_uninitialized_memory = True
+        try:
+            yield
+        finally:
+            torch.use_deterministic_algorithms(prev[0], warn_only=prev[1])
+            if fill:
+                fill.fill_uninitialized_memory = prev_fill
+
+    def _call(self, model, inputs, where: str):
+        try:
+            out = model(*inputs)
+            self.clock.sync()
+            return out
+        except BaseException as exc:  # noqa: BLE001
+            raise self._fail_exception(exc, where) from None
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    return lines[0][:300] if lines else type(exc).__name__
