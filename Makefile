@@ -30,7 +30,7 @@ MLFLOW_PORT ?= 5000
 MODELS ?= gpt-5
 BACKENDS ?= $(DEMO_BACKEND)
 LEVELS ?= 1,2,3
-ITERATIONS ?= 5
+ITERATIONS ?=
 KERNELBENCH ?=
 REPRODUCE_ARGS ?=
 
@@ -43,7 +43,8 @@ ui: ## browse the runs: mlflow ui on ./mlflow.db (http://127.0.0.1:$(MLFLOW_PORT
 
 reproduce: ## the paper's ablations (MODELS=gpt-5,claude-opus BACKENDS=cuda LEVELS=1,2,3 KERNELBENCH=dir), then the tables
 	$(PYTHON) pipelines/reproduce.py --models $(MODELS) --backends $(BACKENDS) --levels $(LEVELS) \
-		--iterations $(ITERATIONS) $(if $(KERNELBENCH),--kernelbench $(KERNELBENCH)) $(if $(REPRODUCE_ARGS),-- $(REPRODUCE_ARGS))
+		$(if $(ITERATIONS),--iterations $(ITERATIONS)) $(if $(KERNELBENCH),--kernelbench $(KERNELBENCH)) \
+		$(if $(REPRODUCE_ARGS),-- $(REPRODUCE_ARGS))
 
 tables: ## rebuild the ablation tables and plots in results/ from ./mlflow.db
 	$(PYTHON) pipelines/tables.py
