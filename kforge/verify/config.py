@@ -55,6 +55,9 @@ class VerifyConfig:
     """Wall-clock limit for the build phase (compiling the candidate's extensions)."""
     compile_ref: bool = True
     """Also time ``torch.compile`` of the reference (slow to compile on CPU: inductor builds C++)."""
+    compile_ref_reuse: bool = True
+    """Time the compile reference once per problem and GPU model in a `Verifier` and reuse that median
+    (KernelBench stores its baselines likewise); False re-times it, interleaved, in every verification."""
     compile_mode: str | None = None
     """``torch.compile`` mode for the compile reference (None is inductor's default)."""
     require_kernel: bool = True

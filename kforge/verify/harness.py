@@ -97,10 +97,12 @@ class Harness:
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
         self.device = torch.device(self.backend.device)
+        phase("setup: device")  # the CUDA context is made here, in each child (it cannot survive a fork)
         if self.device.type == "cuda":
             torch.cuda.set_device(0)
         flush = l2_flush_bytes() if self.device.type == "cuda" and flush_l2 else 0
         self.clock = self.backend.make_clock(flush)  # trusted: made before any candidate code exists
+        phase("setup: backend")
         self.backend.prepare(WorkerContext(cache_dir=self.req["cache_dir"], arch=self.req.get("arch")))
 
     def load_reference(self) -> None:

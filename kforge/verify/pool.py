@@ -63,9 +63,11 @@ class Zygote:
         self._buf = b""
         self.kind = ""
         ready = self._read_line(start_timeout)
-        if ready is None or not json.loads(ready).get("ready"):
+        hello = json.loads(ready) if ready else {}
+        if not hello.get("ready"):
             self.close()
             raise WorkerLost(f"worker {label} did not start: {self.log_tail()}")
+        self.preload: list[str] = hello.get("preload", [])  # modules its children start with
 
     def log_tail(self, n: int = 3000) -> str:
         try:

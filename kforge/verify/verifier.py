@@ -5,7 +5,11 @@ The caller's process never executes candidate code: it parses it, and hands it t
 
 from __future__ import annotations
 
+import hashlib
+import json
+import threading
 import time
+from dataclasses import replace
 from typing import Any
 
 from ..backends import Backend, get_backend
@@ -31,6 +35,8 @@ class Verifier:
         """Rules to disable; whether a kernel is required comes from each call's `VerifyConfig`."""
         self._own_pool = pool is None
         self.pool = pool or WorkerPool()
+        self._compile_refs: dict[str, TimingStats] = {}  # see VerifyConfig.compile_ref_reuse
+        self._lock = threading.Lock()
 
     def close(self) -> None:
         if self._own_pool:
@@ -83,7 +89,11 @@ class Verifier:
             return Verdict(State.CHEAT_DETECTED, denied[0].message, rule=denied[0].rule,
                            evidence=Evidence(findings=[f.to_dict() for f in findings]))
         files = {"problem.py": problem.source, "candidate.py": candidate.source}
-        request = {"problem": problem.to_dict(), "backend": backend.spec(), "config": cfg.to_dict(),
+        ref_key = self._compile_ref_key(problem, backend, kinds, cfg)
+        with self._lock:
+            known_ref = self._compile_refs.get(ref_key) if ref_key else None
+        run_cfg = replace(cfg, compile_ref=False) if known_ref else cfg
+        request = {"problem": problem.to_dict(), "backend": backend.spec(), "config": run_cfg.to_dict(),
                    "arch": self.arch(backend, kinds)}
 
         build = self.pool.request("build", dict(request, kind="build"), files, cfg.build_timeout_s)
@@ -112,6 +122,13 @@ class Verifier:
         verdict = self._from_reply(reply, cfg)
         verdict.device = info.get("device", kind)
         verdict.build = build_info
+        if known_ref and verdict.runtime:
+            verdict.compile_ref = known_ref
+            verdict.evidence.notes.append("torch.compile reference: the median timed in this problem's first "
+                                          "verification on this GPU model (verify.compile_ref_reuse)")
+        elif ref_key and verdict.compile_ref:
+            with self._lock:
+                self._compile_refs.setdefault(ref_key, verdict.compile_ref)
         if verdict.correct and (problem.flops or problem.bytes):
             from ..profile.ceilings import floor_ms
             verdict.floor_ms = floor_ms(problem, self.pool.ceilings(kind, backend.spec()), backend.device)
@@ -121,6 +138,17 @@ class Verifier:
                 verdict.message = (f"{verdict.runtime.median_ms:.4f} ms is faster than the problem's roofline floor "
                                    f"({verdict.floor_ms:.4f} ms) allows on this device")
         return verdict
+
+    def _compile_ref_key(self, problem: Problem, backend: Backend, kinds: list[str], cfg: VerifyConfig) -> str | None:
+        """Same problem (source and sizes), same GPU model on every device it may land on, same timing."""
+        if not (cfg.compile_ref and cfg.compile_ref_reuse and not cfg.skip_timing):
+            return None
+        devices = {self.pool.device_info(k, backend.spec()).get("device") for k in kinds}
+        if len(devices) != 1:
+            return None
+        blob = json.dumps([problem.to_dict(), devices.pop(), cfg.compile_mode, cfg.to_dict()["timing"]],
+                          sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()
 
     def _from_reply(self, reply: dict[str, Any], cfg: VerifyConfig) -> Verdict:
         tail = reply.get("output_tail") or None

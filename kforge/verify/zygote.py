@@ -22,26 +22,35 @@ import traceback
 OUTPUT_TAIL = 6000
 
 
-def _preload() -> None:
+# What a zygote imports before forking, most first. A GPU zygote falls back down this list when a level
+# leaves its forked children unable to use CUDA (see _preload).
+PRELOAD_LEVELS = (("torch.utils.cpp_extension", "torch._dynamo", "torch._inductor.compile_fx", "triton"),
+                  ("torch.utils.cpp_extension", "torch._dynamo"), ())
+
+
+def _preload(level: int) -> bool:
+    """Import what every child needs once; False when that left forked children unable to use CUDA."""
+    import importlib
+
     import torch  # the point is to have it imported before forking
     from . import worker  # noqa: F401
-    if os.environ.get("CUDA_VISIBLE_DEVICES", "") not in ("", "-1"):
-        # A GPU worker imports nothing more. With the compiler stack preloaded, children on an H200 failed
-        # with "Cannot re-initialize CUDA in forked subprocess": something in those imports asks CUDA for
-        # the device count, which marks every later fork as unable to use the GPU (torch.cuda stays
-        # uninitialised, so the check below cannot see it).
-        if torch.cuda.is_initialized():
-            raise RuntimeError("CUDA was initialised in the worker before forking; children could not use it")
-        return
-    try:  # ~2.5 s a child would otherwise spend importing the compiler for the torch.compile reference
-        import torch._dynamo  # noqa: F401
-        import torch._inductor.compile_fx  # noqa: F401
-    except Exception:  # noqa: BLE001 - the compile reference then reports its own failure
-        pass
-    try:  # Triton's import is slow; in CPU workers TRITON_INTERPRET is set, so it is harmless to preload.
-        import triton  # noqa: F401
-    except Exception:  # noqa: BLE001 - triton is optional
-        pass
+    for name in PRELOAD_LEVELS[level]:  # ~2.5 s a child would otherwise spend importing the compiler
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - optional (triton), or the compile reference reports its failure
+            pass
+    if os.environ.get("CUDA_VISIBLE_DEVICES", "") in ("", "-1"):
+        return True
+    # Some imports ask CUDA for the device count, which marks every later fork as unable to use the GPU
+    # ("Cannot re-initialize CUDA in forked subprocess", seen on an H200) while torch.cuda stays
+    # uninitialised here, so only a forked child can tell. One probe fork settles it.
+    if torch.cuda.is_initialized():
+        return False
+    pid = os.fork()
+    if pid == 0:
+        os._exit(1 if torch.cuda._is_in_bad_fork() else 0)
+    _, status = os.waitpid(pid, 0)
+    return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
 
 
 def _read_tail(path: str, n: int = OUTPUT_TAIL) -> str:
@@ -151,8 +160,15 @@ def main() -> None:
     proto = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # anything printed by imports goes to the log, never into the protocol
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C in the caller's terminal is the caller's to handle
-    _preload()
-    proto.write(json.dumps({"ready": True, "pid": os.getpid()}) + "\n")
+    level = int(os.environ.get("KFORGE_ZYGOTE_PRELOAD", "0"))
+    if not _preload(level) and level + 1 < len(PRELOAD_LEVELS):
+        # Start again importing less: slower children, but children that can use the GPU.
+        print(f"kforge zygote: preload level {level} poisons CUDA in forked children; trying {level + 1}",
+              file=sys.stderr)
+        os.dup2(proto.fileno(), 1)
+        os.environ["KFORGE_ZYGOTE_PRELOAD"] = str(level + 1)
+        os.execv(sys.executable, [sys.executable, "-m", "kforge.verify.zygote"])
+    proto.write(json.dumps({"ready": True, "pid": os.getpid(), "preload": list(PRELOAD_LEVELS[level])}) + "\n")
     for line in sys.stdin:
         line = line.strip()
         if not line:

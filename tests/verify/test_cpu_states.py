@@ -48,6 +48,14 @@ def test_compile_reference_is_timed(verifier, relu):
     for key in ("state", "correct", "speedup_eager", "speedup_compile", "runtime_ms", "ref_runtime_ms",
                 "compile_ref_runtime_ms", "message"):
         assert key in d
+    # The next candidate for the same problem reuses that median instead of compiling the reference again.
+    again = verifier.verify(relu, candidate("cpu", "relu_explicit_include.py"), "cpu",
+                            config=fast_config(compile_ref=True))
+    assert again.compile_ref == v.compile_ref and again.speedup_compile > 0, again.summary()
+    assert any("compile_ref_reuse" in n for n in again.evidence.notes)
+    fresh = verifier.verify(relu, candidate("cpu", "relu_ok.py"), "cpu",
+                            config=fast_config(compile_ref=True, compile_ref_reuse=False))
+    assert fresh.compile_ref is not None and fresh.compile_ref != v.compile_ref
 
 
 @pytest.mark.parametrize("name,state,needle", [
