@@ -25,8 +25,9 @@ want latency && { python3 benchmarks/verify_latency.py --backends cuda --problem
     --json "$OUT/latency.json" > "$OUT/latency.txt" 2>&1; tail -12 "$OUT/latency.txt"; }
 want compile && step "compile speed"
 want compile && { python3 benchmarks/compile_speed.py --backend cuda > "$OUT/compile_speed.txt" 2>&1; tail -4 "$OUT/compile_speed.txt"; }
-want demo && step "demo: cuda backend, ncu profiles, rule-based analyst"
+want demo && step "demo: cuda backend, ncu profiles, rule-based analyst, 4 problems"
 want demo && { python3 pipelines/synthesize.py experiment=demo backend=cuda profiler=ncu analysis=rules \
+    'problems.names=[level1/1_ReLU,level1/2_Softmax,level2/1_Gemm_Bias_GELU,level3/2_AttentionBlock]' \
     tracking.uri="sqlite:////tmp/kforge-gpu-demo.db" > "$OUT/demo.txt" 2>&1; tail -18 "$OUT/demo.txt"
   f=$(find mlartifacts /tmp -name profile.csv 2>/dev/null | head -1); [ -n "$f" ] && cp "$f" "$OUT/ncu_profile.csv"; }
 step done

@@ -7,6 +7,7 @@ import signal
 import sys
 import tempfile
 import threading
+import traceback
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -270,6 +271,14 @@ def _run_tracked(conf, conf_yaml, problems, backend, agent, verifier, loop_cfg, 
             run_ids[problem.key] = rid
             try:
                 result = super().run(problem, reference, start, prior, last_code, last_verdict)
+            except Exception:  # noqa: BLE001 - a bug in kforge: record it where the user will look, go on
+                result = prior or ProblemResult(problem)
+                result.error = traceback.format_exc()
+                tracker.end_problem(rid, result, status="FAILED")
+                last = result.error.strip().splitlines()[-1]
+                bar.write(f"{problem.key:<34} kforge failed on this problem ({last}); the traceback is "
+                          f"error.txt in MLflow run {rid}, and a rerun retries it")
+                return result
             except BaseException:
                 tracker.kill(rid)
                 raise

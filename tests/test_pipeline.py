@@ -145,3 +145,18 @@ def test_llm_analyst_recommendation_reaches_the_optimise_prompt(tmp_path, pool):
     run(config(tmp_path, "loop.iterations=2", "profiler=torch", "analysis=llm"), llm=model, pool=pool)
     assert "Profile digest" in model.prompts[1][0]["content"]
     assert "Do this: unroll the inner loop by 4" in model.prompts[2][1]["content"]
+
+
+def test_a_kforge_bug_fails_that_problem_loudly_and_keeps_its_record(tmp_path, pool, monkeypatch, capsys):
+    from kforge.loop import ProblemLoop
+
+    def broken(self, problem, *args, **kwargs):
+        raise RuntimeError("boom inside kforge")
+    monkeypatch.setattr(ProblemLoop, "run", broken)
+    result = run(config(tmp_path, "loop=single_shot"), llm=scripted(fenced("relu_ok.py")), pool=pool)
+    assert "boom inside kforge" in result.results[0].error
+    assert "kforge failed on this problem (RuntimeError: boom inside kforge)" in capsys.readouterr().out
+    client, problems, _ = problem_runs(tmp_path)
+    assert problems[0].info.status == "FAILED"
+    error = client.download_artifacts(problems[0].info.run_id, "error.txt", str(tmp_path))
+    assert "boom inside kforge" in Path(error).read_text()

@@ -135,12 +135,16 @@ class ProfilingAdvisor:
         out = self.workdir / f"analysis-{uuid.uuid4().hex[:8]}"
         out.mkdir(parents=True, exist_ok=True)
         files = dict(profile.raw_files) if profile else {}
-        (out / "digest.json").write_text(json.dumps(digest.to_dict(), indent=1, default=str))
-        files["digest"] = str(out / "digest.json")
         png = None
         if self.render and (profile is not None or self.analysis != "off"):
-            png = render_png(digest, out / "digest.png")
-            files["digest_png"] = str(png)
+            try:
+                png = render_png(digest, out / "digest.png")
+                files["digest_png"] = str(png)
+            except Exception as exc:  # noqa: BLE001 - a picture is a convenience, never worth a problem
+                png = None
+                digest.notes.append(f"could not draw the digest: {type(exc).__name__}: {exc}")
+        (out / "digest.json").write_text(json.dumps(digest.to_dict(), indent=1, default=str))
+        files["digest"] = str(out / "digest.json")
         if self.analysis == "llm":
             rec = self.agent.analyse(problem, code, verdict, digest, png)
         elif self.analysis == "rules":

@@ -3,12 +3,24 @@ mirroring the paper's profiler screenshots)."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from .digest import Digest
 
+# Problem loops run in threads and matplotlib is not thread-safe (its mathtext parser keeps shared
+# state: two digests drawn at once failed with "pop from empty list"), so one picture at a time.
+_LOCK = threading.Lock()
+
 
 def render_png(d: Digest, path: str | Path) -> Path:
+    import matplotlib
+    # Kernel names are not TeX: a "$" in one would otherwise be parsed as mathtext.
+    with _LOCK, matplotlib.rc_context({"text.parse_math": False}):
+        return _render(d, Path(path))
+
+
+def _render(d: Digest, path: Path) -> Path:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -48,7 +60,6 @@ def render_png(d: Digest, path: str | Path) -> Path:
     ax2.set_title(f"{d.tool} on {d.device[:40]}", fontsize=10)
     ax2.invert_yaxis()
     fig.tight_layout()
-    path = Path(path)
     fig.savefig(path)
     plt.close(fig)
     return path

@@ -168,8 +168,12 @@ class WorkerPool:
                                  "MAX_JOBS": str(max(1, cpus // self.build_workers))})
         if kind == "cpu":
             return scrubbed_env({"CUDA_VISIBLE_DEVICES": "", "TRITON_INTERPRET": "1"})
-        # nvidia-smi numbers GPUs in PCI order; make CUDA agree.
-        return scrubbed_env({"CUDA_VISIBLE_DEVICES": kind.split(":", 1)[1], "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
+        # nvidia-smi numbers GPUs in PCI order; make CUDA agree. torch.cuda.is_available() asks the CUDA
+        # runtime (which forbids CUDA in every later fork) unless told to ask NVML: the compiler stack
+        # calls it at import, and the zygote wants that stack imported before it forks (seen on an H100: without
+        # this, both preload levels that import torch._dynamo left children unable to use CUDA).
+        return scrubbed_env({"CUDA_VISIBLE_DEVICES": kind.split(":", 1)[1], "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+                             "PYTORCH_NVML_BASED_CUDA_CHECK": "1"})
 
     def _count(self, kind: str) -> int:
         return {"build": self.build_workers, "cpu": self.cpu_workers}.get(kind, 1)
@@ -245,6 +249,11 @@ class WorkerPool:
         finally:
             if not self.keep_workdirs:
                 shutil.rmtree(workdir, ignore_errors=True)
+
+    def preloads(self) -> dict[str, list[str]]:
+        """What each started worker imported before forking (a GPU one may have had to import less)."""
+        with self._lock:
+            return {z.label: z.preload for z in self._all if z.alive()}
 
     def device_info(self, kind: str, backend_spec: dict[str, Any]) -> dict[str, Any]:
         """Name, capability etc. of a slot's device (probed once in a child, cached)."""

@@ -68,13 +68,21 @@ class CudaClock:
         self._sync()
 
     def flush(self) -> None:
-        """Overwrite a buffer larger than L2 so no input or weight is still cached."""
+        """Overwrite a buffer larger than L2 so no input or weight is still cached (for untimed runs)."""
         if self._flush_buf is not None:
             self._zero(self._flush_buf)
 
     def time(self, fn: Callable[[], Any]) -> tuple[float, float, Any]:
+        """Time one call with L2 flushed first.
+
+        The flush is queued, not waited for, before the start event (as triton's do_bench does): the
+        GPU is still busy with it while the host makes the call, so the events time the kernels and not
+        the Python launch path in front of them. With no flush, the host's launch latency is included.
+        """
         self._sync()
         h0 = self._perf()
+        if self._flush_buf is not None:
+            self._zero(self._flush_buf)
         self._record(self._start, self._stream)
         out = fn()
         self._record(self._end, self._stream)

@@ -108,3 +108,13 @@ def test_digest_without_profile_uses_the_roofline(tmp_path):
     assert d.kernels == [] and d.bound == "memory" and d.speed_of_light == 0.5
     png = render_png(d, tmp_path / "d.png")
     assert png.stat().st_size > 5000 and png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_digests_drawn_from_several_threads_at_once(tmp_path):
+    # Problem loops are threads; unguarded, matplotlib's shared text state broke a sweep this way.
+    from concurrent.futures import ThreadPoolExecutor
+    prof = gpu_profile(KernelStat("void k<$1>(float*)", 0.6), KernelStat("kernel$2", 0.4))
+    d = build(problem(1e6, 3e9), prof, time_ms=1.0, ceilings=H100, device="NVIDIA H100")
+    with ThreadPoolExecutor(4) as ex:
+        pngs = list(ex.map(lambda i: render_png(d, tmp_path / f"d{i}.png"), range(8)))
+    assert all(p.read_bytes()[:4] == b"\x89PNG" for p in pngs)

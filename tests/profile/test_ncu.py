@@ -1,7 +1,8 @@
 """Parsing ncu's raw CSV (`--csv --page raw --print-units base`) into a Profile.
 
-The fixture is written by hand in ncu's format (header row, units row, one row per launch, the
-==PROF== lines ncu mixes in); no real capture from a GPU has been committed yet.
+Two fixtures: one written by hand in ncu's format (header row, units row, one row per launch, the
+==PROF== lines ncu mixes in), and a real capture: the profile.csv `benchmarks/gpu_validation.sh` logged
+to MLflow for a hand-written SGEMM on an H100 (3 profiled calls, kforge's full metric set).
 """
 
 from pathlib import Path
@@ -14,6 +15,7 @@ from kforge.profile.rules import classify
 from kforge.problems import resolve_problem
 
 FIXTURE = Path(__file__).parent / "fixtures" / "ncu_raw_synthetic.csv"
+CAPTURE = Path(__file__).parent / "fixtures" / "ncu_raw_h100_capture.csv"
 
 
 def test_parse_rows_units_and_thousands_separators():
@@ -42,3 +44,19 @@ def test_unknown_metrics_are_dropped_not_fatal():
                             "made_up__metric.sum"], {"dram__throughput"})
     assert keep == ["dram__throughput.avg.pct_of_peak_sustained_elapsed", "launch__grid_size"]
     assert drop == ["made_up__metric.sum"]
+
+
+def test_real_h100_capture_parses_into_the_digest_metrics():
+    kernels = parse_raw_csv(CAPTURE.read_text())
+    assert [k.name for k in kernels] == ["void sgemm_kernel<0, 1>(GemmParams)"] * 3
+    report = NcuReport(kernels, iterations=3)
+    assert per_call_duration_ms(report) == pytest.approx([3.511296, 3.493408, 3.50384])
+    (k,) = to_profile(report, "NVIDIA H100 80GB HBM3").kernels
+    assert k.calls == 1 and k.time_ms == pytest.approx(3.502848, rel=1e-6)
+    m = k.metrics
+    # What the digest and the rules read, under kforge's names, with the values ncu reported.
+    assert m["sm_pct"] == pytest.approx(69.7, abs=0.1) and m["fma_pct"] == pytest.approx(61.95, abs=0.1)
+    assert m["dram_pct"] == pytest.approx(3.97, abs=0.01) and m["tensor_pct"] < 1
+    assert m["registers"] == 128 and m["occupancy_pct"] == pytest.approx(24.75, abs=0.1)
+    assert m["smem_static_bytes"] == 33792 and m["waves"] == pytest.approx(7.76)
+    assert m["stall_not_selected"] > m["stall_long_scoreboard"] > 0
