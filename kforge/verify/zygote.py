@@ -41,9 +41,10 @@ def _preload(level: int) -> bool:
             pass
     if os.environ.get("CUDA_VISIBLE_DEVICES", "") in ("", "-1"):
         return True
-    # Some imports ask CUDA for the device count, which marks every later fork as unable to use the GPU
-    # ("Cannot re-initialize CUDA in forked subprocess", seen on an H200) while torch.cuda stays
-    # uninitialised here, so only a forked child can tell. One probe fork settles it.
+    # cpp_extension and inductor call torch.cuda.is_available() at import. Unless NVML answers it (the
+    # pool sets PYTORCH_NVML_BASED_CUDA_CHECK=1), the CUDA runtime does, and every later fork then fails
+    # with "Cannot re-initialize CUDA in forked subprocess" while torch.cuda stays uninitialised here:
+    # only a forked child can tell. One probe fork settles it, whoever started this process.
     if torch.cuda.is_initialized():
         return False
     pid = os.fork()
