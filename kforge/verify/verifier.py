@@ -78,6 +78,16 @@ class Verifier:
         verdict.wall_s = time.monotonic() - start
         return verdict
 
+    def _request_retrying(self, kinds: list[str], payload: dict[str, Any], files: dict[str, str],
+                          timeout: float) -> dict[str, Any]:
+        """A lost worker (its process died under the candidate: a crash in the driver, a lost GPU, or the
+        candidate killing it) is retried once, on another device where there is one; a second loss raises."""
+        try:
+            return self.pool.request(kinds, payload, files, timeout)
+        except WorkerLost as exc:
+            others = [k for k in kinds if k != exc.kind] or kinds
+            return self.pool.request(others, payload, files, timeout)
+
     def _verify(self, problem: Problem, candidate: Candidate, backend: Backend, cfg: VerifyConfig) -> Verdict:
         if candidate.source is None:
             return Verdict(State.GENERATION_FAILURE, candidate.error or "no usable code")
@@ -96,7 +106,10 @@ class Verifier:
         request = {"problem": problem.to_dict(), "backend": backend.spec(), "config": run_cfg.to_dict(),
                    "arch": self.arch(backend, kinds)}
 
-        build = self.pool.request("build", dict(request, kind="build"), files, cfg.build_timeout_s)
+        try:
+            build = self._request_retrying(["build"], dict(request, kind="build"), files, cfg.build_timeout_s)
+        except WorkerLost as exc:
+            return Verdict(State.COMPILATION_FAILURE, f"the build process died twice under this candidate: {exc}")
         if build.get("timed_out"):
             return Verdict(State.TIMEOUT, f"building the candidate took longer than {cfg.build_timeout_s:g} s",
                            evidence=Evidence(output_tail=build.get("output_tail")))
@@ -107,16 +120,11 @@ class Verifier:
             return Verdict(State.COMPILATION_FAILURE, "the candidate does not build",
                            evidence=Evidence(compiler_log=result["compile_error"]), build=build_info)
 
-        # Any free GPU runs it. A lost worker (its process died under the candidate) is retried once,
-        # on another GPU where there is one; the second loss is the verdict.
+        # Any free GPU runs it.
         try:
-            reply = self.pool.request(kinds, dict(request, kind="run"), files, cfg.timeout_s)
+            reply = self._request_retrying(kinds, dict(request, kind="run"), files, cfg.timeout_s)
         except WorkerLost as exc:
-            others = [k for k in kinds if k != exc.kind] or kinds
-            try:
-                reply = self.pool.request(others, dict(request, kind="run"), files, cfg.timeout_s)
-            except WorkerLost as again:
-                return Verdict(State.RUNTIME_ERROR, f"the worker process died twice under this candidate: {again}")
+            return Verdict(State.RUNTIME_ERROR, f"the worker process died twice under this candidate: {exc}")
         kind = reply.get("kind") or kinds[0]
         info = self.pool.device_info(kind, backend.spec())
         verdict = self._from_reply(reply, cfg)
