@@ -49,10 +49,8 @@ def _from_mlflow(rcfg: dict[str, Any], problems: list[Problem], source: str, lan
     import tempfile
     from pathlib import Path
 
-    from mlflow.tracking import MlflowClient
-
-    from .tracking import default_uri
-    client = MlflowClient(tracking_uri=rcfg.get("tracking_uri") or uri or default_uri())
+    from .tracking import default_uri, open_client
+    client = open_client(rcfg.get("tracking_uri") or uri or default_uri())
     filters = [f"tags.backend = '{source}'", "tags.`kforge.kind` = 'problem'", "metrics.best_correct = 1"]
     if rcfg.get("run_id"):
         filters.append(f"tags.mlflow.parentRunId = '{rcfg['run_id']}'")

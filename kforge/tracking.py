@@ -68,36 +68,51 @@ def default_uri() -> str:
     return f"sqlite:///{Path.cwd() / 'mlflow.db'}"
 
 
+def _sqlite_path(uri: str) -> Path | None:
+    return Path(uri[len("sqlite:///"):]).resolve() if uri.startswith("sqlite:///") else None
+
+
+def open_client(uri: str):
+    """An MlflowClient for ``uri`` that retries while a SQLite store is locked.
+
+    A new SQLite store gets its tables on its first touch; two processes touching it at once (jobs
+    started together, or a reader such as `make tables` beside a starting sweep) race in that schema
+    migration and one dies. A lock file next to the database serialises the first touch.
+    """
+    from mlflow.tracking import MlflowClient
+    db = _sqlite_path(uri)
+    if db is None:
+        return _Retrying(MlflowClient(tracking_uri=uri))
+    import fcntl
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with open(str(db) + ".lock", "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        # MLflow creates and migrates the tables when it makes the client's store, or at its first call.
+        client = _Retrying(MlflowClient(tracking_uri=uri))
+        client.get_experiment_by_name("Default")
+    return client
+
+
 class Tracker:
     """Writes runs to one MLflow experiment."""
 
     def __init__(self, uri: str | None = None, experiment: str = "kforge", artifact_root: str | None = None):
         import mlflow
-        from mlflow.tracking import MlflowClient
         self.mlflow = mlflow
         self.uri = uri or default_uri()
         self._lock = threading.RLock()
         self.experiment = experiment
-        if self.uri.startswith("sqlite:///"):
-            # Jobs started together (joblib, Ray on one host) would otherwise both create the database
-            # and race in its schema migration; one lock file next to it serialises the first touch.
-            import fcntl
-            db = Path(self.uri[len("sqlite:///"):]).resolve()
-            db.parent.mkdir(parents=True, exist_ok=True)
-            with open(str(db) + ".lock", "a+") as fh:
-                fcntl.flock(fh, fcntl.LOCK_EX)
-                self.client = _Retrying(MlflowClient(tracking_uri=self.uri))
-                self.experiment_id = self._experiment_id(artifact_root or db.parent.joinpath("mlartifacts").as_uri())
-        else:
-            self.client = _Retrying(MlflowClient(tracking_uri=self.uri))
-            self.experiment_id = self._experiment_id(artifact_root)
+        self.client = open_client(self.uri)
+        db = _sqlite_path(self.uri)
+        # Keep artifacts next to a SQLite database, not in whatever directory the run started from.
+        location = artifact_root or (db.parent.joinpath("mlartifacts").as_uri() if db is not None else None)
+        self.experiment_id = self._experiment_id(location)
 
     def _experiment_id(self, location: str | None) -> str:
         exp = self.client.get_experiment_by_name(self.experiment)
         if exp is not None:
             return exp.experiment_id
         try:
-            # Keep artifacts next to a SQLite database, not in whatever directory the run started from.
             return self.client.create_experiment(self.experiment, artifact_location=location)
         except Exception:  # noqa: BLE001 - another job created it first
             exp = self.client.get_experiment_by_name(self.experiment)

@@ -19,14 +19,12 @@ from kforge.tables import ABLATIONS, build_all, to_markdown  # noqa: E402
 
 @hydra.main(config_path="../conf", config_name="tables", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    from mlflow.tracking import MlflowClient
-
-    from kforge.tracking import default_uri
+    from kforge.tracking import default_uri, open_client
     unknown = [a for a in cfg.ablations if a not in ABLATIONS]
     if unknown:
         print(f"kforge: unknown ablation(s) {unknown} (choose from {', '.join(ABLATIONS)})", file=sys.stderr)
         sys.exit(2)
-    client = MlflowClient(tracking_uri=cfg.tracking_uri or default_uri())
+    client = open_client(cfg.tracking_uri or default_uri())
     results = build_all(client, cfg.out_dir, list(cfg.ablations), cfg.baseline)
     for name, res in results.items():
         if not res["runs"]:

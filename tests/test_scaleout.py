@@ -8,10 +8,10 @@ import sys
 import time
 
 import pytest
-from mlflow.tracking import MlflowClient
 
 from kforge import REPO_DIR
 from kforge.pipeline import split_gpus
+from kforge.tracking import open_client
 from tests.test_pipeline import FAST
 
 SYNTH = str(REPO_DIR / "pipelines" / "synthesize.py")
@@ -19,7 +19,8 @@ TINY = [o for o in FAST if not o.startswith("problems.names")]
 
 
 def runs(uri: str, experiment: str = "kforge"):
-    client = MlflowClient(tracking_uri=uri)
+    # Through kforge's client: a plain one racing the sweep to create a new store's tables can kill the sweep.
+    client = open_client(uri)
     exp = client.get_experiment_by_name(experiment)
     return client, (client.search_runs([exp.experiment_id]) if exp else [])
 
@@ -78,6 +79,27 @@ def test_concurrent_writers_lose_nothing(tmp_path):
     names = {r.info.run_name for r in all_runs if r.data.tags.get("kforge.kind") == "problem"}
     assert names == {f"p{w}-{i}" for w in range(4) for i in range(15)} | {"p99-0"}
     assert all(r.data.metrics.get("x") is not None for r in all_runs if r.data.tags.get("kforge.kind") == "problem")
+
+
+def _first_touch(uri: str, who: int) -> None:
+    if who % 2:
+        open_client(uri).search_experiments()  # a reader, such as `make tables`, beside starting jobs
+    else:
+        _writer(uri, 1, who)
+
+
+def test_a_new_store_touched_by_several_processes_at_once(tmp_path):
+    # Each process creating the tables of a brand-new SQLite store at once used to kill all but one.
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_first_touch, args=(uri, w)) for w in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(300)
+    assert [p.exitcode for p in procs] == [0, 0, 0, 0]
+    _, all_runs = runs(uri, "concurrent")
+    assert {r.info.run_name for r in all_runs if r.data.tags.get("kforge.kind") == "problem"} == {"p0-0", "p2-0"}
 
 
 def test_sweep_killed_with_sigkill_resumes_without_repeating_work(tmp_path):
