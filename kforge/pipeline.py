@@ -184,6 +184,7 @@ def run(cfg: Any, *, llm: LLM | None = None, tags: dict[str, str] | None = None,
         problems = load_problems(conf["problems"], backend.device)
         verifier = Verifier(verify_cfg, pool=pool)
         kinds = verifier.device_kinds(backend)
+        pool.start(["build", *kinds])  # all workers at once, not one by one as the first loops need them
         info = pool.device_info(kinds[0], backend.spec())
         prompts = Prompts(conf.get("prompts_dir"))
         agent = GenerationAgent(llm, backend, prompts, device_phrase(info, backend))

@@ -30,8 +30,8 @@ class Profiler:
     def run(self, problem, code: str, backend, config: dict[str, Any] | None = None) -> Profile:
         from ..verify import VerifyConfig
         from ..verify.pool import arch_of
-        kind = self.pool.kinds_for(backend.device)[0]
-        info = self.pool.device_info(kind, backend.spec())
+        kinds = self.pool.kinds_for(backend.device)
+        info = self.pool.device_info(kinds[0], backend.spec())  # the sweep's GPUs are one model (see Verifier.arch)
         request = {"problem": problem.to_dict(), "backend": backend.spec(),
                    "config": config or VerifyConfig().to_dict(), "cache_dir": self.pool.build_cache,
                    "arch": arch_of(info["capability"]) if info.get("capability") else None, "which": "candidate",
@@ -40,7 +40,7 @@ class Profiler:
         device = info.get("device", backend.device)
         if self.kind == "torch":
             from .torch_profiler import to_profile
-            reply = self.pool.request(kind, dict(request, kind="profile_torch"), files, self.timeout_s)
+            reply = self.pool.request(kinds, dict(request, kind="profile_torch"), files, self.timeout_s)
             result = reply.get("result") or {}
             if "rows" not in result:
                 raise ProfilerUnavailable(f"torch.profiler failed: {result.get('error') or reply.get('error') or reply}")
@@ -55,8 +55,8 @@ class Profiler:
             raise ProfilerUnavailable(f"profiler={self.kind} profiles NVIDIA GPU kernels; the {backend.name} backend "
                                       f"runs on {backend.device}: use profiler=torch")
         wd = self.workdir / f"{self.kind}-{uuid.uuid4().hex[:8]}"
-        gpu = int(kind.split(":")[1])
-        with self.pool.slot(kind):  # the GPU is ours while profiling
+        with self.pool.slot(kinds) as slot:  # whichever GPU frees up first is ours while profiling
+            gpu = int(slot.kind.split(":")[1])
             if self.kind == "ncu":
                 from . import ncu
                 names = self.metrics or list(ncu.METRICS.values())

@@ -20,6 +20,7 @@ import tempfile
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
@@ -147,6 +148,10 @@ class WorkerPool:
         self._info: dict[str, dict[str, Any]] = {}
         self.counters = {"build": 0, "run": 0, "lost": 0}
         """How many requests of each kind were served (tests assert on these)."""
+        self.time_s: dict[str, dict[str, float]] = {}
+        """Per slot kind: seconds requests waited for a free slot (``wait``), spent being served (``serve``,
+        every request kind) and starting worker processes (``start``): where a sweep's time goes."""
+        self._once_locks: dict[str, threading.Lock] = {}
         self._closed = False
 
     # -- devices -----------------------------------------------------------------------------------
@@ -189,11 +194,54 @@ class WorkerPool:
                     q.put((f"{kind.replace(':', '')}-{i}", None))  # started on first use
             return q
 
+    def _spawn(self, kind: str, label: str) -> Zygote:
+        started = time.monotonic()
+        z = Zygote(label, self._env(kind), self.root)
+        self._add_time(kind, "start", time.monotonic() - started)
+        with self._lock:
+            self._all.append(z)
+        return z
+
+    def start(self, kinds: list[str]) -> None:
+        """Start every worker process of these slot kinds now, all at once.
+
+        Workers otherwise start on first use, one after another as loops first need a build slot and
+        then a device: ~5-10 s each with the compiler stack preloaded, during which every loop waits
+        (measured on two H200s: the largest part of a short sweep's lost time). A worker that fails to
+        start is left to start on first use, which reports why.
+        """
+        items = []
+        for kind in kinds:
+            q = self._queue(kind)
+            while True:
+                try:
+                    items.append((kind, *q.get_nowait()))
+                except queue.Empty:
+                    break
+
+        def boot(item):
+            kind, label, z = item
+            if z is None or not z.alive():
+                try:
+                    z = self._spawn(kind, label)
+                except WorkerLost:
+                    return kind, label, None
+            z.kind = kind
+            return kind, label, z
+
+        with ThreadPoolExecutor(max_workers=max(1, len(items))) as ex:
+            booted = list(ex.map(boot, items))
+        with self._returned:
+            for kind, label, z in booted:
+                self._slots[kind].put((label, z))
+            self._returned.notify_all()
+
     @contextmanager
     def slot(self, kind: str | list[str]) -> Iterator[Zygote]:
         """A free slot of ``kind`` (or of any of several kinds: the first to free up); ``.kind`` says which."""
         kinds = [kind] if isinstance(kind, str) else list(kind)
         queues = {k: self._queue(k) for k in kinds}
+        asked = time.monotonic()
         got = None
         with self._returned:
             while got is None:
@@ -206,11 +254,10 @@ class WorkerPool:
                 else:
                     self._returned.wait(timeout=1.0)
         kind, label, z = got
+        self._add_time(kind, "wait", time.monotonic() - asked)
         try:
             if z is None or not z.alive():
-                z = Zygote(label, self._env(kind), self.root)
-                with self._lock:
-                    self._all.append(z)
+                z = self._spawn(kind, label)
             z.kind = kind
             yield z
         finally:
@@ -240,15 +287,27 @@ class WorkerPool:
                     z.close()
                     raise
                 finally:
+                    served = time.monotonic() - start
+                    self._add_time(z.kind, "serve", served)
                     if payload.get("kind") == "run":
                         with self._lock:
-                            self.busy_s[z.kind] = self.busy_s.get(z.kind, 0.0) + time.monotonic() - start
+                            self.busy_s[z.kind] = self.busy_s.get(z.kind, 0.0) + served
             self.counters["run" if payload.get("kind") == "run" else "build"] += 1
             reply["kind"] = z.kind
             return reply
         finally:
             if not self.keep_workdirs:
                 shutil.rmtree(workdir, ignore_errors=True)
+
+    def _once(self, key: str) -> threading.Lock:
+        """A lock per key, so loops starting together probe or measure a device once, not once each."""
+        with self._lock:
+            return self._once_locks.setdefault(key, threading.Lock())
+
+    def _add_time(self, kind: str, what: str, seconds: float) -> None:
+        with self._lock:
+            t = self.time_s.setdefault(kind, {"wait": 0.0, "serve": 0.0, "start": 0.0})
+            t[what] += seconds
 
     def preloads(self) -> dict[str, list[str]]:
         """What each started worker imported before forking (a GPU one may have had to import less)."""
@@ -257,26 +316,28 @@ class WorkerPool:
 
     def device_info(self, kind: str, backend_spec: dict[str, Any]) -> dict[str, Any]:
         """Name, capability etc. of a slot's device (probed once in a child, cached)."""
-        if kind not in self._info:
-            reply = self.request(kind, {"kind": "probe", "backend": backend_spec}, {}, timeout=120)
-            self._info[kind] = reply.get("result") or {"device": kind, "error": reply.get("error")}
+        with self._once(kind):
+            if kind not in self._info:
+                reply = self.request(kind, {"kind": "probe", "backend": backend_spec}, {}, timeout=120)
+                self._info[kind] = reply.get("result") or {"device": kind, "error": reply.get("error")}
         return self._info[kind]
 
     def ceilings(self, kind: str, backend_spec: dict[str, Any]) -> dict[str, Any] | None:
         """Measured bandwidth and FLOP/s of a slot's device, cached on disk per device and torch version."""
         from ..profile.ceilings import CeilingCache
-        if f"ceilings:{kind}" in self._info:
-            return self._info[f"ceilings:{kind}"]
         info = self.device_info(kind, backend_spec)
-        cache = CeilingCache(Path(self.build_cache).parent / "ceilings.json")
-        key = f"{info.get('device')}|{info.get('torch')}"
-        value = cache.get(key)
-        if value is None:
-            reply = self.request(kind, {"kind": "ceilings", "backend": backend_spec}, {}, timeout=300)
-            value = reply.get("result")
-            if value:
-                cache.put(key, value)
-        self._info[f"ceilings:{kind}"] = value
+        with self._once(f"ceilings:{kind}"):
+            if f"ceilings:{kind}" in self._info:
+                return self._info[f"ceilings:{kind}"]
+            cache = CeilingCache(Path(self.build_cache).parent / "ceilings.json")
+            key = f"{info.get('device')}|{info.get('torch')}"
+            value = cache.get(key)
+            if value is None:
+                reply = self.request(kind, {"kind": "ceilings", "backend": backend_spec}, {}, timeout=300)
+                value = reply.get("result")
+                if value:
+                    cache.put(key, value)
+            self._info[f"ceilings:{kind}"] = value
         return value
 
     def close(self) -> None:

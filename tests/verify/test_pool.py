@@ -1,0 +1,20 @@
+"""The worker pool's bookkeeping: eager start, and where requests spend their time."""
+
+from kforge.problems import resolve_problem
+from kforge.verify import State, Verifier, WorkerPool
+from tests.helpers import candidate, fast_config
+
+
+def test_start_boots_every_worker_at_once_and_later_requests_reuse_them(tmp_path):
+    with WorkerPool(gpus=[], build_workers=2, cpu_workers=1, build_cache=tmp_path / "cache") as pool:
+        pool.start(["build", "cpu"])
+        assert sorted(pool.preloads()) == ["build-0", "build-1", "cpu-0"]
+        started = {k: t["start"] for k, t in pool.time_s.items()}
+        assert set(started) == {"build", "cpu"} and all(s > 0 for s in started.values())
+        relu = resolve_problem("level1/1_ReLU", size="cpu")
+        v = Verifier(fast_config(), pool=pool).verify(relu, candidate("cpu", "relu_ok.py"), "cpu")
+        assert v.state is State.CORRECT, v.summary()
+        # Nothing started again: the verification used the workers started above, and its time is booked.
+        assert {k: t["start"] for k, t in pool.time_s.items()} == started
+        assert pool.time_s["build"]["serve"] > 0 and pool.time_s["cpu"]["serve"] > 0
+        assert sorted(pool.preloads()) == ["build-0", "build-1", "cpu-0"]
