@@ -1,33 +1,72 @@
 #!/usr/bin/env bash
-# Everything kforge checks and measures on an NVIDIA GPU, about 20 minutes on an H100 (build 1.5, tests 7, latency 6, compile speed and demo the rest):
-# the GPU tests, compile speed, verification latency with ncu agreement, and the demo with ncu.
+# Everything kforge checks and measures on NVIDIA GPUs: the GPU tests, verification latency with ncu
+# agreement, `kforge verify` on both GPU backends, compile speed, `make demo` with ncu, and (with two or
+# more GPUs) the multi-GPU tests and the 1-vs-2-GPU sweep throughput.
 #   bash benchmarks/gpu_validation.sh [OUT_DIR] [STEPS]   (logs go to OUT_DIR, default gpu-results/)
-# STEPS is a comma list out of build,tests,latency,compile,demo (default: all), so the run can be
-# split across calls that share one build cache (KFORGE_CACHE_DIR).
+# STEPS is a comma list out of build,tests,latency,cli,compile,demo,multigpu (default: all). Steps that
+# use one GPU take the first visible one, so two runs can share a two-GPU machine:
+#   bash benchmarks/gpu_validation.sh out build
+#   CUDA_VISIBLE_DEVICES=0 bash benchmarks/gpu_validation.sh out/a tests & CUDA_VISIBLE_DEVICES=1 bash ... out/b latency
+# They share one build cache (KFORGE_CACHE_DIR). LAT_BACKENDS and LAT_PROBLEMS choose the latency rows.
+# Rough times on one H100: build 1.5 min, tests 7, latency 1 per problem and backend, demo 5, multigpu 5.
 set -u
 OUT=${1:-${OUT:-gpu-results}}
-STEPS=",${2:-build,tests,latency,compile,demo},"
+STEPS=",${2:-build,tests,latency,cli,compile,demo,multigpu},"
 want() { [[ $STEPS == *",$1,"* ]]; }
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 LITELLM_LOCAL_MODEL_COST_MAP=True KFORGE_CACHE_DIR=${KFORGE_CACHE_DIR:-/tmp/kforge-gpu-cache}
 export KFORGE_TEST_CACHE=$KFORGE_CACHE_DIR  # the tests reuse the builds warmed here
+LAT_BACKENDS=${LAT_BACKENDS:-cuda,triton}
+LAT_PROBLEMS=${LAT_PROBLEMS:-1_ReLU,2_Softmax,3_LayerNorm,4_Matmul,1_Gemm_Bias_GELU}
 T0=$(date +%s)
 step() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
-want build && step "warm the build cache (the oracle kernels, the test and exploit candidates)"
-want build && { python3 -m kforge.cli build --backend cuda --oracle --jobs 8 tests/candidates/cuda/*.py tests/exploits/cuda/*.py \
-    prompts/examples/cuda/model_new.py > "$OUT/build.txt" 2>&1; tail -1 "$OUT/build.txt"; }
-want tests && step "GPU tests"
-want tests && { python3 -m pytest -v -m gpu --timeout 300 --durations 10 -p no:cacheprovider tests/verify/test_gpu_states.py tests/test_examples.py \
-    tests/exploits/test_corpus.py tests/test_builtin.py -rfE > "$OUT/gpu_tests.txt" 2>&1; tail -3 "$OUT/gpu_tests.txt"; }
-want latency && step "verification latency, repeatability, ncu agreement"
-want latency && { python3 benchmarks/verify_latency.py --backends cuda --problems 1_ReLU,2_Softmax,4_Matmul \
-    --json "$OUT/latency.json" > "$OUT/latency.txt" 2>&1; tail -12 "$OUT/latency.txt"; }
-want compile && step "compile speed"
-want compile && { python3 benchmarks/compile_speed.py --backend cuda > "$OUT/compile_speed.txt" 2>&1; tail -4 "$OUT/compile_speed.txt"; }
-want demo && step "demo: cuda backend, ncu profiles, rule-based analyst, 4 problems"
-want demo && { python3 pipelines/synthesize.py experiment=demo backend=cuda profiler=ncu analysis=rules \
-    'problems.names=[level1/1_ReLU,level1/2_Softmax,level2/1_Gemm_Bias_GELU,level3/2_AttentionBlock]' \
-    tracking.uri="sqlite:////tmp/kforge-gpu-demo.db" > "$OUT/demo.txt" 2>&1; tail -18 "$OUT/demo.txt"
-  f=$(find mlartifacts /tmp -name profile.csv 2>/dev/null | head -1); [ -n "$f" ] && cp "$f" "$OUT/ncu_profile.csv"; }
+nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+echo "CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-unset}" >> "$OUT/gpu.txt"
+
+if want build; then
+  step "warm the build cache (the oracle kernels, the test and exploit candidates)"
+  python3 -m kforge.cli build --backend cuda --oracle --jobs 8 tests/candidates/cuda/*.py tests/exploits/cuda/*.py \
+    prompts/examples/cuda/model_new.py > "$OUT/build.txt" 2>&1
+  tail -1 "$OUT/build.txt"
+fi
+if want tests; then
+  step "GPU tests (every test marked gpu; the two-GPU ones skip themselves on one GPU)"
+  python3 -m pytest -v -m gpu --timeout 300 --durations 10 -p no:cacheprovider -rfEs > "$OUT/gpu_tests.txt" 2>&1
+  tail -3 "$OUT/gpu_tests.txt"
+fi
+if want latency; then
+  step "verification latency, repeatability, ncu agreement: $LAT_BACKENDS x $LAT_PROBLEMS"
+  python3 benchmarks/verify_latency.py --backends "$LAT_BACKENDS" --problems "$LAT_PROBLEMS" \
+    --json "$OUT/latency.json" > "$OUT/latency.txt" 2>&1
+  tail -16 "$OUT/latency.txt"
+fi
+if want cli; then
+  step "kforge verify on both GPU backends"
+  for b in cuda triton; do
+    python3 -m kforge.cli verify level1/2_Softmax kforge/problems/builtin/solutions/$b/level1/2_Softmax.py \
+      --backend $b > "$OUT/cli_$b.txt" 2>&1
+    echo "exit $?" >> "$OUT/cli_$b.txt"; head -3 "$OUT/cli_$b.txt"
+  done
+fi
+if want compile; then
+  step "compile speed"
+  python3 benchmarks/compile_speed.py --backend cuda > "$OUT/compile_speed.txt" 2>&1
+  tail -4 "$OUT/compile_speed.txt"
+fi
+if want demo; then
+  step "make demo on the GPU with ncu profiles and the rule-based analyst"
+  make demo PYTHON=python3 DEMO_ARGS="profiler=ncu analysis=rules tracking.uri=sqlite:////tmp/kforge-gpu-demo.db" \
+    > "$OUT/demo.txt" 2>&1
+  echo "exit $?" >> "$OUT/demo.txt"; tail -22 "$OUT/demo.txt"
+  f=$(find mlartifacts /tmp -name profile.csv 2>/dev/null | head -1); [ -n "$f" ] && cp "$f" "$OUT/ncu_profile.csv"
+fi
+if want multigpu; then
+  step "two-GPU tests and sweep throughput, 1 vs 2 GPUs"
+  python3 -m pytest -v -m gpu --timeout 300 -p no:cacheprovider -rfEs tests/verify/test_multi_gpu.py \
+    tests/verify/test_lost_worker.py > "$OUT/multigpu_tests.txt" 2>&1
+  tail -3 "$OUT/multigpu_tests.txt"
+  python3 benchmarks/sweep_throughput.py --backend cuda --latency 2 --iterations 2 --levels 1,2 \
+    --configs "${THROUGHPUT_CONFIGS:-1x8,2x8}" > "$OUT/throughput.txt" 2>&1
+  tail -8 "$OUT/throughput.txt"
+fi
 step done
