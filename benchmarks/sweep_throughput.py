@@ -69,6 +69,8 @@ def run_config(backend: str, devices: int, concurrency: int, latency: float, ite
              "build_wait": build.get("wait", 0.0) / it, "build_serve": build.get("serve", 0.0) / it,
              "device_wait": sum(t["wait"] for t in gpu) / it, "device_serve": sum(t["serve"] for t in gpu) / it,
              "worker_start": sum(t["start"] for t in times.values()) / it}
+    # The verifier's own sections (pool requests with their waits, and the host work around them).
+    split.update({f"verifier_{k}": v / it for k, v in result.extra.get("verifier_time_s", {}).items()})
     return {"config": f"{devices}x{concurrency}", "devices": devices, "concurrency": concurrency, "problems": n,
             "iterations": len(records), "wall_s": wall, "problems_per_hour": n / wall * 3600,
             "busy_fraction": busy / (wall * devices), "correct": sum(r.correct for r in result.results),
@@ -103,11 +105,11 @@ def main() -> None:
     print("\nseconds per iteration, summed over loops in flight (verify = build wait + build + device wait + "
           "device run + the verifier's own work; worker start: starting worker processes, once per slot):\n")
     keys = ["iteration", "llm", "verify", "build_wait", "build_serve", "device_wait", "device_serve", "worker_start",
-            "analysis"]
+            "analysis", "verifier_checks", "verifier_build", "verifier_run", "verifier_after"]
     print("| devices x loops | " + " | ".join(keys) + " |")
     print("|---|" + "---:|" * len(keys))
     for r in rows:
-        print(f"| {r['config']} | " + " | ".join(f"{r['per_iteration_s'][k]:.2f}" for k in keys) + " |")
+        print(f"| {r['config']} | " + " | ".join(f"{r['per_iteration_s'].get(k, 0.0):.2f}" for k in keys) + " |")
 
 
 if __name__ == "__main__":

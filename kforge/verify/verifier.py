@@ -37,6 +37,10 @@ class Verifier:
         self.pool = pool or WorkerPool()
         self._compile_refs: dict[str, TimingStats] = {}  # see VerifyConfig.compile_ref_reuse
         self._lock = threading.Lock()
+        self.time_s: dict[str, float] = {}
+        """Seconds spent, over all calls, in each section of a verification as the caller sees it:
+        ``checks`` (static rules, device lookups), ``build`` and ``run`` (pool requests, waits included),
+        ``after`` (reading the reply, the roofline floor)."""
 
     def close(self) -> None:
         if self._own_pool:
@@ -91,6 +95,14 @@ class Verifier:
     def _verify(self, problem: Problem, candidate: Candidate, backend: Backend, cfg: VerifyConfig) -> Verdict:
         if candidate.source is None:
             return Verdict(State.GENERATION_FAILURE, candidate.error or "no usable code")
+        last = [time.monotonic()]
+
+        def section(name: str) -> None:
+            now = time.monotonic()
+            with self._lock:
+                self.time_s[name] = self.time_s.get(name, 0.0) + now - last[0]
+            last[0] = now
+
         kinds = self.device_kinds(backend)
         static = StaticConfig(require_kernel=cfg.require_kernel, disabled=list(self.static.disabled))
         findings = check(candidate.source, backend, problem, static)
@@ -106,10 +118,12 @@ class Verifier:
         request = {"problem": problem.to_dict(), "backend": backend.spec(), "config": run_cfg.to_dict(),
                    "arch": self.arch(backend, kinds)}
 
+        section("checks")
         try:
             build = self._request_retrying(["build"], dict(request, kind="build"), files, cfg.build_timeout_s)
         except WorkerLost as exc:
             return Verdict(State.COMPILATION_FAILURE, f"the build process died twice under this candidate: {exc}")
+        section("build")
         if build.get("timed_out"):
             return Verdict(State.TIMEOUT, f"building the candidate took longer than {cfg.build_timeout_s:g} s",
                            evidence=Evidence(output_tail=build.get("output_tail")))
@@ -125,6 +139,7 @@ class Verifier:
             reply = self._request_retrying(kinds, dict(request, kind="run"), files, cfg.timeout_s)
         except WorkerLost as exc:
             return Verdict(State.RUNTIME_ERROR, f"the worker process died twice under this candidate: {exc}")
+        section("run")
         kind = reply.get("kind") or kinds[0]
         info = self.pool.device_info(kind, backend.spec())
         verdict = self._from_reply(reply, cfg)
@@ -145,6 +160,7 @@ class Verifier:
                 verdict.state, verdict.rule = State.CHEAT_DETECTED, "faster_than_roofline"
                 verdict.message = (f"{verdict.runtime.median_ms:.4f} ms is faster than the problem's roofline floor "
                                    f"({verdict.floor_ms:.4f} ms) allows on this device")
+        section("after")
         return verdict
 
     def _compile_ref_key(self, problem: Problem, backend: Backend, kinds: list[str], cfg: VerifyConfig) -> str | None:

@@ -5,15 +5,19 @@ from kforge.verify import State, Verifier, WorkerPool
 from tests.helpers import candidate, fast_config
 
 
-def test_start_boots_every_worker_at_once_and_later_requests_reuse_them(tmp_path):
+def test_start_boots_every_worker_at_once_and_later_requests_reuse_them_and_time_is_booked(tmp_path):
     with WorkerPool(gpus=[], build_workers=2, cpu_workers=1, build_cache=tmp_path / "cache") as pool:
         pool.start(["build", "cpu"])
         assert sorted(pool.preloads()) == ["build-0", "build-1", "cpu-0"]
         started = {k: t["start"] for k, t in pool.time_s.items()}
         assert set(started) == {"build", "cpu"} and all(s > 0 for s in started.values())
         relu = resolve_problem("level1/1_ReLU", size="cpu")
-        v = Verifier(fast_config(), pool=pool).verify(relu, candidate("cpu", "relu_ok.py"), "cpu")
+        verifier = Verifier(fast_config(), pool=pool)
+        v = verifier.verify(relu, candidate("cpu", "relu_ok.py"), "cpu")
         assert v.state is State.CORRECT, v.summary()
+        # The verifier books its own sections; together they are the verification as the caller saw it.
+        assert set(verifier.time_s) == {"checks", "build", "run", "after"}
+        assert sum(verifier.time_s.values()) <= v.wall_s and verifier.time_s["run"] > verifier.time_s["checks"]
         # Nothing started again: the verification used the workers started above, and its time is booked.
         assert {k: t["start"] for k, t in pool.time_s.items()} == started
         assert pool.time_s["build"]["serve"] > 0 and pool.time_s["cpu"]["serve"] > 0
