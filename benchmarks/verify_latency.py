@@ -66,6 +66,7 @@ def main() -> None:
     ap.add_argument("--problems", default="", help="comma-separated built-in names (default: all with oracles)")
     ap.add_argument("--json", help="write the raw numbers here")
     ap.add_argument("--no-ncu", action="store_true")
+    ap.add_argument("--size", default="gpu", help="problem size preset (default gpu; cpu for the cpu backend)")
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="kforge-latency-"))
@@ -76,7 +77,7 @@ def main() -> None:
     with WorkerPool(build_cache=work / "cache") as pool:
         verifier = Verifier(VerifyConfig(), pool=pool)
         names = [n for n in args.problems.split(",") if n]
-        problems = load_builtin(names=names or None, size="gpu")
+        problems = load_builtin(names=names or None, size=args.size)
         for bname in args.backends.split(","):
             backend = get_backend(bname)
             kind = pool.kinds_for(backend.device)[0]
@@ -109,7 +110,7 @@ def main() -> None:
                     row.update(median_ms=cached.runtime.median_ms, host_median_ms=cached.runtime.host_median_ms,
                                n=cached.runtime.n, repeat=again.runtime.median_ms / cached.runtime.median_ms,
                                speedup_eager=cached.speedup_eager, speedup_compile=cached.speedup_compile)
-                    if not args.no_ncu:
+                    if not args.no_ncu and backend.device == "cuda":
                         try:
                             rep = ncu.profile(work / "ncu" / f"{bname}-{p.name}",
                                               {"problem": p.to_dict(), "backend": backend.spec(),
