@@ -102,8 +102,8 @@ def main() -> None:
     for r in rows:
         print(f"| {r['config']} | {r['problems']} | {r['wall_s']:.1f} | {r['problems_per_hour']:.0f} | "
               f"{100 * r['busy_fraction']:.0f}% |")
-    print("\nseconds per iteration, summed over loops in flight (verify = build wait + build + device wait + "
-          "device run + the verifier's own work; worker start: starting worker processes, once per slot):\n")
+    print("\nseconds per iteration (each total over all loops / iterations; loops overlap). verify = build wait + "
+          "build + device wait + device run + the verifier's own work; verifier_* split verify by section:\n")
     keys = ["iteration", "llm", "verify", "build_wait", "build_serve", "device_wait", "device_serve", "worker_start",
             "analysis", "verifier_checks", "verifier_build", "verifier_run", "verifier_after"]
     print("| devices x loops | " + " | ".join(keys) + " |")
