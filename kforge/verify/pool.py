@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import re
 import select
 import shutil
@@ -141,7 +140,8 @@ class WorkerPool:
         self.keep_workdirs = keep_workdirs
         self._lock = threading.Lock()
         self._returned = threading.Condition(self._lock)
-        self._slots: dict[str, queue.Queue] = {}
+        self._free: dict[str, list[tuple[str, Zygote | None]]] = {}
+        """Free slots per kind, as (label, worker or None when not started); guarded by ``_lock``."""
         self.busy_s: dict[str, float] = {}
         """Seconds each slot kind spent serving run requests (for GPU busy fractions)."""
         self._all: list[Zygote] = []
@@ -183,16 +183,15 @@ class WorkerPool:
     def _count(self, kind: str) -> int:
         return {"build": self.build_workers, "cpu": self.cpu_workers}.get(kind, 1)
 
-    def _queue(self, kind: str) -> queue.Queue:
-        with self._lock:
-            if self._closed:
-                raise RuntimeError("the worker pool is closed")
-            q = self._slots.get(kind)
-            if q is None:
-                q = self._slots[kind] = queue.Queue()
-                for i in range(self._count(kind)):
-                    q.put((f"{kind.replace(':', '')}-{i}", None))  # started on first use
-            return q
+    def _free_slots(self, kind: str) -> list[tuple[str, Zygote | None]]:
+        """The free list of ``kind``, made on first use; call with ``_lock`` held."""
+        if self._closed:
+            raise RuntimeError("the worker pool is closed")
+        free = self._free.get(kind)
+        if free is None:
+            free = self._free[kind] = [(f"{kind.replace(':', '')}-{i}", None)  # started on first use
+                                       for i in range(self._count(kind))]
+        return free
 
     def _spawn(self, kind: str, label: str) -> Zygote:
         started = time.monotonic()
@@ -211,13 +210,11 @@ class WorkerPool:
         start is left to start on first use, which reports why.
         """
         items = []
-        for kind in kinds:
-            q = self._queue(kind)
-            while True:
-                try:
-                    items.append((kind, *q.get_nowait()))
-                except queue.Empty:
-                    break
+        with self._lock:
+            for kind in kinds:
+                free = self._free_slots(kind)
+                items += [(kind, *item) for item in free]
+                free.clear()
 
         def boot(item):
             kind, label, z = item
@@ -233,24 +230,25 @@ class WorkerPool:
             booted = list(ex.map(boot, items))
         with self._returned:
             for kind, label, z in booted:
-                self._slots[kind].put((label, z))
+                self._free[kind].append((label, z))
             self._returned.notify_all()
 
     @contextmanager
     def slot(self, kind: str | list[str]) -> Iterator[Zygote]:
         """A free slot of ``kind`` (or of any of several kinds: the first to free up); ``.kind`` says which."""
         kinds = [kind] if isinstance(kind, str) else list(kind)
-        queues = {k: self._queue(k) for k in kinds}
         asked = time.monotonic()
         got = None
         with self._returned:
             while got is None:
                 for k in sorted(kinds, key=lambda k: self.busy_s.get(k, 0.0)):  # least used first
-                    try:
-                        got = (k, *queues[k].get_nowait())
+                    free = self._free_slots(k)
+                    if free:
+                        # A started worker serves at once; starting one costs seconds (measured: 13 s with the
+                        # compiler stack on an H200 host), so one-at-a-time use never starts the others.
+                        i = next((i for i, (_, z) in enumerate(free) if z is not None and z.alive()), 0)
+                        got = (k, *free.pop(i))
                         break
-                    except queue.Empty:
-                        continue
                 else:
                     self._returned.wait(timeout=1.0)
         kind, label, z = got
@@ -262,7 +260,7 @@ class WorkerPool:
             yield z
         finally:
             with self._returned:
-                queues[kind].put((label, z if z is not None and z.alive() else None))
+                self._free[kind].append((label, z if z is not None and z.alive() else None))
                 self._returned.notify_all()
 
     def request(self, kind: str | list[str], payload: dict[str, Any], files: dict[str, str],
