@@ -23,6 +23,7 @@ from ..backends import WorkerContext, from_spec
 from .compare import Mismatch, as_outputs, check_degenerate, check_structure, compare_tensor
 from .harness import Harness, HarnessVerdict, first_line, import_file, phase, phase_times, tail
 from .timing import Sampler
+from .zygote import take_quiet_lock
 
 
 def handle(request: dict[str, Any]) -> dict[str, Any]:
@@ -35,9 +36,11 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
         return _probe(request)
     if kind == "profile_torch":
         from ..profile.torch_profiler import run_in_worker
+        take_quiet_lock()
         return run_in_worker(request)
     if kind == "ceilings":
         from ..profile.ceilings import measure
+        take_quiet_lock()
         return measure(from_spec(request["backend"]).device)
     raise ValueError(f"unknown request kind {kind!r}")
 
@@ -109,7 +112,6 @@ class _Run(Harness):
             self._trial(model, trial)
         if cfg.skip_timing:
             return {"state": "correct", "message": f"matches the reference on {cfg.trials} trials (timing skipped)"}
-        phase("timing")
         return self._time(model)
 
     def _trial(self, model, trial: int) -> None:
@@ -167,6 +169,10 @@ class _Run(Harness):
     def _time(self, model) -> dict[str, Any]:
         torch = self.torch
         cfg, tcfg, clock = self.cfg, self.cfg.timing, self.clock
+        # The zygote's next child may be making its CUDA context on this GPU; not while we time.
+        phase("waiting for the device")
+        take_quiet_lock()
+        phase("timing")
         sets = [self.inputs(self.draw()) for _ in range(max(1, tcfg.input_sets))]
         programs: list[tuple[str, Any]] = [("ref", self.ref_model)]
         if cfg.compile_ref:

@@ -6,6 +6,12 @@ forked child starts warm (no interpreter or torch start-up) yet with a fresh CUD
 Python state. The child runs in its own session (process group) inside a per-candidate directory;
 on timeout the whole group is killed, and after every candidate any process it left behind is too.
 
+A GPU zygote keeps one child ahead: forked as soon as the previous one starts, it makes its CUDA context
+(0.3-0.4 s on an H200, the largest part of a short verification) while the previous one works, then waits
+for its request. It runs no candidate code until then, so each candidate still gets a process and a context
+of its own. Making a context never overlaps a candidate's timing: both hold the device's quiet lock
+(`QUIET_LOCK_ENV`), which `kforge.verify.worker` takes before timing.
+
 Protocol: one JSON request per line on stdin, one JSON reply per line on the original stdout.
 """
 
@@ -20,6 +26,12 @@ import time
 import traceback
 
 OUTPUT_TAIL = 6000
+QUIET_LOCK_ENV = "KFORGE_QUIET_LOCK"
+"""Names the file whose flock a GPU's children hold while making a CUDA context or timing."""
+SPARE_ENV = "KFORGE_ZYGOTE_SPARE"
+"""``0`` stops a GPU zygote keeping a spare (the pool's ``spare=False``, Hydra's ``workers.spare=false``)."""
+QUIET_WAIT_S = 10.0
+"""How long a spare waits for the quiet lock before making its context anyway (a leaked holder)."""
 
 
 # What a zygote imports before forking, most first. A GPU zygote falls back down this list when a level
@@ -70,20 +82,20 @@ def _child(request: dict, wfd: int) -> None:
     """Runs in the forked child; never returns."""
     code = 0
     try:
-        os.setsid()
         os.chdir(request["workdir"])
         out = os.open("output.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
         os.dup2(out, 1)
         os.dup2(out, 2)
-        # Close everything inherited except the result pipe: the zygote's protocol channel above all.
-        os.closerange(3, wfd)
-        os.closerange(wfd + 1, 1 << 16)
+        os.close(out)
+        os.close(devnull)
+        # Inherited descriptors were closed at fork (`_Child`); what is open now is the driver's, if a spare
+        # made its CUDA context: closing those breaks it ("OS call failed", seen on an H200).
         sys.stdout = os.fdopen(1, "w", buffering=1)
         sys.stderr = os.fdopen(2, "w", buffering=1)
         from .worker import handle
-        result = {"result": handle(request)}
+        result = {"result": handle(request), "pid": os.getpid()}  # which process served it
     except BaseException:  # noqa: BLE001 - report anything, including SystemExit from candidate code
         result = {"error": traceback.format_exc()[-OUTPUT_TAIL:]}
         code = 1
@@ -104,16 +116,141 @@ def _kill_group(pid: int) -> None:
         pass
 
 
+def take_quiet_lock(wait_s: float = QUIET_WAIT_S) -> int | None:
+    """Take this GPU's quiet lock, held until the returned descriptor closes or the process exits.
+
+    None off a GPU zygote. Waits at most ``wait_s``, then goes on without it: a holder that leaked (a
+    process a candidate hid from the kill) must not stall the device.
+    """
+    path = os.environ.get(QUIET_LOCK_ENV)
+    if not path:
+        return None
+    import fcntl
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                return fd
+            time.sleep(0.005)
+
+
+def _make_context() -> None:
+    """A spare's CUDA context, made under the quiet lock so no candidate is being timed meanwhile."""
+    fd = take_quiet_lock()
+    try:
+        import torch
+        torch.cuda.set_device(0)
+        torch.cuda.synchronize()  # the context exists from here on
+    except Exception:  # noqa: BLE001 - the request's own set-up meets the same failure and reports it
+        pass
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _close(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
+class _Child:
+    """A forked child waiting for its request (with ``warm``, its CUDA context already made)."""
+
+    def __init__(self, warm: bool):
+        req_r, self.req_w = os.pipe()
+        self.rfd, wfd = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:
+            try:
+                os.setsid()
+                # Keep nothing of the zygote's (its protocol pipe above all), only our two pipes; done here,
+                # before any CUDA context, whose driver descriptors must stay open.
+                lo, hi = sorted((req_r, wfd))
+                os.closerange(3, lo)
+                os.closerange(lo + 1, hi)
+                os.closerange(hi + 1, 1 << 16)
+                if warm:
+                    _make_context()
+                path = b""
+                while chunk := os.read(req_r, 4096):
+                    path += chunk
+                if not path:  # the zygote went away or discarded this spare
+                    os._exit(0)
+                os.close(req_r)
+                with open(path.decode()) as fh:
+                    request = json.load(fh)
+                os.unlink(path.decode())  # the candidate's directory keeps no copy of the request
+            except BaseException:  # noqa: BLE001 - never return into the zygote's loop
+                os._exit(1)
+            _child(request, wfd)
+        os.close(req_r)
+        os.close(wfd)
+        self.reaped = False
+
+    def alive(self) -> bool:
+        if not self.reaped and os.waitpid(self.pid, os.WNOHANG)[0]:
+            self.reaped = True
+        return not self.reaped
+
+    def send(self, request: dict) -> None:
+        """Hand over the request (as a file in its work directory: a pipe write could block)."""
+        path = os.path.join(request["workdir"], "request.json")
+        with open(path, "w") as fh:
+            json.dump(request, fh)
+        os.write(self.req_w, path.encode())
+        fd, self.req_w = self.req_w, -1
+        os.close(fd)
+
+    def discard(self) -> None:
+        for fd in (self.req_w, self.rfd):
+            if fd >= 0:
+                _close(fd)
+        self.req_w = self.rfd = -1
+        for kill in (os.kill, os.killpg):
+            try:
+                kill(self.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        if not self.reaped:
+            os.waitpid(self.pid, 0)
+            self.reaped = True
+
+
+def _keeps_spare() -> bool:
+    return os.environ.get("CUDA_VISIBLE_DEVICES", "") not in ("", "-1") and os.environ.get(SPARE_ENV, "1") != "0"
+
+
+_spare: _Child | None = None
+
+
 def run_forked(request: dict) -> dict:
-    """Fork a child for one request, enforce its timeout, and describe how it ended."""
+    """Fork a child for one request (or take the spare), enforce its timeout, and describe how it ended."""
+    global _spare
     timeout = float(request.get("timeout", 300))
-    rfd, wfd = os.pipe()
+    child, _spare = _spare, None
+    if child is not None and not child.alive():
+        child.discard()
+        child = None
+    child = child or _Child(warm=False)
     start = time.monotonic()
-    pid = os.fork()
-    if pid == 0:
-        os.close(rfd)
-        _child(request, wfd)
-    os.close(wfd)
+    try:
+        child.send(request)
+    except OSError:  # the spare died between the check and now
+        child.discard()
+        child = _Child(warm=False)
+        child.send(request)
+    if _keeps_spare():
+        try:
+            _spare = _Child(warm=True)
+        except OSError:  # no process to spare now (a fork limit): the next request forks its own
+            _spare = None
+    pid, rfd = child.pid, child.rfd
     chunks: list[bytes] = []
     timed_out = False
     deadline = start + timeout
@@ -169,6 +306,10 @@ def main() -> None:
         os.dup2(proto.fileno(), 1)
         os.environ["KFORGE_ZYGOTE_PRELOAD"] = str(level + 1)
         os.execv(sys.executable, [sys.executable, "-m", "kforge.verify.zygote"])
+    global _spare
+    if _keeps_spare():
+        os.environ[QUIET_LOCK_ENV] = os.path.abspath(f".quiet-{os.getpid()}.lock")
+        _spare = _Child(warm=True)  # the first request finds its context made
     proto.write(json.dumps({"ready": True, "pid": os.getpid(), "preload": list(PRELOAD_LEVELS[level])}) + "\n")
     for line in sys.stdin:
         line = line.strip()

@@ -1,0 +1,148 @@
+"""A GPU zygote keeps one child ahead, its CUDA context made; the quiet lock keeps that off timing.
+
+Run on CPU by giving a zygote a GPU's environment (``CUDA_VISIBLE_DEVICES=0``): it then keeps a spare
+as on a GPU. Without a GPU the spare's context cannot be made, which its request's own set-up would
+report; everything around it (handover, replacement, the lock, clean-up) is what these tests check.
+"""
+
+import fcntl
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from kforge.backends import get_backend
+from kforge.problems import resolve_problem
+from kforge.verify import State, Verifier, WorkerPool
+from kforge.verify.pool import scrubbed_env
+from kforge.verify.zygote import SPARE_ENV
+from tests.helpers import candidate, fast_config
+
+PROBE = {"kind": "probe", "backend": get_backend("cpu").spec()}
+
+
+def children(pid: int) -> list[int]:
+    kids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            kids.append(int(stat.parent.name))
+    return kids
+
+
+def wait_for(fn, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = fn()
+        if value:
+            return value
+        time.sleep(0.05)
+    return fn()
+
+
+def gpu_like_pool(tmp_path, monkeypatch, spare: bool) -> WorkerPool:
+    """A pool whose ``cpu`` slot is a zygote that believes it serves a GPU."""
+    env = WorkerPool._env
+    monkeypatch.setattr(WorkerPool, "_env", lambda self, kind: scrubbed_env(
+        {"CUDA_VISIBLE_DEVICES": "0", "TRITON_INTERPRET": "1", "PYTORCH_NVML_BASED_CUDA_CHECK": "1",
+         SPARE_ENV: "1" if self.spare else "0"}) if kind == "cpu" else env(self, kind))
+    p = WorkerPool(gpus=[], cpu_workers=1, build_workers=1, build_cache=tmp_path / "cache", spare=spare)
+    p.start(["cpu"])
+    return p
+
+
+@pytest.fixture
+def pool(tmp_path, monkeypatch):
+    with gpu_like_pool(tmp_path, monkeypatch, spare=True) as p:
+        yield p
+
+
+def quiet_lock_file(pool: WorkerPool) -> Path:
+    """The lock file, once the first spare has made it (a loaded machine may take a while)."""
+    found = wait_for(lambda: list(Path(pool.root).glob(".quiet-*.lock")))
+    assert found, "no spare made the quiet lock file"
+    return found[0]
+
+
+def zygote_pid(pool: WorkerPool) -> int:
+    (z,) = [z for z in pool._all if z.label == "cpu-0"]
+    return z.proc.pid
+
+
+def test_the_spare_serves_the_next_request_and_is_replaced_and_leaves_with_the_pool(pool):
+    zpid = zygote_pid(pool)
+    (spare,) = wait_for(lambda: children(zpid))  # forked at start-up, before any request
+    first = pool.request("cpu", PROBE, {}, timeout=60)
+    assert first["result"]["device"].startswith("cpu") and first["pid"] == spare
+    (second_spare,) = wait_for(lambda: children(zpid))
+    assert second_spare != spare
+    # A spare that died is not handed the request: a fresh child serves it.
+    os.kill(second_spare, signal.SIGKILL)
+    wait_for(lambda: second_spare not in children(zpid))
+    again = pool.request("cpu", PROBE, {}, timeout=60)
+    assert again["result"]["device"].startswith("cpu") and again["pid"] not in (spare, second_spare)
+    (last_spare,) = wait_for(lambda: children(zpid))
+    pool.close()
+    assert wait_for(lambda: not Path(f"/proc/{last_spare}").exists() or
+                    "Z" in Path(f"/proc/{last_spare}/stat").read_text().rsplit(")", 1)[1][:3], timeout=15)
+
+
+def test_a_spare_makes_its_context_only_under_the_quiet_lock(pool):
+    zpid = zygote_pid(pool)
+    wait_for(lambda: children(zpid))
+    lock = quiet_lock_file(pool)
+    time.sleep(0.5)  # the first spare has made (here: tried to make) its context and let go of the lock
+    fd = os.open(lock, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        pool.request("cpu", PROBE, {}, timeout=60)  # served by the ready spare; the next one now waits
+        replies = []
+        t = threading.Thread(target=lambda: replies.append(pool.request("cpu", PROBE, {}, timeout=60)))
+        t.start()
+        t.join(1.5)
+        assert not replies, "the spare went on while someone held the quiet lock"
+    finally:
+        os.close(fd)
+    t.join(30)
+    assert replies and replies[0]["result"]["device"].startswith("cpu")
+
+
+def test_timing_waits_for_the_quiet_lock(pool):
+    relu = resolve_problem("level1/1_ReLU", size="cpu")
+    verifier = Verifier(fast_config(), pool=pool)
+    wait_for(lambda: children(zygote_pid(pool)))
+    lock = quiet_lock_file(pool)
+    time.sleep(0.5)
+    fd = os.open(lock, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # as a spare making its context would
+    verdicts = []
+    t = threading.Thread(target=lambda: verdicts.append(verifier.verify(relu, candidate("cpu", "relu_ok.py"), "cpu")))
+    t.start()
+    try:
+        def waiting():
+            return any(f.read_text() == "waiting for the device" for f in Path(pool.root, "work").glob("*/phase"))
+        assert wait_for(waiting, timeout=120), "the run never reached the quiet lock"
+        time.sleep(1.0)
+        assert not verdicts
+    finally:
+        os.close(fd)
+    t.join(120)
+    (v,) = verdicts
+    assert v.state is State.CORRECT, v.summary()
+    assert v.phases["waiting for the device"] > 0.9 and v.phases["timing"] > 0
+
+
+def test_without_spares_each_request_forks_its_child_then(tmp_path, monkeypatch):
+    with gpu_like_pool(tmp_path, monkeypatch, spare=False) as pool:
+        zpid = zygote_pid(pool)
+        time.sleep(1.0)
+        assert children(zpid) == []
+        reply = pool.request("cpu", PROBE, {}, timeout=60)
+        assert reply["result"]["device"].startswith("cpu") and children(zpid) == []
+        assert not list(Path(pool.root).glob(".quiet-*.lock"))
