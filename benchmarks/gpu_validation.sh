@@ -66,7 +66,8 @@ if want multigpu; then
     tests/verify/test_lost_worker.py > "$OUT/multigpu_tests.txt" 2>&1
   tail -3 "$OUT/multigpu_tests.txt"
   # Every built-in problem in flight, a short simulated model call: the GPUs, not the model, set the pace.
-  python3 benchmarks/sweep_throughput.py --backend cuda --latency 0.5 --iterations 4 --levels 1,2,3 \
+  # 8 iterations: at 4 the sweep lasts ~20 s on two H200s and its first and last seconds idle the GPUs.
+  python3 benchmarks/sweep_throughput.py --backend cuda --latency 0.5 --iterations "${THROUGHPUT_ITERATIONS:-8}" --levels 1,2,3 \
     --configs "${THROUGHPUT_CONFIGS:-1x12,2x12}" > "$OUT/throughput.txt" 2>&1
   tail -12 "$OUT/throughput.txt"
 fi

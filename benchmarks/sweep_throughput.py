@@ -52,9 +52,10 @@ def run_config(backend: str, devices: int, concurrency: int, latency: float, ite
             pool.device_info(kind, spec)
             pool.ceilings(kind, spec)
         pool.time_s.clear()
-        start = time.monotonic()
+        phases = _book_phases(pool)
+        start, cpu0 = time.monotonic(), time.process_time()
         result = run(cfg, pool=pool)
-        wall = time.monotonic() - start
+        wall, host_cpu = time.monotonic() - start, time.process_time() - cpu0
         busy = sum(pool.busy_s.get(k, 0.0) for k in kinds)
         times = {k: dict(v) for k, v in pool.time_s.items()}
     n = len(result.results)
@@ -71,10 +72,34 @@ def run_config(backend: str, devices: int, concurrency: int, latency: float, ite
              "worker_start": sum(t["start"] for t in times.values()) / it}
     # The verifier's own sections (pool requests with their waits, and the host work around them).
     split.update({f"verifier_{k}": v / it for k, v in result.extra.get("verifier_time_s", {}).items()})
+    runs = max(1, phases.pop("requests", 0))
+    # A run request's time on its device slot: the worker's phases, and the rest (fork, exit, the reply).
+    served = sum(t["serve"] for t in gpu) / runs if gpu else 0.0
+    per_run = {k: v / runs for k, v in sorted(phases.items(), key=lambda kv: -kv[1])}
+    per_run["outside phases"] = served - sum(per_run.values())
     return {"config": f"{devices}x{concurrency}", "devices": devices, "concurrency": concurrency, "problems": n,
             "iterations": len(records), "wall_s": wall, "problems_per_hour": n / wall * 3600,
-            "busy_fraction": busy / (wall * devices), "correct": sum(r.correct for r in result.results),
-            "per_iteration_s": split}
+            "busy_fraction": busy / (wall * devices), "host_cpu_fraction": host_cpu / wall, "correct": sum(r.correct for r in result.results),
+            "per_iteration_s": split, "per_run_s": per_run}
+
+
+def _book_phases(pool) -> dict:
+    """Sum, over the pool's run requests, the worker's own phase times (setup, correctness, timing ...)."""
+    import threading
+    totals: dict = {}
+    lock, request = threading.Lock(), pool.request
+
+    def booking(kind, payload, files, timeout):
+        reply = request(kind, payload, files, timeout)
+        if payload.get("kind") == "run":
+            with lock:
+                totals["requests"] = totals.get("requests", 0) + 1
+                for name, sec in ((reply.get("result") or {}).get("phases") or {}).items():
+                    totals[name] = totals.get(name, 0.0) + sec
+        return reply
+
+    pool.request = booking
+    return totals
 
 
 def main() -> None:
@@ -97,11 +122,13 @@ def main() -> None:
         print(rows[-1], flush=True)
     print(f"\nsweep throughput: backend {args.backend}, {args.iterations} iterations per problem, simulated model "
           f"latency {args.latency:g} s per call (oracle, not an LLM)\n")
-    print("| devices x loops | problems | wall s | problems/hour | device busy |")
-    print("|---|---:|---:|---:|---:|")
+    # Host CPU: this process's CPU time over the wall (all its threads; Python runs one at a time, so near
+    # 100% means the loops' own Python work, not the devices, sets the pace).
+    print("| devices x loops | problems | wall s | problems/hour | device busy | host CPU |")
+    print("|---|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['config']} | {r['problems']} | {r['wall_s']:.1f} | {r['problems_per_hour']:.0f} | "
-              f"{100 * r['busy_fraction']:.0f}% |")
+              f"{100 * r['busy_fraction']:.0f}% | {100 * r['host_cpu_fraction']:.0f}% |")
     print("\nseconds per iteration (each total over all loops / iterations; loops overlap). verify = build wait + "
           "build + device wait + device run + the verifier's own work; verifier_* split verify by section:\n")
     keys = ["iteration", "llm", "verify", "build_wait", "build_serve", "device_wait", "device_serve", "worker_start",
@@ -110,6 +137,13 @@ def main() -> None:
     print("|---|" + "---:|" * len(keys))
     for r in rows:
         print(f"| {r['config']} | " + " | ".join(f"{r['per_iteration_s'].get(k, 0.0):.2f}" for k in keys) + " |")
+    print("\nseconds per run request on its device slot, by the worker's phases (a slowdown with more devices "
+          "shows where they contend):\n")
+    names = list(dict.fromkeys(k for r in rows for k in r["per_run_s"]))
+    print("| devices x loops | " + " | ".join(names) + " |")
+    print("|---|" + "---:|" * len(names))
+    for r in rows:
+        print(f"| {r['config']} | " + " | ".join(f"{r['per_run_s'].get(k, 0.0):.3f}" for k in names) + " |")
 
 
 if __name__ == "__main__":
