@@ -79,7 +79,8 @@ def run_config(backend: str, devices: int, concurrency: int, latency: float, ite
     per_run["outside phases"] = served - sum(per_run.values())
     return {"config": f"{devices}x{concurrency}", "devices": devices, "concurrency": concurrency, "problems": n,
             "iterations": len(records), "wall_s": wall, "problems_per_hour": n / wall * 3600,
-            "busy_fraction": busy / (wall * devices), "host_cpu_fraction": host_cpu / wall, "correct": sum(r.correct for r in result.results),
+            "busy_fraction": busy / (wall * devices), "host_cpu_fraction": host_cpu / wall,
+            "correct": sum(r.correct for r in result.results),
             "per_iteration_s": split, "per_run_s": per_run}
 
 
