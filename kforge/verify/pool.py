@@ -1,7 +1,7 @@
 """The verifier's pool of worker processes: CPU build slots, a CPU run slot, one slot per GPU.
 
 Each slot is a `zygote <kforge.verify.zygote>` process started with a scrubbed environment. Slots
-start lazily, so a CPU-only run never looks for a GPU. A slot whose process dies (a candidate that
+start on first use, or all at once with `WorkerPool.start`, so a CPU-only run never looks for a GPU. A slot whose process dies (a candidate that
 killed its parent, say) is replaced, and the request is reported as lost so the caller can retry
 it once elsewhere. The pool is thread-safe: problem loops running in threads share it.
 """
@@ -145,15 +145,14 @@ class WorkerPool:
         self._returned = threading.Condition(self._lock)
         self._free: dict[str, list[tuple[str, Zygote | None]]] = {}
         """Free slots per kind, as (label, worker or None when not started); guarded by ``_lock``."""
-        self.busy_s: dict[str, float] = {}
-        """Seconds each slot kind spent serving run requests (for GPU busy fractions)."""
         self._all: list[Zygote] = []
         self._info: dict[str, dict[str, Any]] = {}
         self.counters = {"build": 0, "run": 0, "lost": 0}
         """How many requests of each kind were served (tests assert on these)."""
         self.time_s: dict[str, dict[str, float]] = {}
         """Per slot kind: seconds requests waited for a free slot (``wait``), spent being served (``serve``,
-        every request kind) and starting worker processes (``start``): where a sweep's time goes."""
+        every request kind; ``run``, run requests alone) and starting worker processes (``start``): where a
+        sweep's time goes."""
         self._once_locks: dict[str, threading.Lock] = {}
         self._closed = False
 
@@ -244,7 +243,8 @@ class WorkerPool:
         got = None
         with self._returned:
             while got is None:
-                for k in sorted(kinds, key=lambda k: self.busy_s.get(k, 0.0)):  # least used first
+                busy = self.busy_s
+                for k in sorted(kinds, key=lambda k: busy.get(k, 0.0)):  # least used first
                     free = self._free_slots(k)
                     if free:
                         # A started worker serves at once; starting one costs seconds (measured: 13 s with the
@@ -291,14 +291,18 @@ class WorkerPool:
                     served = time.monotonic() - start
                     self._add_time(z.kind, "serve", served)
                     if payload.get("kind") == "run":
-                        with self._lock:
-                            self.busy_s[z.kind] = self.busy_s.get(z.kind, 0.0) + served
+                        self._add_time(z.kind, "run", served)
             self.counters["run" if payload.get("kind") == "run" else "build"] += 1
             reply["kind"] = z.kind
             return reply
         finally:
             if not self.keep_workdirs:
                 shutil.rmtree(workdir, ignore_errors=True)
+
+    @property
+    def busy_s(self) -> dict[str, float]:
+        """Seconds each slot kind spent serving run requests (for GPU busy fractions)."""
+        return {k: t["run"] for k, t in list(self.time_s.items()) if t["run"]}
 
     def _once(self, key: str) -> threading.Lock:
         """A lock per key, so loops starting together probe or measure a device once, not once each."""
@@ -307,7 +311,7 @@ class WorkerPool:
 
     def _add_time(self, kind: str, what: str, seconds: float) -> None:
         with self._lock:
-            t = self.time_s.setdefault(kind, {"wait": 0.0, "serve": 0.0, "start": 0.0})
+            t = self.time_s.setdefault(kind, {"wait": 0.0, "serve": 0.0, "run": 0.0, "start": 0.0})
             t[what] += seconds
 
     def preloads(self) -> dict[str, list[str]]:

@@ -212,11 +212,11 @@ class _Child:
             if fd >= 0:
                 _close(fd)
         self.req_w = self.rfd = -1
-        for kill in (os.kill, os.killpg):
-            try:
-                kill(self.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        _kill_group(self.pid)
+        try:  # a spare killed before its setsid() is not yet a group of its own
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         if not self.reaped:
             os.waitpid(self.pid, 0)
             self.reaped = True
