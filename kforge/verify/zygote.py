@@ -116,6 +116,36 @@ def _kill_group(pid: int) -> None:
         pass
 
 
+def _reap(pid: int, wait_s: float = 10.0) -> int | None:
+    """Wait for a killed child to be gone; its wait status, or None if it is still stuck (in the driver).
+
+    Woken by the child's pidfd the moment it exits: a verification's reply waits for this, and polling
+    cost up to 50 ms of device slot each time.
+    """
+    deadline = time.monotonic() + wait_s
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError):  # not Linux >= 5.3: poll, briefly at first
+        pidfd = None
+    delay = 0.001
+    try:
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return status
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            if pidfd is not None:
+                select.select([pidfd], [], [], left)
+            else:
+                time.sleep(min(delay, left))
+                delay = min(2 * delay, 0.05)
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+
+
 def take_quiet_lock(wait_s: float = QUIET_WAIT_S) -> int | None:
     """Take this GPU's quiet lock, held until the returned descriptor closes or the process exits.
 
@@ -267,12 +297,7 @@ def run_forked(request: dict) -> dict:
             chunks.append(data)
     # Whatever happened, nothing the candidate started may outlive it.
     _kill_group(pid)
-    status = None
-    for _ in range(200):  # a process stuck in the driver can take a moment to die
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        time.sleep(0.05)
+    status = _reap(pid)
     os.close(rfd)
     reply: dict = {"wall_s": time.monotonic() - start, "timed_out": timed_out}
     workdir = request["workdir"]
