@@ -8,6 +8,7 @@ it once elsewhere. The pool is thread-safe: problem loops running in threads sha
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -154,6 +155,9 @@ class WorkerPool:
         every request kind; ``run``, run requests alone) and starting worker processes (``start``): where a
         sweep's time goes."""
         self._once_locks: dict[str, threading.Lock] = {}
+        self._waiting: list[tuple[int, frozenset[str]]] = []
+        """Requests waiting for a slot, in arrival order (ticket, kinds it accepts); guarded by ``_lock``."""
+        self._tickets = itertools.count()
         self._closed = False
 
     # -- devices -----------------------------------------------------------------------------------
@@ -242,18 +246,26 @@ class WorkerPool:
         asked = time.monotonic()
         got = None
         with self._returned:
-            while got is None:
-                busy = self.busy_s
-                for k in sorted(kinds, key=lambda k: busy.get(k, 0.0)):  # least used first
-                    free = self._free_slots(k)
-                    if free:
-                        # A started worker serves at once; starting one costs seconds (measured: 13 s with the
-                        # compiler stack on an H200 host), so one-at-a-time use never starts the others.
-                        i = next((i for i, (_, z) in enumerate(free) if z is not None and z.alive()), 0)
-                        got = (k, *free.pop(i))
-                        break
-                else:
-                    self._returned.wait(timeout=1.0)
+            # First come, first served: a free slot goes to the longest-waiting request that can use it, not
+            # to whichever waiting thread wakes first (which let some problem loops overtake others).
+            ticket = (next(self._tickets), frozenset(kinds))
+            self._waiting.append(ticket)
+            try:
+                while got is None:
+                    busy = self.busy_s
+                    for k in sorted(kinds, key=lambda k: busy.get(k, 0.0)):  # least used first
+                        free = self._free_slots(k)
+                        if free and not any(k in ks for t, ks in self._waiting if t < ticket[0]):
+                            # A started worker serves at once; starting one costs seconds (measured: 13 s with
+                            # the compiler stack on an H200 host), so one-at-a-time use never starts the others.
+                            i = next((i for i, (_, z) in enumerate(free) if z is not None and z.alive()), 0)
+                            got = (k, *free.pop(i))
+                            break
+                    else:
+                        self._returned.wait(timeout=1.0)
+            finally:
+                self._waiting.remove(ticket)
+                self._returned.notify_all()  # the next in line may now be first for a free slot
         kind, label, z = got
         self._add_time(kind, "wait", time.monotonic() - asked)
         try:

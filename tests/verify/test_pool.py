@@ -1,5 +1,8 @@
 """The worker pool's bookkeeping: eager start, and where requests spend their time."""
 
+import threading
+import time
+
 from kforge.backends import get_backend
 from kforge.problems import resolve_problem
 from kforge.verify import State, Verifier, WorkerPool
@@ -34,3 +37,25 @@ def test_one_request_at_a_time_reuses_the_started_worker_instead_of_starting_the
             assert reply["result"]["device"].startswith("cpu")
         assert list(pool.preloads()) == ["build-0"]
         assert pool.counters["build"] == 3
+
+
+def test_a_free_slot_goes_to_the_longest_waiting_request_not_to_one_arriving_as_it_frees(tmp_path):
+    # A loop arriving just as a slot came back used to take it ahead of loops already waiting: over a
+    # sweep some problems raced ahead and the last ones finished alone, leaving devices idle.
+    with WorkerPool(gpus=[], cpu_workers=1, build_cache=tmp_path / "cache") as pool:
+        order = []
+        held = pool.slot("cpu")
+        held.__enter__()
+
+        def waiter():
+            with pool.slot("cpu"):
+                order.append("waiting")
+
+        t = threading.Thread(target=waiter)
+        t.start()
+        time.sleep(0.5)  # the waiter is queued for the slot by now
+        held.__exit__(None, None, None)
+        with pool.slot("cpu"):  # free at this instant, but the waiter asked first
+            order.append("late")
+        t.join(timeout=60)
+        assert order == ["waiting", "late"]
