@@ -1,9 +1,10 @@
 """The verifier's pool of worker processes: CPU build slots, a CPU run slot, one slot per GPU.
 
 Each slot is a `zygote <kforge.verify.zygote>` process started with a scrubbed environment. Slots
-start on first use, or all at once with `WorkerPool.start`, so a CPU-only run never looks for a GPU. A slot whose process dies (a candidate that
-killed its parent, say) is replaced, and the request is reported as lost so the caller can retry
-it once elsewhere. The pool is thread-safe: problem loops running in threads share it.
+start on first use, or all at once with `WorkerPool.start`, so a CPU-only run never looks for a GPU.
+A slot whose process dies (a candidate that killed its parent, say) is replaced, and the request is
+reported as lost so the caller can retry it once elsewhere. The pool is thread-safe: problem loops
+running in threads share it, and free slots go to them in the order they asked.
 """
 
 from __future__ import annotations
