@@ -8,7 +8,8 @@
 #   bash benchmarks/gpu_validation.sh out build
 #   CUDA_VISIBLE_DEVICES=0 bash benchmarks/gpu_validation.sh out/a tests & CUDA_VISIBLE_DEVICES=1 bash ... out/b latency
 # They share one build cache (KFORGE_CACHE_DIR). LAT_BACKENDS and LAT_PROBLEMS choose the latency rows.
-# Rough times on one H100: build 1.5 min, tests 7, latency 1 per problem and backend, demo 5, multigpu 5.
+# Rough times on one H100: build 1.5 min, tests 7, latency 1 per problem and backend, demo 5; multigpu on
+# two H200s: 6.
 set -u
 OUT=${1:-${OUT:-gpu-results}}
 STEPS=",${2:-build,tests,latency,cli,compile,demo,multigpu},"
@@ -61,7 +62,7 @@ if want demo; then
   f=$(find mlartifacts /tmp -name profile.csv 2>/dev/null | head -1); [ -n "$f" ] && cp "$f" "$OUT/ncu_profile.csv"
 fi
 if want multigpu; then
-  step "two-GPU tests and sweep throughput, 1 vs 2 GPUs"
+  step "two-GPU tests, sweep throughput 1 vs 2 GPUs, CUDA start-up contention"
   python3 -m pytest -v -m gpu --timeout 300 -p no:cacheprovider -rfEs tests/verify/test_multi_gpu.py \
     tests/verify/test_lost_worker.py > "$OUT/multigpu_tests.txt" 2>&1
   tail -3 "$OUT/multigpu_tests.txt"
@@ -70,5 +71,8 @@ if want multigpu; then
   python3 benchmarks/sweep_throughput.py --backend cuda --latency 0.5 --iterations "${THROUGHPUT_ITERATIONS:-8}" --levels 1,2,3 \
     --configs "${THROUGHPUT_CONFIGS:-1x12,2x12}" > "$OUT/throughput.txt" 2>&1
   tail -12 "$OUT/throughput.txt"
+  # Why two GPUs are not twice one: CUDA context creation, first use and exit, alone and side by side.
+  python3 benchmarks/gpu_contention.py > "$OUT/contention.txt" 2>&1
+  tail -26 "$OUT/contention.txt"
 fi
 step done
