@@ -201,14 +201,14 @@ class Builder:
         pch_dir = self.root / "pch" / key
         gch = pch_dir / "torch" / "extension.h.gch"
         # A second #include <torch/extension.h> (load_inline adds one; many candidates write one too) cannot
-        # use the PCH and looks for the header beside it: a stub there forwards to the real one.
-        stub = pch_dir / "torch" / "extension.h"
-        if gch.is_file() and stub.is_file():
+        # use the PCH and looks for the header beside it: a one-line header there includes the real one.
+        forward = pch_dir / "torch" / "extension.h"
+        if gch.is_file() and forward.is_file():
             return pch_dir
         with _locked(self.root / "pch" / f"{key}.lock"):
             gch.parent.mkdir(parents=True, exist_ok=True)
-            if not stub.is_file():
-                stub.write_text(f'#pragma once\n#include "{header}"\n')
+            if not forward.is_file():
+                forward.write_text(f'#pragma once\n#include "{header}"\n')
             if gch.is_file():
                 return pch_dir
             tmp = gch.with_suffix(f".tmp{os.getpid()}")
