@@ -31,7 +31,7 @@ class ModelConfig:
     reasoning_effort: str | None = None
     """``low``/``medium``/``high`` for reasoning models that take it."""
     api_base: str | None = None
-    """Endpoint of a local OpenAI-compatible server (vLLM, Ollama, or the tests' scripted server)."""
+    """Endpoint of a local OpenAI-compatible server (vLLM, Ollama, SGLang)."""
     api_key_env: str | None = None
     """Environment variable holding the key, when it is not the provider's usual one."""
     timeout_s: float = 600.0
