@@ -36,19 +36,30 @@ SCENARIOS = {
     "work + ctx on the same GPU": [(0, "work"), (0, "ctx")],
     "work + work on the other GPU": [(0, "work"), (1, "work")],
     "work + ctx, on both GPUs": [(0, "work"), (0, "ctx"), (1, "work"), (1, "ctx")],
+    # The same with the spare's first use done ahead (kforge.verify.prewarm), as the zygote does.
+    "ctx+warm alone": [(0, "ctx+warm")],
+    "ctx+warm + ctx+warm on the other GPU": [(0, "ctx+warm"), (1, "ctx+warm")],
+    "warm work alone": [(0, "warm work")],
+    "warm work + ctx+warm on the same GPU": [(0, "warm work"), (0, "ctx+warm")],
+    "warm work + warm work on the other GPU": [(0, "warm work"), (1, "warm work")],
+    "warm work + ctx+warm, on both GPUs": [(0, "warm work"), (0, "ctx+warm"), (1, "warm work"), (1, "ctx+warm")],
 }
 
 
 def _child(gpu: int, task: str, problems: list, go_r: int, out_w: int) -> None:
     os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
     import torch
-    if task == "work":  # its context made before the start line, as a spare's is
+
+    from kforge.verify.prewarm import prewarm, reserve_bytes
+    if task.endswith("work"):  # its context made before the start line, as a spare's is
         torch.cuda.set_device(0)
         torch.cuda.synchronize()
+        if task == "warm work":
+            prewarm(reserve_bytes())
     os.write(out_w, b"r")
     os.read(go_r, 1)
     parts, t0 = {}, time.monotonic()
-    if task == "ctx":
+    if task.startswith("ctx"):
         # The driver's two steps, then what torch adds; torch would make the same primary context itself.
         cuda = ctypes.CDLL("libcuda.so.1")
         if cuda.cuInit(0) != 0:
@@ -61,7 +72,11 @@ def _child(gpu: int, task: str, problems: list, go_r: int, out_w: int) -> None:
         parts["context"], t0 = time.monotonic() - t0, time.monotonic()
         torch.cuda.set_device(0)
         torch.cuda.synchronize()
-        parts["torch"] = time.monotonic() - t0
+        parts["torch"], t0 = time.monotonic() - t0, time.monotonic()
+        if task == "ctx+warm":
+            steps = prewarm(reserve_bytes())
+            parts["prewarm"] = time.monotonic() - t0
+            parts.update({f"prewarm: {k}": v for k, v in steps.items()})
     else:
         for problem in problems:
             _use(torch, problem)
