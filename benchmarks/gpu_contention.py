@@ -29,6 +29,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")  # ask NVML, so forks can still use CUDA
 
+RESERVE = 1 << 30
+"""Bytes ``first_use`` leaves in torch's allocator cache, so a candidate's allocations need no driver call."""
+
 SCENARIOS = {
     "ctx alone": [(0, "ctx")],
     "ctx + ctx on the other GPU": [(0, "ctx"), (1, "ctx")],
@@ -36,7 +39,7 @@ SCENARIOS = {
     "work + ctx on the same GPU": [(0, "work"), (0, "ctx")],
     "work + work on the other GPU": [(0, "work"), (1, "work")],
     "work + ctx, on both GPUs": [(0, "work"), (0, "ctx"), (1, "work"), (1, "ctx")],
-    # The same with the spare's first use done ahead (kforge.verify.prewarm), as the zygote does.
+    # The same with the spare's first use done ahead (first_use below).
     "ctx+warm alone": [(0, "ctx+warm")],
     "ctx+warm + ctx+warm on the other GPU": [(0, "ctx+warm"), (1, "ctx+warm")],
     "warm work alone": [(0, "warm work")],
@@ -50,12 +53,11 @@ def _child(gpu: int, task: str, problems: list, go_r: int, out_w: int) -> None:
     os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
     import torch
 
-    from kforge.verify.prewarm import prewarm, reserve_bytes
     if task.endswith("work"):  # its context made before the start line, as a spare's is
         torch.cuda.set_device(0)
         torch.cuda.synchronize()
         if task == "warm work":
-            prewarm(reserve_bytes())
+            first_use()
     os.write(out_w, b"r")
     os.read(go_r, 1)
     parts, t0 = {}, time.monotonic()
@@ -74,7 +76,7 @@ def _child(gpu: int, task: str, problems: list, go_r: int, out_w: int) -> None:
         torch.cuda.synchronize()
         parts["torch"], t0 = time.monotonic() - t0, time.monotonic()
         if task == "ctx+warm":
-            steps = prewarm(reserve_bytes())
+            steps = first_use()
             parts["prewarm"] = time.monotonic() - t0
             parts.update({f"prewarm: {k}": v for k, v in steps.items()})
     else:
@@ -83,6 +85,55 @@ def _child(gpu: int, task: str, problems: list, go_r: int, out_w: int) -> None:
         parts["work"] = time.monotonic() - t0
     os.write(out_w, json.dumps({"task": task, "gpu": gpu, **parts}).encode())
     os._exit(0)
+
+
+def first_use(reserve: int = RESERVE) -> dict[str, float]:
+    """The verifier's problem-independent first use on device 0, and ``reserve`` bytes left cached and free.
+
+    What a spare could do ahead of its candidate (kforge tried it, see docs/performance.md); the
+    seconds each step took.
+    """
+    import time
+
+    import torch
+    import torch.nn.functional as F
+
+    from kforge.verify.compare import check_degenerate, compare_tensor
+    dev = torch.device("cuda", 0)
+    x: dict = {}
+
+    def allocator():  # segments cut into the candidate's allocations later, with no driver call then
+        small = [torch.empty(1 << 20, dtype=torch.uint8, device=dev) for _ in range(16)]
+        big = torch.empty(reserve, dtype=torch.uint8, device=dev) if reserve else None
+        del small, big
+
+    def draw_and_compare():  # inputs drawn on the device, copies, NaN fills, the fp32 comparison
+        torch.manual_seed(0)
+        x["a"], x["b"] = torch.randn(64, 64, device=dev), torch.rand(64, 64, device=dev).clone()
+        compare_tensor(x["a"], x["a"].clone(), 1e-4, 1e-4)
+        check_degenerate(x["a"], x["a"])
+        torch.equal(x["a"], x["b"])
+        x["a"].clone().fill_(float("nan"))
+
+    def cublas():  # the handle, its workspace, and the first GEMM kernels
+        x["a"] @ x["b"]
+
+    def cudnn():
+        F.conv2d(x["a"].view(1, 1, 64, 64), x["b"][:3, :3].reshape(1, 1, 3, 3))
+
+    def half_types():
+        for h in (x["a"].half(), x["a"].bfloat16()):
+            compare_tensor(h, h.clone(), 1e-2, 1e-2)
+            h @ h
+
+    took: dict[str, float] = {}
+    with torch.no_grad():
+        for step in (allocator, draw_and_compare, cublas, cudnn, half_types):
+            t0 = time.monotonic()
+            step()
+            torch.cuda.synchronize()
+            took[step.__name__] = time.monotonic() - t0
+    return took
 
 
 def _use(torch, problem) -> None:

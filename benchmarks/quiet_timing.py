@@ -3,12 +3,13 @@
     python benchmarks/quiet_timing.py [--seconds 20] [--gap 0.05]
 
 One process times kernels the way the verifier's clock does (L2 flushed, CUDA events around the call, a
-full synchronize after) again and again. Meanwhile this process keeps forking fresh ones onto the same GPU,
-one at a time, the way a zygote forks its spare: each makes its CUDA context, runs
-`kforge.verify.prewarm`, and exits. None of them takes the quiet lock. Each timed sample is put in the
-class of what the background process was doing while the sample ran (the host clock is shared by all
-processes): making a context, prewarming, being torn down, or nothing (the gap between an exit and the
-next fork). A class whose median differs from "nothing" is one that timing must not overlap.
+full synchronize after) again and again. Meanwhile this process keeps forking fresh ones onto the same
+GPU, one at a time, the way a zygote forks its spare: each makes its CUDA context, does the verifier's
+first use (`gpu_contention.first_use`, "prewarm" below) and exits, without the quiet lock. Each sample
+goes in the class of what the background process was doing meanwhile (all processes share the host
+clock): making a context, prewarming, being torn down, or nothing (between an exit and the next fork).
+Event times and host times (the call plus the synchronize, as the clock's host reading) are shown apart:
+a class that moves either is one that timing must not overlap.
 """
 
 from __future__ import annotations
@@ -49,19 +50,19 @@ def _timer(until: float, out: str, ready_w: int) -> None:
     while time.monotonic() < until:
         for name, fn in kernels.items():
             t0 = time.monotonic()
-            ms = clock.time(fn)[0]
-            rows.append((name, t0, time.monotonic(), ms))
+            ms, host_ms, _ = clock.time(fn)
+            rows.append((name, t0, time.monotonic(), ms, host_ms))
     Path(out).write_text(json.dumps(rows))
 
 
 def _spare(stamp_w: int) -> None:
     import torch
 
-    from kforge.verify.prewarm import prewarm, reserve_bytes
+    from benchmarks.gpu_contention import first_use
     torch.cuda.set_device(0)
     torch.cuda.synchronize()
     os.write(stamp_w, f"{time.monotonic()!r}\n".encode())
-    prewarm(reserve_bytes())
+    first_use()
     os.write(stamp_w, f"{time.monotonic()!r}\n".encode())
 
 
@@ -92,14 +93,14 @@ def _background(until: float, gap: float) -> list[tuple[str, float, float]]:
     return spans
 
 
-def classify(rows: list, spans: list) -> dict[tuple[str, str], list[float]]:
-    """Each sample goes to the first class (in ``CLASSES`` order) whose interval it overlaps."""
-    out: dict[tuple[str, str], list[float]] = {}
+def classify(rows: list, spans: list) -> dict[tuple[str, str], list[tuple[float, float]]]:
+    """Each sample's (event ms, host ms) goes to the first class (in ``CLASSES`` order) it overlaps."""
+    out: dict[tuple[str, str], list[tuple[float, float]]] = {}
     rank = {c: i for i, c in enumerate(CLASSES)}
-    for name, t0, t1, ms in rows:
+    for name, t0, t1, ms, host_ms in rows:
         hit = [c for c, s, e in spans if s < t1 and e > t0]
         cls = min(hit, key=rank.__getitem__) if hit else "nothing"
-        out.setdefault((name, cls), []).append(ms)
+        out.setdefault((name, cls), []).append((ms, host_ms))
     return out
 
 
@@ -137,17 +138,20 @@ def main() -> None:
     groups = classify(rows, spans)
     print(f"{torch.cuda.get_device_name(0)}; torch {torch.__version__}; {len(spans) // 3} background processes, "
           f"{len(rows)} timed calls\n")
-    print("| kernel | background | samples | median ms | p90 ms | median vs nothing |")
-    print("|---|---|---:|---:|---:|---:|")
+    print("| kernel | background | samples | event median ms | event p90 ms | vs nothing | host median ms | vs nothing |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     for name in dict.fromkeys(r[0] for r in rows):
-        base = statistics.median(groups.get((name, "nothing"), [float("nan")]))
+        quiet = groups.get((name, "nothing"), [(float("nan"), float("nan"))])
+        base, host_base = (statistics.median(v) for v in zip(*quiet))
         for cls in CLASSES:
-            vals = sorted(groups.get((name, cls), []))
-            if not vals:
+            pairs = groups.get((name, cls), [])
+            if not pairs:
                 continue
-            med = statistics.median(vals)
-            p90 = vals[min(len(vals) - 1, int(0.9 * len(vals)))]
-            print(f"| {name} | {cls} | {len(vals)} | {med:.4f} | {p90:.4f} | {100 * (med / base - 1):+.2f}% |")
+            ev = sorted(p[0] for p in pairs)
+            med, host = statistics.median(ev), statistics.median(p[1] for p in pairs)
+            p90 = ev[min(len(ev) - 1, int(0.9 * len(ev)))]
+            print(f"| {name} | {cls} | {len(ev)} | {med:.4f} | {p90:.4f} | {100 * (med / base - 1):+.2f}% | "
+                  f"{host:.4f} | {100 * (host / host_base - 1):+.2f}% |")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def run_config(backend: str, devices: int, concurrency: int, latency: float, iterations: int, size: str,
-               levels: str, workdir: Path, spares: int = 2) -> dict:
+               levels: str, workdir: Path, spare: bool = True) -> dict:
     from hydra import compose, initialize_config_dir
 
     from kforge import REPO_DIR
@@ -40,7 +40,7 @@ def run_config(backend: str, devices: int, concurrency: int, latency: float, ite
         gpus = detect_gpus()
         if len(gpus) < devices:
             raise SystemExit(f"asked for {devices} GPUs, {len(gpus)} visible")
-        pool = WorkerPool(gpus=gpus[:devices], spares=spares)
+        pool = WorkerPool(gpus=gpus[:devices], spare=spare)
     with pool:
         # Steady-state throughput: workers started and devices probed before the clock (a job pays this
         # once, ~10 s, however many problems follow).
@@ -111,13 +111,9 @@ def main() -> None:
     ap.add_argument("--iterations", type=int, default=3)
     ap.add_argument("--levels", default="1", help="built-in levels, e.g. 1 or 1,2")
     ap.add_argument("--size", default=None, help="problem size preset (default: cpu on cpu, gpu on GPUs)")
-    ap.add_argument("--spares", type=int, default=2,
-                    help="children each GPU worker keeps ahead, context made and first use done (workers.spares)")
-    ap.add_argument("--prewarm", action=argparse.BooleanOptionalAction, default=True,
-                    help="spares also do their first use ahead (kforge.verify.prewarm)")
+    ap.add_argument("--spare", action=argparse.BooleanOptionalAction, default=True,
+                    help="GPU workers keep a spare child with its CUDA context made (workers.spare)")
     args = ap.parse_args()
-    import os
-    os.environ["KFORGE_ZYGOTE_PREWARM"] = "1" if args.prewarm else "0"
     size = args.size or ("cpu" if args.backend == "cpu" else "gpu")
     work = Path(tempfile.mkdtemp(prefix="kforge-throughput-"))
     print("warming the build cache ...", flush=True)
@@ -126,11 +122,10 @@ def main() -> None:
     for spec in args.configs.split(","):
         g, c = (int(x) for x in spec.lower().split("x"))
         rows.append(run_config(args.backend, g, c, args.latency, args.iterations, size, args.levels, work / spec,
-                               args.spares))
+                               args.spare))
         print(rows[-1], flush=True)
     print(f"\nsweep throughput: backend {args.backend}, {args.iterations} iterations per problem, simulated model "
-          f"latency {args.latency:g} s per call (oracle, not an LLM), {args.spares} spare children per GPU, "
-          f"prewarm {'on' if args.prewarm else 'off'}\n")
+          f"latency {args.latency:g} s per call (oracle, not an LLM), spare children {'on' if args.spare else 'off'}\n")
     # Host CPU: this process's CPU time over the wall (all its threads; Python runs one at a time, so near
     # 100% means the loops' own Python work, not the devices, sets the pace).
     print("| devices x loops | problems | wall s | problems/hour | device busy | host CPU |")

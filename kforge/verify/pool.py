@@ -131,7 +131,7 @@ class WorkerPool:
 
     def __init__(self, *, gpus: list[int] | None = None, build_workers: int | None = None, cpu_workers: int = 1,
                  root: str | os.PathLike | None = None, build_cache: str | os.PathLike | None = None,
-                 keep_workdirs: bool = False, spares: int = 2):
+                 keep_workdirs: bool = False, spare: bool = True):
         cpus = os.cpu_count() or 2
         self.build_workers = build_workers or max(1, min(4, cpus // 4))
         self.cpu_workers = cpu_workers
@@ -141,8 +141,8 @@ class WorkerPool:
         self.root = Path(root or self._tmp.name)
         self.root.mkdir(parents=True, exist_ok=True)
         self.keep_workdirs = keep_workdirs
-        self.spares = spares
-        """Children each GPU worker keeps ahead, CUDA context made and first use done (`kforge.verify.zygote`)."""
+        self.spare = spare
+        """GPU workers keep one child ahead with its CUDA context made (see `kforge.verify.zygote`)."""
         self._lock = threading.Lock()
         self._returned = threading.Condition(self._lock)
         self._free: dict[str, list[tuple[str, Zygote | None]]] = {}
@@ -185,7 +185,7 @@ class WorkerPool:
         # calls it at import, and the zygote wants that stack imported before it forks (seen on an H100: without
         # this, both preload levels that import torch._dynamo left children unable to use CUDA).
         return scrubbed_env({"CUDA_VISIBLE_DEVICES": kind.split(":", 1)[1], "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-                             "PYTORCH_NVML_BASED_CUDA_CHECK": "1", SPARE_ENV: str(max(0, int(self.spares)))})
+                             "PYTORCH_NVML_BASED_CUDA_CHECK": "1", SPARE_ENV: "1" if self.spare else "0"})
 
     def _count(self, kind: str) -> int:
         return {"build": self.build_workers, "cpu": self.cpu_workers}.get(kind, 1)

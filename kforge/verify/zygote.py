@@ -29,9 +29,7 @@ OUTPUT_TAIL = 6000
 QUIET_LOCK_ENV = "KFORGE_QUIET_LOCK"
 """Names the file whose flock a GPU's children hold while making a CUDA context or timing."""
 SPARE_ENV = "KFORGE_ZYGOTE_SPARE"
-"""How many children a GPU zygote keeps ahead (the pool's ``spares``, Hydra's ``workers.spares``); 0 for none."""
-PREWARM_ENV = "KFORGE_ZYGOTE_PREWARM"
-"""``0`` stops a spare doing its first use ahead (`kforge.verify.prewarm`) after making its context."""
+"""``0`` stops a GPU zygote keeping a spare (the pool's ``spare=False``, Hydra's ``workers.spare=false``)."""
 QUIET_WAIT_S = 10.0
 """How long a spare waits for the quiet lock before making its context anyway (a leaked holder)."""
 
@@ -170,28 +168,18 @@ def take_quiet_lock(wait_s: float = QUIET_WAIT_S) -> int | None:
             time.sleep(0.005)
 
 
-def _make_context(request_ready) -> None:
-    """A spare's CUDA context, made under the quiet lock, then its first use done until its request comes.
-
-    Only the context waits for the lock: `benchmarks/quiet_timing.py` found no prewarm step moving a kernel
-    timed meanwhile on the same GPU, and prewarming takes longer than a candidate's run before it times.
-    """
+def _make_context() -> None:
+    """A spare's CUDA context, made under the quiet lock so no candidate is being timed meanwhile."""
     fd = take_quiet_lock()
     try:
         import torch
         torch.cuda.set_device(0)
         torch.cuda.synchronize()  # the context exists from here on
     except Exception:  # noqa: BLE001 - the request's own set-up meets the same failure and reports it
-        return
+        pass
     finally:
         if fd is not None:
             os.close(fd)
-    if os.environ.get(PREWARM_ENV, "1") != "0":
-        from .prewarm import prewarm, reserve_bytes
-        try:
-            prewarm(reserve_bytes(), stop=request_ready)
-        except Exception:  # noqa: BLE001 - as above: what failed here fails in the harness, and is reported
-            pass
 
 
 def _close(fd: int) -> None:
@@ -218,7 +206,7 @@ class _Child:
                 os.closerange(lo + 1, hi)
                 os.closerange(hi + 1, 1 << 16)
                 if warm:
-                    _make_context(lambda: bool(select.select([req_r], [], [], 0)[0]))
+                    _make_context()
                 path = b""
                 while chunk := os.read(req_r, 4096):
                     path += chunk
@@ -264,37 +252,21 @@ class _Child:
             self.reaped = True
 
 
-def _spares_wanted() -> int:
-    """Children a GPU zygote keeps ahead (``SPARE_ENV``); none off a GPU."""
-    if os.environ.get("CUDA_VISIBLE_DEVICES", "") in ("", "-1"):
-        return 0
-    try:
-        return max(0, int(os.environ.get(SPARE_ENV, "1")))
-    except ValueError:
-        return 1
+def _keeps_spare() -> bool:
+    return os.environ.get("CUDA_VISIBLE_DEVICES", "") not in ("", "-1") and os.environ.get(SPARE_ENV, "1") != "0"
 
 
-_spares: list[_Child] = []
-"""Forked children waiting for a request, oldest (and so the most likely ready) first."""
-
-
-def _fork_spares() -> None:
-    while len(_spares) < _spares_wanted():
-        try:
-            _spares.append(_Child(warm=True))
-        except OSError:  # no process to spare now (a fork limit): a request forks its own
-            return
+_spare: _Child | None = None
 
 
 def run_forked(request: dict) -> dict:
-    """Fork a child for one request (or take a spare), enforce its timeout, and describe how it ended."""
+    """Fork a child for one request (or take the spare), enforce its timeout, and describe how it ended."""
+    global _spare
     timeout = float(request.get("timeout", 300))
-    child = None
-    while _spares and child is None:
-        child = _spares.pop(0)
-        if not child.alive():
-            child.discard()
-            child = None
+    child, _spare = _spare, None
+    if child is not None and not child.alive():
+        child.discard()
+        child = None
     child = child or _Child(warm=False)
     start = time.monotonic()
     try:
@@ -303,7 +275,11 @@ def run_forked(request: dict) -> dict:
         child.discard()
         child = _Child(warm=False)
         child.send(request)
-    _fork_spares()
+    if _keeps_spare():
+        try:
+            _spare = _Child(warm=True)
+        except OSError:  # no process to spare now (a fork limit): the next request forks its own
+            _spare = None
     pid, rfd = child.pid, child.rfd
     chunks: list[bytes] = []
     timed_out = False
@@ -355,9 +331,10 @@ def main() -> None:
         os.dup2(proto.fileno(), 1)
         os.environ["KFORGE_ZYGOTE_PRELOAD"] = str(level + 1)
         os.execv(sys.executable, [sys.executable, "-m", "kforge.verify.zygote"])
-    if _spares_wanted():
+    global _spare
+    if _keeps_spare():
         os.environ[QUIET_LOCK_ENV] = os.path.abspath(f".quiet-{os.getpid()}.lock")
-        _fork_spares()  # the first request finds its context made
+        _spare = _Child(warm=True)  # the first request finds its context made
     proto.write(json.dumps({"ready": True, "pid": os.getpid(), "preload": list(PRELOAD_LEVELS[level])}) + "\n")
     for line in sys.stdin:
         line = line.strip()

@@ -46,20 +46,20 @@ def wait_for(fn, timeout: float = 30.0):
     return fn()
 
 
-def gpu_like_pool(tmp_path, monkeypatch, spares: int) -> WorkerPool:
+def gpu_like_pool(tmp_path, monkeypatch, spare: bool) -> WorkerPool:
     """A pool whose ``cpu`` slot is a zygote that believes it serves a GPU."""
     env = WorkerPool._env
     monkeypatch.setattr(WorkerPool, "_env", lambda self, kind: scrubbed_env(
         {"CUDA_VISIBLE_DEVICES": "0", "TRITON_INTERPRET": "1", "PYTORCH_NVML_BASED_CUDA_CHECK": "1",
-         SPARE_ENV: str(self.spares)}) if kind == "cpu" else env(self, kind))
-    p = WorkerPool(gpus=[], cpu_workers=1, build_workers=1, build_cache=tmp_path / "cache", spares=spares)
+         SPARE_ENV: "1" if self.spare else "0"}) if kind == "cpu" else env(self, kind))
+    p = WorkerPool(gpus=[], cpu_workers=1, build_workers=1, build_cache=tmp_path / "cache", spare=spare)
     p.start(["cpu"])
     return p
 
 
 @pytest.fixture
 def pool(tmp_path, monkeypatch):
-    with gpu_like_pool(tmp_path, monkeypatch, spares=1) as p:
+    with gpu_like_pool(tmp_path, monkeypatch, spare=True) as p:
         yield p
 
 
@@ -139,7 +139,7 @@ def test_timing_waits_for_the_quiet_lock(pool):
 
 
 def test_without_spares_each_request_forks_its_child_then(tmp_path, monkeypatch):
-    with gpu_like_pool(tmp_path, monkeypatch, spares=0) as pool:
+    with gpu_like_pool(tmp_path, monkeypatch, spare=False) as pool:
         zpid = zygote_pid(pool)
         time.sleep(1.0)
         assert children(zpid) == []
