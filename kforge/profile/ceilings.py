@@ -2,7 +2,9 @@
 
 Datasheet peaks are leads; what a kernel can reach is what a large copy and a large library matrix
 product reach, so that is what the roofline floor and speed-of-light % use. Measured once per device
-(in a verifier worker) and cached in kforge's cache directory.
+(in a verifier worker) and cached in kforge's cache directory. A GPU is timed with CUDA events: host
+clocks also count time spent waiting in the driver, which other processes on the host (even ones on
+other GPUs) can stretch, and a ceiling that reads low makes honest kernels look faster than possible.
 """
 
 from __future__ import annotations
@@ -14,16 +16,25 @@ from pathlib import Path
 from typing import Any
 
 
-def _timed(fn, reps: int, sync) -> float:
+def _timed(fn, reps: int, cuda: bool) -> float:
+    """Median seconds of ``fn``: CUDA events around it on a GPU, the host clock on a CPU."""
+    import torch
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     fn()
     sync()
     times = []
     for _ in range(reps):
-        sync()
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - t0)
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        else:
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
 
@@ -32,12 +43,11 @@ def measure(device: str) -> dict[str, Any]:
     import torch
     torch.backends.cuda.matmul.allow_tf32 = False
     cuda = device == "cuda"
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
     dev = torch.device(device)
     n_copy = (1 << 28) if cuda else (1 << 25)  # 1 GiB on a GPU, 128 MiB on a CPU (past any cache)
     src = torch.rand(n_copy, device=dev)
     dst = torch.empty_like(src)
-    t = _timed(lambda: dst.copy_(src), 10 if cuda else 5, sync)
+    t = _timed(lambda: dst.copy_(src), 10 if cuda else 5, cuda)
     bandwidth = 2 * src.numel() * 4 / t
     src = dst = None  # free the 2 GiB before the matmuls
     out: dict[str, Any] = {"bandwidth_bytes_per_s": bandwidth}
@@ -47,7 +57,7 @@ def measure(device: str) -> dict[str, Any]:
             continue
         a = torch.randn(n, n, device=dev, dtype=dtype)
         b = torch.randn(n, n, device=dev, dtype=dtype)
-        t = _timed(lambda: torch.mm(a, b), 5, sync)
+        t = _timed(lambda: torch.mm(a, b), 5, cuda)
         out[key] = 2 * n ** 3 / t
     if cuda:
         out["device"] = torch.cuda.get_device_name()
@@ -55,8 +65,15 @@ def measure(device: str) -> dict[str, Any]:
     return out
 
 
+RATES = ("bandwidth_bytes_per_s", "fp32_flops", "bf16_flops")
+
+
 class CeilingCache:
-    """``ceilings.json``: one entry per (device name, torch version)."""
+    """``ceilings.json``: one entry per (device name, torch version).
+
+    Each rate keeps the highest value measured: a ceiling is what the device was seen to reach, and a
+    measurement taken while something else used it reads low.
+    """
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -70,13 +87,20 @@ class CeilingCache:
     def get(self, key: str) -> dict[str, Any] | None:
         return self._all().get(key)
 
-    def put(self, key: str, value: dict[str, Any]) -> None:
+    def put(self, key: str, value: dict[str, Any]) -> dict[str, Any]:
+        """Record a measurement; what is now cached (the higher of old and new for each rate)."""
         data = self._all()
+        old = data.get(key) or {}
+        value = dict(value)
+        for rate in RATES:
+            if (old.get(rate) or 0) > (value.get(rate) or 0):
+                value[rate] = old[rate]
         data[key] = value
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(data, indent=1))
         tmp.replace(self.path)
+        return value
 
 
 #: On a CPU the measured bandwidth is DRAM's; data that fits in the caches moves faster, so a floor

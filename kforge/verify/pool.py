@@ -340,22 +340,30 @@ class WorkerPool:
                 self._info[kind] = reply.get("result") or {"device": kind, "error": reply.get("error")}
         return self._info[kind]
 
-    def ceilings(self, kind: str, backend_spec: dict[str, Any]) -> dict[str, Any] | None:
-        """Measured bandwidth and FLOP/s of a slot's device, cached on disk per device and torch version."""
+    def ceilings(self, kind: str, backend_spec: dict[str, Any], fresh: bool = False) -> dict[str, Any] | None:
+        """Measured bandwidth and FLOP/s of a slot's device, cached on disk per device and torch version.
+
+        ``fresh`` measures again (once per slot and pool) even when the disk has a value, and keeps the
+        higher of the two: the verifier asks for it before calling a kernel faster than the roofline, since
+        a cached measurement may have been taken while something else used the device.
+        """
         from ..profile.ceilings import CeilingCache
         info = self.device_info(kind, backend_spec)
-        with self._once(f"ceilings:{kind}"):
-            if f"ceilings:{kind}" in self._info:
-                return self._info[f"ceilings:{kind}"]
+        name = f"ceilings{'-fresh' if fresh else ''}:{kind}"
+        with self._once(name):
+            if name in self._info:
+                return self._info[name]
             cache = CeilingCache(Path(self.build_cache).parent / "ceilings.json")
             key = f"{info.get('device')}|{info.get('torch')}"
-            value = cache.get(key)
+            value = None if fresh else cache.get(key)
             if value is None:
                 reply = self.request(kind, {"kind": "ceilings", "backend": backend_spec}, {}, timeout=300)
                 value = reply.get("result")
                 if value:
-                    cache.put(key, value)
-            self._info[f"ceilings:{kind}"] = value
+                    value = cache.put(key, value)
+            self._info[name] = value
+            if fresh and value:
+                self._info[f"ceilings:{kind}"] = value
         return value
 
     def close(self) -> None:

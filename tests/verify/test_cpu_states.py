@@ -1,5 +1,6 @@
 """The verdict state matrix on the cpu backend, end to end through worker processes."""
 
+import dataclasses
 import time
 
 import pytest
@@ -32,6 +33,30 @@ def test_correct_with_speedups_and_build_cache(verifier, relu):
     # Same source: the build phase loads the cached extension instead of compiling.
     assert second.build["built"] == [] and len(second.build["cached"]) == 1
     assert second.build["cached"][0] in (first.build["built"] + first.build["cached"])
+
+
+def test_roofline_floor_is_checked_against_fresh_ceilings(verifier, relu, monkeypatch):
+    """Faster than the device allows is a cheat, unless a fresh measurement of the device says otherwise."""
+    big = dataclasses.replace(relu, bytes=float(2**30))  # a floor is claimed on a CPU past 256 MiB moved
+    asked = []
+
+    def ceilings(reading):
+        def answer(kind, spec, fresh=False):
+            asked.append(fresh)
+            return {"bandwidth_bytes_per_s": reading(fresh), "fp32_flops": 1e12}
+        return answer
+
+    # The cached reading was taken while the device was shared (far too low); a fresh one is right.
+    monkeypatch.setattr(verifier.pool, "ceilings", ceilings(lambda fresh: 1e15 if fresh else 1e6))
+    v = verifier.verify(big, candidate("cpu", "relu_ok.py"), "cpu")
+    assert v.state is State.CORRECT, v.summary()
+    assert asked == [False, True] and v.floor_ms < 0.01
+    # Both readings agree that moving 1 GiB takes ~18 minutes: milliseconds is not a kernel.
+    asked.clear()
+    monkeypatch.setattr(verifier.pool, "ceilings", ceilings(lambda fresh: 1e6))
+    v = verifier.verify(big, candidate("cpu", "relu_ok.py"), "cpu")
+    assert v.state is State.CHEAT_DETECTED and v.rule == "faster_than_roofline", v.summary()
+    assert asked == [False, True]
 
 
 def test_candidate_including_torch_extension_itself(verifier, relu):
