@@ -93,8 +93,6 @@ def first_use(reserve: int = RESERVE) -> dict[str, float]:
     What a spare could do ahead of its candidate (kforge tried it, see docs/performance.md); the
     seconds each step took.
     """
-    import time
-
     import torch
     import torch.nn.functional as F
 

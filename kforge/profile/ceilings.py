@@ -2,9 +2,9 @@
 
 Datasheet peaks are leads; what a kernel can reach is what a large copy and a large library matrix
 product reach, so that is what the roofline floor and speed-of-light % use. Measured once per device
-(in a verifier worker) and cached in kforge's cache directory. A GPU is timed with CUDA events: host
-clocks also count time spent waiting in the driver, which other processes on the host (even ones on
-other GPUs) can stretch, and a ceiling that reads low makes honest kernels look faster than possible.
+(in a verifier worker) and cached in kforge's cache directory. A GPU is timed with CUDA events, which
+count the device's time alone: a ceiling that reads low makes honest kernels look faster than possible
+(a host-clock reading taken on a busy H200 once came out a third low).
 """
 
 from __future__ import annotations
