@@ -73,6 +73,6 @@ if want multigpu; then
   tail -12 "$OUT/throughput.txt"
   # Why two GPUs are not twice one: CUDA context creation, first use and exit, alone and side by side.
   python3 benchmarks/gpu_contention.py > "$OUT/contention.txt" 2>&1
-  tail -26 "$OUT/contention.txt"
+  grep "^|" "$OUT/contention.txt"
 fi
 step done
