@@ -53,6 +53,7 @@ def _preload(level: int) -> bool:
             pass
     if os.environ.get("CUDA_VISIBLE_DEVICES", "") in ("", "-1"):
         return True
+    release_nvml()
     # cpp_extension and inductor call torch.cuda.is_available() at import. Unless NVML answers it (the
     # pool sets PYTORCH_NVML_BASED_CUDA_CHECK=1), the CUDA runtime does, and every later fork then fails
     # with "Cannot re-initialize CUDA in forked subprocess" while torch.cuda stays uninitialised here:
@@ -64,6 +65,26 @@ def _preload(level: int) -> bool:
         os._exit(1 if torch.cuda._is_in_bad_fork() else 0)
     _, status = os.waitpid(pid, 0)
     return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+def release_nvml() -> None:
+    """Shut NVML down before forking, so children do not inherit its open device files.
+
+    torch's NVML-based availability check (``PYTORCH_NVML_BASED_CUDA_CHECK``, set by the pool) calls
+    ``nvmlInit`` at import of the compiler stack and never ``nvmlShutdown``. A child closes what it
+    inherits (`_Child`), but NVML's copied state still names those descriptor numbers, and torch asks
+    NVML for the device count again in the child: it then talks to whatever the child opened under the
+    same numbers. Seen on 2x H200: a spare holding one more file open than usual while making its
+    context could not use the GPU ("invalid argument to exchangeDevice").
+    """
+    import ctypes
+    try:
+        nvml = ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:  # no NVML, so nothing of it to inherit
+        return
+    for _ in range(256):  # one shutdown per init: torch inits on every check and never shuts down
+        if nvml.nvmlShutdown() != 0:  # NVML_ERROR_UNINITIALIZED: all released
+            break
 
 
 def _read_tail(path: str, n: int = OUTPUT_TAIL) -> str:

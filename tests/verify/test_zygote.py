@@ -17,7 +17,7 @@ import pytest
 from kforge.backends import get_backend
 from kforge.problems import resolve_problem
 from kforge.verify import State, Verifier, WorkerPool
-from kforge.verify.pool import scrubbed_env
+from kforge.verify.pool import detect_gpus as pool_gpus, scrubbed_env
 from kforge.verify.zygote import SPARE_ENV
 from tests.helpers import candidate, fast_config
 
@@ -146,3 +146,42 @@ def test_without_spares_each_request_forks_its_child_then(tmp_path, monkeypatch)
         reply = pool.request("cpu", PROBE, {}, timeout=60)
         assert reply["result"]["device"].startswith("cpu") and children(zpid) == []
         assert not list(Path(pool.root).glob(".quiet-*.lock"))
+
+
+# A child that does what a spare does: close what it inherited, open some files, make a CUDA context.
+NVML_CHILDREN = r"""
+import os, sys
+import torch
+assert torch.cuda.is_available()  # asks NVML (PYTORCH_NVML_BASED_CUDA_CHECK), as the zygote's preload does
+from kforge.verify.zygote import release_nvml
+release_nvml()
+failed = []
+for extra in range(4):
+    pid = os.fork()
+    if pid == 0:
+        os.closerange(3, 1 << 16)
+        held = [os.open(os.devnull, os.O_RDONLY) for _ in range(extra)]
+        try:
+            torch.cuda.set_device(0)
+            torch.ones(4, device="cuda").sum().item()
+        except Exception:
+            os._exit(1)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    if status:
+        failed.append(extra)
+print("failed with extra descriptors:", failed)
+sys.exit(1 if failed else 0)
+"""
+
+
+@pytest.mark.gpu
+def test_forked_children_make_contexts_however_many_files_they_hold_open():
+    """NVML state inherited from the zygote once broke spares holding one more file open (H200)."""
+    import subprocess
+    import sys
+    gpu = str(pool_gpus()[0])
+    env = scrubbed_env({"CUDA_VISIBLE_DEVICES": gpu, "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+                        "PYTORCH_NVML_BASED_CUDA_CHECK": "1"})
+    out = subprocess.run([sys.executable, "-c", NVML_CHILDREN], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr[-2000:]
