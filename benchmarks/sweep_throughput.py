@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def run_config(backend: str, devices: int, concurrency: int, latency: float, iterations: int, size: str,
-               levels: str, workdir: Path, spare: bool = True, context_lock: bool = True) -> dict:
+               levels: str, workdir: Path, spare: bool = True) -> dict:
     from hydra import compose, initialize_config_dir
 
     from kforge import REPO_DIR
@@ -40,7 +40,7 @@ def run_config(backend: str, devices: int, concurrency: int, latency: float, ite
         gpus = detect_gpus()
         if len(gpus) < devices:
             raise SystemExit(f"asked for {devices} GPUs, {len(gpus)} visible")
-        pool = WorkerPool(gpus=gpus[:devices], spare=spare, context_lock=context_lock)
+        pool = WorkerPool(gpus=gpus[:devices], spare=spare)
     with pool:
         # Steady-state throughput: workers started and devices probed before the clock (a job pays this
         # once, ~10 s, however many problems follow).
@@ -113,22 +113,19 @@ def main() -> None:
     ap.add_argument("--size", default=None, help="problem size preset (default: cpu on cpu, gpu on GPUs)")
     ap.add_argument("--spare", action=argparse.BooleanOptionalAction, default=True,
                     help="GPU workers keep a spare child with its CUDA context made (workers.spare)")
-    ap.add_argument("--context-lock", action=argparse.BooleanOptionalAction, default=True,
-                    help="spares on the host make their contexts one at a time (workers.context_lock)")
     args = ap.parse_args()
     size = args.size or ("cpu" if args.backend == "cpu" else "gpu")
     work = Path(tempfile.mkdtemp(prefix="kforge-throughput-"))
     print("warming the build cache ...", flush=True)
-    run_config(args.backend, 1, 4, 0.0, 1, size, args.levels, work / "warm", args.spare, args.context_lock)
+    run_config(args.backend, 1, 4, 0.0, 1, size, args.levels, work / "warm", args.spare)
     rows = []
     for spec in args.configs.split(","):
         g, c = (int(x) for x in spec.lower().split("x"))
         rows.append(run_config(args.backend, g, c, args.latency, args.iterations, size, args.levels, work / spec,
-                               args.spare, args.context_lock))
+                               args.spare))
         print(rows[-1], flush=True)
     print(f"\nsweep throughput: backend {args.backend}, {args.iterations} iterations per problem, simulated model "
-          f"latency {args.latency:g} s per call (oracle, not an LLM), spare children {'on' if args.spare else 'off'}, "
-          f"host context lock {'on' if args.context_lock else 'off'}\n")
+          f"latency {args.latency:g} s per call (oracle, not an LLM), spare children {'on' if args.spare else 'off'}\n")
     # Host CPU: this process's CPU time over the wall (all its threads; Python runs one at a time, so near
     # 100% means the loops' own Python work, not the devices, sets the pace).
     print("| devices x loops | problems | wall s | problems/hour | device busy | host CPU |")

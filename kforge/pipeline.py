@@ -174,7 +174,7 @@ def run(cfg: Any, *, llm: LLM | None = None, tags: dict[str, str] | None = None,
     own_pool = pool is None
     workers = conf.get("workers") or {}
     pool = pool or WorkerPool(gpus=workers.get("gpus"), build_workers=workers.get("build"),
-                              spare=workers.get("spare", True), context_lock=workers.get("context_lock", True))
+                              spare=workers.get("spare", True))
     stop = threading.Event()
     previous_term = signal.getsignal(signal.SIGTERM)
     if threading.current_thread() is threading.main_thread():

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .. import PACKAGE_DIR, cache_dir
-from .zygote import CONTEXT_LOCK_ENV, SPARE_ENV
+from .zygote import SPARE_ENV
 
 # Variables whose names look like credentials never reach candidate code.
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE|CERT", re.I)
@@ -126,17 +126,12 @@ class Zygote:
         self._log.close()
 
 
-def host_context_lock() -> str:
-    """The context lock's file: one per user and host, since every pool on a host shares one driver."""
-    return os.path.join(tempfile.gettempdir(), f"kforge-cuda-contexts-{os.getuid()}.lock")
-
-
 class WorkerPool:
     """Slots by kind: ``build`` (CPU, no GPU visible), ``cpu`` (runs CPU candidates), ``cuda:N``."""
 
     def __init__(self, *, gpus: list[int] | None = None, build_workers: int | None = None, cpu_workers: int = 1,
                  root: str | os.PathLike | None = None, build_cache: str | os.PathLike | None = None,
-                 keep_workdirs: bool = False, spare: bool = True, context_lock: bool = True):
+                 keep_workdirs: bool = False, spare: bool = True):
         cpus = os.cpu_count() or 2
         self.build_workers = build_workers or max(1, min(4, cpus // 4))
         self.cpu_workers = cpu_workers
@@ -148,8 +143,6 @@ class WorkerPool:
         self.keep_workdirs = keep_workdirs
         self.spare = spare
         """GPU workers keep one child ahead with its CUDA context made (see `kforge.verify.zygote`)."""
-        self.context_lock = context_lock
-        """Spares on this host make their CUDA contexts one at a time (a host-wide flock)."""
         self._lock = threading.Lock()
         self._returned = threading.Condition(self._lock)
         self._free: dict[str, list[tuple[str, Zygote | None]]] = {}
@@ -192,14 +185,7 @@ class WorkerPool:
         # calls it at import, and the zygote wants that stack imported before it forks (seen on an H100: without
         # this, both preload levels that import torch._dynamo left children unable to use CUDA).
         return scrubbed_env({"CUDA_VISIBLE_DEVICES": kind.split(":", 1)[1], "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-                             "PYTORCH_NVML_BASED_CUDA_CHECK": "1", **self._spare_env()})
-
-    def _spare_env(self) -> dict[str, str]:
-        """What a GPU zygote's spares go by: whether there are any, and the host's context lock."""
-        env = {SPARE_ENV: "1" if self.spare else "0"}
-        if self.context_lock:
-            env[CONTEXT_LOCK_ENV] = host_context_lock()
-        return env
+                             "PYTORCH_NVML_BASED_CUDA_CHECK": "1", SPARE_ENV: "1" if self.spare else "0"})
 
     def _count(self, kind: str) -> int:
         return {"build": self.build_workers, "cpu": self.cpu_workers}.get(kind, 1)

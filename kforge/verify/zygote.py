@@ -10,8 +10,7 @@ A GPU zygote keeps one child ahead: forked as soon as the previous one starts, i
 (0.3-0.4 s on an H200, the largest part of a short verification) while the previous one works, then waits
 for its request. It runs no candidate code until then, so each candidate still gets a process and a context
 of its own. Making a context never overlaps a candidate's timing: both hold the device's quiet lock
-(`QUIET_LOCK_ENV`), which `kforge.verify.worker` takes before timing. Nor do two spares on one host make
-theirs at once (`CONTEXT_LOCK_ENV`): the driver makes a host's contexts one at a time anyway.
+(`QUIET_LOCK_ENV`), which `kforge.verify.worker` takes before timing.
 
 Protocol: one JSON request per line on stdin, one JSON reply per line on the original stdout.
 """
@@ -31,9 +30,6 @@ QUIET_LOCK_ENV = "KFORGE_QUIET_LOCK"
 """Names the file whose flock a GPU's children hold while making a CUDA context or timing."""
 SPARE_ENV = "KFORGE_ZYGOTE_SPARE"
 """``0`` stops a GPU zygote keeping a spare (the pool's ``spare=False``, Hydra's ``workers.spare=false``)."""
-CONTEXT_LOCK_ENV = "KFORGE_CONTEXT_LOCK"
-"""Names a host-wide file whose flock a spare holds while making its context. On 2x H200 two contexts made
-at once took 0.29 s each against 0.10 s alone, and slowed candidates' work on both GPUs meanwhile."""
 QUIET_WAIT_S = 10.0
 """How long a spare waits for the quiet lock before making its context anyway (a leaked holder)."""
 
@@ -177,11 +173,7 @@ def take_quiet_lock(wait_s: float = QUIET_WAIT_S) -> int | None:
     None off a GPU zygote. Waits at most ``wait_s``, then goes on without it: a holder that leaked (a
     process a candidate hid from the kill) must not stall the device.
     """
-    return _flock(os.environ.get(QUIET_LOCK_ENV), wait_s)
-
-
-def _flock(path: str | None, wait_s: float) -> int | None:
-    """An exclusive flock on ``path`` (None when no path), given up waiting after ``wait_s``."""
+    path = os.environ.get(QUIET_LOCK_ENV)
     if not path:
         return None
     import fcntl
@@ -194,14 +186,12 @@ def _flock(path: str | None, wait_s: float) -> int | None:
         except BlockingIOError:
             if time.monotonic() > deadline:
                 return fd
-            time.sleep(0.002)
+            time.sleep(0.005)
 
 
 def _make_context() -> None:
-    """A spare's CUDA context: under the quiet lock (no candidate of this GPU is being timed) and the host's
-    context lock (no other spare on this host is making one)."""
-    fds = [take_quiet_lock()]
-    fds.append(_flock(os.environ.get(CONTEXT_LOCK_ENV), QUIET_WAIT_S))
+    """A spare's CUDA context, made under the quiet lock so no candidate is being timed meanwhile."""
+    fd = take_quiet_lock()
     try:
         import torch
         torch.cuda.set_device(0)
@@ -209,9 +199,8 @@ def _make_context() -> None:
     except Exception:  # noqa: BLE001 - the request's own set-up meets the same failure and reports it
         pass
     finally:
-        for fd in fds:
-            if fd is not None:
-                os.close(fd)
+        if fd is not None:
+            os.close(fd)
 
 
 def _close(fd: int) -> None:

@@ -17,9 +17,8 @@ import pytest
 from kforge.backends import get_backend
 from kforge.problems import resolve_problem
 from kforge.verify import State, Verifier, WorkerPool
-from kforge.verify import pool as pool_module
 from kforge.verify.pool import detect_gpus as pool_gpus, scrubbed_env
-from kforge.verify.zygote import CONTEXT_LOCK_ENV, SPARE_ENV
+from kforge.verify.zygote import SPARE_ENV
 from tests.helpers import candidate, fast_config
 
 PROBE = {"kind": "probe", "backend": get_backend("cpu").spec()}
@@ -48,12 +47,11 @@ def wait_for(fn, timeout: float = 30.0):
 
 
 def gpu_like_pool(tmp_path, monkeypatch, spare: bool) -> WorkerPool:
-    """A pool whose ``cpu`` slot is a zygote that believes it serves a GPU (its context lock: ``tmp_path``'s)."""
+    """A pool whose ``cpu`` slot is a zygote that believes it serves a GPU."""
     env = WorkerPool._env
-    monkeypatch.setattr(pool_module, "host_context_lock", lambda: str(tmp_path / "contexts.lock"))
     monkeypatch.setattr(WorkerPool, "_env", lambda self, kind: scrubbed_env(
         {"CUDA_VISIBLE_DEVICES": "0", "TRITON_INTERPRET": "1", "PYTORCH_NVML_BASED_CUDA_CHECK": "1",
-         **self._spare_env()}) if kind == "cpu" else env(self, kind))
+         SPARE_ENV: "1" if self.spare else "0"}) if kind == "cpu" else env(self, kind))
     p = WorkerPool(gpus=[], cpu_workers=1, build_workers=1, build_cache=tmp_path / "cache", spare=spare)
     p.start(["cpu"])
     return p
@@ -113,36 +111,6 @@ def test_a_spare_makes_its_context_only_under_the_quiet_lock(pool):
         os.close(fd)
     t.join(30)
     assert replies and replies[0]["result"]["device"].startswith("cpu")
-
-
-def test_spares_on_one_host_make_their_contexts_one_at_a_time(tmp_path, pool):
-    zpid = zygote_pid(pool)
-    wait_for(lambda: children(zpid))
-    lock = wait_for(lambda: (tmp_path / "contexts.lock").exists() and tmp_path / "contexts.lock")
-    assert lock, "the first spare never took the host's context lock"
-    time.sleep(0.5)
-    fd = os.open(lock, os.O_RDWR)
-    fcntl.flock(fd, fcntl.LOCK_EX)  # as another GPU's spare making its context would
-    try:
-        pool.request("cpu", PROBE, {}, timeout=60)
-        replies = []
-        t = threading.Thread(target=lambda: replies.append(pool.request("cpu", PROBE, {}, timeout=60)))
-        t.start()
-        t.join(1.5)
-        assert not replies, "the spare made its context while another held the host's context lock"
-    finally:
-        os.close(fd)
-    t.join(30)
-    assert replies and replies[0]["result"]["device"].startswith("cpu")
-
-
-def test_without_the_context_lock_spares_do_not_wait_for_it(tmp_path, monkeypatch):
-    monkeypatch.setattr(pool_module, "host_context_lock", lambda: str(tmp_path / "contexts.lock"))
-    with WorkerPool(gpus=[], cpu_workers=1, build_workers=1, build_cache=tmp_path / "cache",
-                    context_lock=False) as p:
-        assert CONTEXT_LOCK_ENV not in p._spare_env() and SPARE_ENV in p._spare_env()
-    with WorkerPool(gpus=[], cpu_workers=1, build_workers=1, build_cache=tmp_path / "cache") as p:
-        assert p._spare_env()[CONTEXT_LOCK_ENV] == str(tmp_path / "contexts.lock")
 
 
 def test_timing_waits_for_the_quiet_lock(pool):
