@@ -30,6 +30,9 @@ OS_PROCESS = {"fork", "system", "popen", "spawnl", "spawnv", "execv", "execve", 
 CPP_THREADS = re.compile(r"std::thread|std::async|pthread_create|cudaStreamCreate|cudaLaunchHostFunc|"
                          r"cudaStreamAddCallback|#include\s*<thread>|#include\s*<future>")
 CPP_ENV = re.compile(r"\bgetenv\s*\(|\benviron\b")
+# Raw descriptor writes and abrupt exits: the worker's reply pipe is a descriptor of the candidate's process.
+OS_DESCRIPTORS = {"write", "writev", "pwrite", "pwritev", "fdopen", "dup", "dup2", "_exit", "sendfile"}
+CPP_DESCRIPTORS = re.compile(r"(?<![\w.>])(?:::)?\b(?:write|writev|pwrite|_exit|_Exit|dup2?|fdopen)\s*\(")
 CPP_ESCAPE = re.compile(r"\bdlopen\s*\(|\bdlsym\s*\(|\bsystem\s*\(|\bpopen\s*\(|\bfork\s*\(|\bexecv")
 
 
@@ -243,9 +246,16 @@ def _environment(tree: ast.Module, source: str, backend: Backend, problem: Probl
                                _line(node)))
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "open":
             out.append(Finding("environment", "opens files", _line(node)))
+        if isinstance(node, ast.Call) and (d := _dotted(node.func, aliases) or "").startswith("os.") \
+                and d.split(".")[1] in OS_DESCRIPTORS:
+            out.append(Finding("environment", f"calls {d}: only the harness writes to the process's descriptors "
+                               "or ends it", _line(node)))
     for text in _strings(tree):
         if CPP_ENV.search(text):
             out.append(Finding("environment", "the kernel source reads the environment (getenv)"))
+        if m := CPP_DESCRIPTORS.search(text):
+            out.append(Finding("environment", f"the kernel source calls {m.group(0).rstrip('( ')}: only the harness "
+                               "writes to the process's descriptors or ends it"))
     return out
 
 

@@ -124,6 +124,8 @@ class Verifier:
         except WorkerLost as exc:
             return Verdict(State.COMPILATION_FAILURE, f"the build process died twice under this candidate: {exc}")
         section("build")
+        if build.get("forged"):  # the candidate's module-level code runs in the build worker too
+            return _forged(build)
         if build.get("timed_out"):
             return Verdict(State.TIMEOUT, f"building the candidate took longer than {cfg.build_timeout_s:g} s",
                            evidence=Evidence(output_tail=build.get("output_tail")))
@@ -185,6 +187,8 @@ class Verifier:
         if reply.get("timed_out"):
             return Verdict(State.TIMEOUT, f"killed after {cfg.timeout_s:g} s (during {phase})",
                            evidence=Evidence(output_tail=tail))
+        if reply.get("forged"):  # before the signal: a forger may well have killed its process afterwards
+            return _forged(reply)
         if reply.get("signal"):
             return Verdict(State.RUNTIME_ERROR, f"the candidate's process died with {reply['signal']} during {phase}",
                            evidence=Evidence(output_tail=tail))
@@ -197,3 +201,8 @@ class Verifier:
         stats = {k: TimingStats(**r[k]) if r.get(k) else None for k in ("runtime", "ref", "compile_ref")}
         return Verdict(State(r["state"]), r.get("message", ""), evidence=Evidence(**ev), rule=r.get("rule"),
                        trials=r.get("trials", 0), phases=r.get("phases") or {}, **stats)
+
+
+def _forged(reply: dict[str, Any]) -> Verdict:
+    return Verdict(State.CHEAT_DETECTED, f"the candidate wrote an answer of its own into the worker's reply channel "
+                   f"({reply['forged']})", rule="forged_result", evidence=Evidence(output_tail=reply.get("output_tail")))

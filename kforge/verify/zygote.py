@@ -13,12 +13,19 @@ of its own. Making a context never overlaps a candidate's timing: both hold the 
 (`QUIET_LOCK_ENV`), which `kforge.verify.worker` takes before timing.
 
 Protocol: one JSON request per line on stdin, one JSON reply per line on the original stdout.
+
+A child answers through a pipe that candidate code, running in the same process, could write to as well.
+So each request carries a fresh nonce, which the child takes out of the request before the candidate is
+imported and puts into its answer; an answer without it (or a second answer) is reported as ``forged``.
+Candidate code could still find the nonce by reading the harness's frames, which the static rules deny
+(`introspection`); the nonce stops a candidate that only writes to a pipe.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import select
 import signal
 import sys
@@ -102,6 +109,7 @@ def _read_tail(path: str, n: int = OUTPUT_TAIL) -> str:
 def _child(request: dict, wfd: int) -> None:
     """Runs in the forked child; never returns."""
     code = 0
+    nonce = request.pop("nonce", None)  # before any candidate code runs: see the module's docstring
     try:
         os.chdir(request["workdir"])
         out = os.open("output.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -120,6 +128,7 @@ def _child(request: dict, wfd: int) -> None:
     except BaseException:  # noqa: BLE001 - report anything, including SystemExit from candidate code
         result = {"error": traceback.format_exc()[-OUTPUT_TAIL:]}
         code = 1
+    result["nonce"] = nonce
     try:
         data = json.dumps(result, default=str).encode()
         view = memoryview(data)
@@ -290,12 +299,13 @@ def run_forked(request: dict) -> dict:
         child = None
     child = child or _Child(warm=False)
     start = time.monotonic()
+    nonce = secrets.token_hex(16)
     try:
-        child.send(request)
+        child.send(dict(request, nonce=nonce))
     except OSError:  # the spare died between the check and now
         child.discard()
         child = _Child(warm=False)
-        child.send(request)
+        child.send(dict(request, nonce=nonce))
     if _keeps_spare():
         try:
             _spare = _Child(warm=True)
@@ -333,11 +343,27 @@ def run_forked(request: dict) -> dict:
     elif status is not None and os.WIFEXITED(status):
         reply["exit_code"] = os.WEXITSTATUS(status)
     if chunks and not timed_out:
-        try:
-            reply.update(json.loads(b"".join(chunks)))
-        except ValueError:
-            reply["error"] = "the worker wrote an unreadable result"
+        reply.update(_answer(b"".join(chunks), nonce))
     return reply
+
+
+def _answer(data: bytes, nonce: str) -> dict:
+    """The child's answer, checked: one JSON object carrying ``nonce``, or ``forged`` / ``error``."""
+    text, answers = data.decode("utf-8", "replace"), []
+    decoder, pos = json.JSONDecoder(), 0
+    try:
+        while pos < len(text.rstrip()):
+            obj, pos = decoder.raw_decode(text, pos)
+            answers.append(obj)
+            while pos < len(text) and text[pos].isspace():
+                pos += 1
+    except ValueError:
+        if not answers:
+            return {"error": "the worker wrote an unreadable result"}
+        answers.append(None)  # something after an answer that is not one: not the harness's doing
+    if len(answers) == 1 and isinstance(answers[0], dict) and answers[0].pop("nonce", None) == nonce:
+        return answers[0]
+    return {"forged": f"{len(answers)} answer(s) in the reply pipe, not the one the harness writes"}
 
 
 def main() -> None:

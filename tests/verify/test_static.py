@@ -50,3 +50,12 @@ def test_submodule_of_the_reference_op_is_a_fallback():
            "        return self.norm(x)\n")
     fs = check(src, get_backend("cpu"), ln)
     assert [f.rule for f in fs] == ["forbidden_op"] and "self.norm" in fs[0].message
+
+
+def test_kernel_source_writing_to_descriptors_is_denied_but_methods_named_write_are_not():
+    honest = candidate("cpu", "relu_ok.py")
+    for call in ("write(3, buf, n);", "::write(3, buf, n);", "_exit(0);", "dup2(fd, 1);"):
+        src = honest.replace("return out;", call + "\n    return out;")
+        assert ("environment", "deny") in rules(src), call
+    for call in ("writer.write(buf);", "stream->write(buf);", "rewrite(buf);"):
+        assert rules(honest.replace("return out;", call + "\n    return out;")) == [], call
