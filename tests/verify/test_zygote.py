@@ -8,6 +8,8 @@ report; everything around it (handover, replacement, the lock, clean-up) is what
 import fcntl
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -178,8 +180,6 @@ sys.exit(1 if failed else 0)
 @pytest.mark.gpu
 def test_forked_children_make_contexts_however_many_files_they_hold_open():
     """NVML state inherited from the zygote once broke spares holding one more file open (H200)."""
-    import subprocess
-    import sys
     gpu = str(pool_gpus()[0])
     env = scrubbed_env({"CUDA_VISIBLE_DEVICES": gpu, "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
                         "PYTORCH_NVML_BASED_CUDA_CHECK": "1"})
