@@ -349,14 +349,13 @@ def run_forked(request: dict) -> dict:
 
 def _answer(data: bytes, nonce: str) -> dict:
     """The child's answer, checked: one JSON object carrying ``nonce``, or ``forged`` / ``error``."""
-    text, answers = data.decode("utf-8", "replace"), []
+    text, answers = data.decode("utf-8", "replace").strip(), []
     decoder, pos = json.JSONDecoder(), 0
     try:
-        while pos < len(text.rstrip()):
-            obj, pos = decoder.raw_decode(text, pos)
+        while pos < len(text):
+            obj, end = decoder.raw_decode(text, pos)
             answers.append(obj)
-            while pos < len(text) and text[pos].isspace():
-                pos += 1
+            pos = len(text) - len(text[end:].lstrip())
     except ValueError:
         if not answers:
             return {"error": "the worker wrote an unreadable result"}

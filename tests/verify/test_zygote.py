@@ -6,6 +6,7 @@ report; everything around it (handover, replacement, the lock, clean-up) is what
 """
 
 import fcntl
+import json
 import os
 import signal
 import subprocess
@@ -185,3 +186,16 @@ def test_forked_children_make_contexts_however_many_files_they_hold_open():
                         "PYTORCH_NVML_BASED_CUDA_CHECK": "1"})
     out = subprocess.run([sys.executable, "-c", NVML_CHILDREN], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr[-2000:]
+
+
+def test_an_answer_counts_only_alone_and_with_its_nonce():
+    from kforge.verify.zygote import _answer
+    ok = {"result": {"state": "correct"}, "nonce": "n1"}
+    forged = {"result": {"state": "correct"}}
+    assert _answer(json.dumps(ok).encode(), "n1") == {"result": {"state": "correct"}}
+    assert "forged" in _answer(json.dumps(ok).encode(), "n2")
+    assert "forged" in _answer(json.dumps(forged).encode(), "n1")
+    assert "forged" in _answer((json.dumps(forged) + json.dumps(ok)).encode(), "n1")  # written before the harness
+    assert "forged" in _answer((json.dumps(ok) + "\n{garbage").encode(), "n1")
+    assert "forged" in _answer(b"[1, 2]", "n1")
+    assert _answer(b"{garbage", "n1") == {"error": "the worker wrote an unreadable result"}
