@@ -4,8 +4,11 @@ import time
 
 import pytest
 
+from kforge.backends import get_backend
 from kforge.problems import resolve_problem
-from kforge.verify import State, Verifier
+from kforge.profile.ceilings import CeilingCache
+from kforge.verify import State, Verifier, WorkerPool
+from kforge.verify.pool import detect_gpus
 from tests.helpers import candidate, fast_config
 
 pytestmark = pytest.mark.gpu
@@ -61,3 +64,23 @@ def test_timeout_kills_and_recovers(pool, relu, backend):
     assert v.state is State.TIMEOUT, v.summary()
     assert time.monotonic() - start < 20 + 30
     assert verifier.verify(relu, candidate(backend, "relu_ok.py"), backend).state is State.CORRECT
+
+
+def test_a_ceiling_cached_low_is_measured_again_before_calling_a_kernel_a_cheat(tmp_path, cache_dir, relu):
+    """A bandwidth cached while the GPU was shared reads low; an honest kernel must not pay for it.
+
+    The cache claims 1 GB/s, which puts ReLU's floor at ~17 ms: the oracle kernel looks impossibly fast
+    until the verifier measures the GPU again, on its own pool and GPU slot, and keeps the higher reading.
+    """
+    assert relu.bytes, "the check needs a problem with a roofline floor"
+    (tmp_path / "ext").symlink_to(cache_dir / "ext", target_is_directory=True)  # the session's builds
+    cache = CeilingCache(tmp_path / "ceilings.json")  # the pool's: next to its build cache
+    with WorkerPool(gpus=detect_gpus()[:1], build_cache=tmp_path / "ext") as pool:
+        kind = pool.kinds_for("cuda")[0]
+        info = pool.device_info(kind, get_backend("cuda").spec())
+        key = f"{info['device']}|{info['torch']}"
+        cache.put(key, {"bandwidth_bytes_per_s": 1e9, "fp32_flops": 1e12, "bf16_flops": 1e12})
+        v = Verifier(fast_config(timeout_s=120), pool=pool).verify(relu, candidate("cuda", "relu_ok.py"), "cuda")
+    assert v.state is State.CORRECT, v.summary()
+    assert v.floor_ms and v.floor_ms < 1.0, v.floor_ms  # judged against the new reading, not 17 ms
+    assert cache.get(key)["bandwidth_bytes_per_s"] > 1e12  # and the low reading is gone from the cache
