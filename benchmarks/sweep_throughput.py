@@ -51,11 +51,16 @@ def run_config(backend: str, devices: int, concurrency: int, latency: float, ite
         for kind in kinds:
             pool.device_info(kind, spec)
             pool.ceilings(kind, spec)
+        # The tracking store as every sweep after its first finds it: tables made (a one-off ~1 s that the
+        # 1-GPU and 2-GPU runs would otherwise both pay inside the clock, as idle devices).
+        from kforge.tracking import open_client
+        open_client(f"sqlite:///{workdir}/mlflow.db")
         pool.time_s.clear()
-        phases = _book_phases(pool)
+        phases, span = _book_phases(pool)
         start, cpu0 = time.monotonic(), time.process_time()
         result = run(cfg, pool=pool)
-        wall, host_cpu = time.monotonic() - start, time.process_time() - cpu0
+        end = time.monotonic()
+        wall, host_cpu = end - start, time.process_time() - cpu0
         busy = sum(pool.busy_s.get(k, 0.0) for k in kinds)
         times = {k: dict(v) for k, v in pool.time_s.items()}
     n = len(result.results)
@@ -80,27 +85,34 @@ def run_config(backend: str, devices: int, concurrency: int, latency: float, ite
     return {"config": f"{devices}x{concurrency}", "devices": devices, "concurrency": concurrency, "problems": n,
             "iterations": len(records), "wall_s": wall, "problems_per_hour": n / wall * 3600,
             "busy_fraction": busy / (wall * devices), "host_cpu_fraction": host_cpu / wall,
+            "lead_s": span.get("first", end) - start, "drain_s": end - span.get("last", end),
             "correct": sum(r.correct for r in result.results),
             "per_iteration_s": split, "per_run_s": per_run}
 
 
-def _book_phases(pool) -> dict:
-    """Sum, over the pool's run requests, the worker's own phase times (setup, correctness, timing ...)."""
+def _book_phases(pool) -> tuple[dict, dict]:
+    """Sum, over the pool's run requests, the worker's own phase times (setup, correctness, timing ...);
+    and when the first run request went out and the last one came back (the sweep's ends, when devices idle
+    for want of work)."""
     import threading
     totals: dict = {}
+    span: dict = {}
     lock, request = threading.Lock(), pool.request
 
     def booking(kind, payload, files, timeout):
+        sent = time.monotonic()
         reply = request(kind, payload, files, timeout)
         if payload.get("kind") == "run":
             with lock:
+                span["first"] = min(span.get("first", sent), sent)
+                span["last"] = max(span.get("last", 0.0), time.monotonic())
                 totals["requests"] = totals.get("requests", 0) + 1
                 for name, sec in ((reply.get("result") or {}).get("phases") or {}).items():
                     totals[name] = totals.get(name, 0.0) + sec
         return reply
 
     pool.request = booking
-    return totals
+    return totals, span
 
 
 def main() -> None:
@@ -128,11 +140,15 @@ def main() -> None:
           f"latency {args.latency:g} s per call (oracle, not an LLM), spare children {'on' if args.spare else 'off'}\n")
     # Host CPU: this process's CPU time over the wall (all its threads; Python runs one at a time, so near
     # 100% means the loops' own Python work, not the devices, sets the pace).
-    print("| devices x loops | problems | wall s | problems/hour | device busy | host CPU |")
-    print("|---|---:|---:|---:|---:|---:|")
+    # First run / after last run: seconds from the start to the first device request, and from the last
+    # device reply to the end (the first model calls, the last problems' logging); every device idles then.
+    print("| devices x loops | problems | wall s | problems/hour | device busy | host CPU | first run s | "
+          "after last run s |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['config']} | {r['problems']} | {r['wall_s']:.1f} | {r['problems_per_hour']:.0f} | "
-              f"{100 * r['busy_fraction']:.0f}% | {100 * r['host_cpu_fraction']:.0f}% |")
+              f"{100 * r['busy_fraction']:.0f}% | {100 * r['host_cpu_fraction']:.0f}% | {r['lead_s']:.2f} | "
+              f"{r['drain_s']:.2f} |")
     print("\nseconds per iteration (each total over all loops / iterations; loops overlap). verify = build wait + "
           "build + device wait + device run + the verifier's own work; verifier_* split verify by section:\n")
     keys = ["iteration", "llm", "verify", "build_wait", "build_serve", "device_wait", "device_serve", "worker_start",
