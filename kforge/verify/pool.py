@@ -21,6 +21,7 @@ import tempfile
 import threading
 import time
 import uuid
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -180,6 +181,11 @@ class WorkerPool:
                                  "MAX_JOBS": str(max(1, cpus // self.build_workers))})
         if kind == "cpu":
             return scrubbed_env({"CUDA_VISIBLE_DEVICES": "", "TRITON_INTERPRET": "1"})
+        if self.spare and (pipe := mps_control_pipe()):
+            warnings.warn(f"a CUDA MPS daemon is listening at {pipe}: kforge's GPU workers are meant to run without "
+                          "it. Under MPS a fatal GPU fault in one candidate reaches every process on its GPU (NVIDIA's "
+                          "MPS documentation), the spare kept ready for the next candidate too. Stop the daemon, or "
+                          "set workers.spare=false", RuntimeWarning, stacklevel=2)
         # nvidia-smi numbers GPUs in PCI order; make CUDA agree. torch.cuda.is_available() asks the CUDA
         # runtime (which forbids CUDA in every later fork) unless told to ask NVML: the compiler stack
         # calls it at import, and the zygote wants that stack imported before it forks (seen on an H100: without
@@ -401,6 +407,12 @@ def detect_gpus() -> list[int]:
         if all(w.isdigit() for w in wanted):
             indices = [int(w) for w in wanted if int(w) in indices]
     return indices
+
+
+def mps_control_pipe() -> str | None:
+    """The CUDA MPS control daemon's socket where this process's CUDA clients would look for it, if present."""
+    path = os.path.join(os.environ.get("CUDA_MPS_PIPE_DIRECTORY") or "/tmp/nvidia-mps", "control")
+    return path if os.path.exists(path) else None
 
 
 def arch_of(capability: list[int] | tuple[int, int]) -> str:

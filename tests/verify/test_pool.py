@@ -2,6 +2,9 @@
 
 import threading
 import time
+import warnings
+
+import pytest
 
 from kforge.backends import get_backend
 from kforge.problems import resolve_problem
@@ -59,3 +62,22 @@ def test_a_free_slot_goes_to_the_longest_waiting_request_not_to_one_arriving_as_
             order.append("late")
         t.join(timeout=60)
         assert order == ["waiting", "late"]
+
+
+def test_gpu_workers_warn_when_a_cuda_mps_daemon_would_serve_them(tmp_path, monkeypatch):
+    """Under MPS a candidate's GPU fault reaches the spare beside it: say so before any worker starts."""
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path))
+    with WorkerPool(gpus=[0], root=tmp_path / "pool") as pool:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            pool._env("cuda:0")  # no daemon listening: nothing to say
+        (tmp_path / "control").touch()
+        with pytest.warns(RuntimeWarning, match="CUDA MPS daemon is listening at .*workers.spare=false"):
+            pool._env("cuda:0")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            pool._env("cpu")  # CPU workers use no CUDA
+    with WorkerPool(gpus=[0], root=tmp_path / "pool2", spare=False) as pool:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            pool._env("cuda:0")  # no spare to lose
