@@ -7,7 +7,8 @@
 # use one GPU take the first visible one, so two runs can share a two-GPU machine:
 #   bash benchmarks/gpu_validation.sh out build
 #   CUDA_VISIBLE_DEVICES=0 bash benchmarks/gpu_validation.sh out/a tests & CUDA_VISIBLE_DEVICES=1 bash ... out/b latency
-# They share one build cache (KFORGE_CACHE_DIR). LAT_BACKENDS and LAT_PROBLEMS choose the latency rows.
+# They share one build cache (KFORGE_CACHE_DIR). LAT_BACKENDS and LAT_PROBLEMS choose the latency rows;
+# THROUGHPUT_ARGS goes to the sweep, e.g. "--override verify.timing.min_trials=100" (KernelBench's rounds).
 # Rough times on one H100: build 1.5 min, tests 7, latency 1 per problem and backend, demo 5; multigpu on
 # two H200s: 6.
 set -u
@@ -69,7 +70,7 @@ if want multigpu; then
   # Every built-in problem in flight, a short simulated model call: the GPUs, not the model, set the pace.
   # 8 iterations: at 4 the sweep lasts ~20 s on two H200s and its first and last seconds idle the GPUs.
   python3 benchmarks/sweep_throughput.py --backend cuda --latency 0.5 --iterations "${THROUGHPUT_ITERATIONS:-8}" --levels 1,2,3 \
-    --configs "${THROUGHPUT_CONFIGS:-1x12,2x12}" > "$OUT/throughput.txt" 2>&1
+    --configs "${THROUGHPUT_CONFIGS:-1x12,2x12}" ${THROUGHPUT_ARGS:-} > "$OUT/throughput.txt" 2>&1
   tail -12 "$OUT/throughput.txt"
   # Why two GPUs are not twice one: CUDA context creation, first use and exit, alone and side by side.
   python3 benchmarks/gpu_contention.py > "$OUT/contention.txt" 2>&1

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def run_config(backend: str, devices: int, concurrency: int, latency: float, iterations: int, size: str,
-               levels: str, workdir: Path, spare: bool = True) -> dict:
+               levels: str, workdir: Path, spare: bool = True, extra: tuple[str, ...] = ()) -> dict:
     from hydra import compose, initialize_config_dir
 
     from kforge import REPO_DIR
@@ -31,7 +31,7 @@ def run_config(backend: str, devices: int, concurrency: int, latency: float, ite
     overrides = [f"backend={backend}", "model=oracle", f"model.latency_s={latency}", "loop=iterative",
                  f"loop.iterations={iterations}", f"loop.concurrency={concurrency}", f"problems.levels=[{levels}]",
                  f"problems.size={size}", f"tracking.uri=sqlite:///{workdir}/mlflow.db",
-                 f"tracking.experiment=throughput-{devices}x{concurrency}", "resume=false"]
+                 f"tracking.experiment=throughput-{devices}x{concurrency}", "resume=false", *extra]
     with initialize_config_dir(config_dir=str(REPO_DIR / "conf"), version_base="1.3"):
         cfg = compose("synthesize", overrides=overrides)
     if backend == "cpu":
@@ -125,19 +125,23 @@ def main() -> None:
     ap.add_argument("--size", default=None, help="problem size preset (default: cpu on cpu, gpu on GPUs)")
     ap.add_argument("--spare", action=argparse.BooleanOptionalAction, default=True,
                     help="GPU workers keep a spare child with its CUDA context made (workers.spare)")
+    ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                    help="a Hydra override for every config (repeatable), e.g. verify.timing.min_trials=100")
     args = ap.parse_args()
+    extra = tuple(args.override)
     size = args.size or ("cpu" if args.backend == "cpu" else "gpu")
     work = Path(tempfile.mkdtemp(prefix="kforge-throughput-"))
     print("warming the build cache ...", flush=True)
-    run_config(args.backend, 1, 4, 0.0, 1, size, args.levels, work / "warm", args.spare)
+    run_config(args.backend, 1, 4, 0.0, 1, size, args.levels, work / "warm", args.spare, extra)
     rows = []
     for spec in args.configs.split(","):
         g, c = (int(x) for x in spec.lower().split("x"))
         rows.append(run_config(args.backend, g, c, args.latency, args.iterations, size, args.levels, work / spec,
-                               args.spare))
+                               args.spare, extra))
         print(rows[-1], flush=True)
     print(f"\nsweep throughput: backend {args.backend}, {args.iterations} iterations per problem, simulated model "
-          f"latency {args.latency:g} s per call (oracle, not an LLM), spare children {'on' if args.spare else 'off'}\n")
+          f"latency {args.latency:g} s per call (oracle, not an LLM), spare children {'on' if args.spare else 'off'}"
+          + (f", overrides {' '.join(extra)}" if extra else "") + "\n")
     # Host CPU: this process's CPU time over the wall (all its threads; Python runs one at a time, so near
     # 100% means the loops' own Python work, not the devices, sets the pace).
     # First run / after last run: seconds from the start to the first device request, and from the last
