@@ -29,7 +29,7 @@ def main(cfg: DictConfig) -> float:
     from omegaconf import open_dict
 
     from kforge.pipeline import split_gpus
-    from kforge.verify.pool import detect_gpus
+    from kforge.verify.gpus import detect_gpus
     hc = HydraConfig.get()
     tags = {"hydra.job": hc.job.name, "hydra.output_dir": hc.runtime.output_dir}
     if hc.mode.name == "MULTIRUN":

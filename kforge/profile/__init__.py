@@ -29,7 +29,7 @@ class Profiler:
 
     def run(self, problem, code: str, backend, config: dict[str, Any] | None = None) -> Profile:
         from ..verify import VerifyConfig
-        from ..verify.pool import arch_of
+        from ..verify.gpus import arch_of
         kinds = self.pool.kinds_for(backend.device)
         info = self.pool.device_info(kinds[0], backend.spec())  # the sweep's GPUs are one model (see Verifier.arch)
         request = {"problem": problem.to_dict(), "backend": backend.spec(),

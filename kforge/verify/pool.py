@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .. import PACKAGE_DIR, cache_dir
+from .gpus import detect_gpus, mps_control_pipe
 from .zygote import SPARE_ENV
 
 # Variables whose names look like credentials never reach candidate code.
@@ -386,36 +387,3 @@ class WorkerPool:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-def detect_gpus() -> list[int]:
-    """Indices of visible NVIDIA GPUs, asked of nvidia-smi so this process never initialises CUDA."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None and visible.strip() in ("", "-1"):
-        return []
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return []
-    try:
-        out = subprocess.run([smi, "--query-gpu=index", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return []
-    indices = [int(x) for x in out.stdout.split() if x.strip().isdigit()]
-    if visible:
-        wanted = [v.strip() for v in visible.split(",") if v.strip()]
-        if all(w.isdigit() for w in wanted):
-            indices = [int(w) for w in wanted if int(w) in indices]
-    return indices
-
-
-def mps_control_pipe() -> str | None:
-    """The CUDA MPS control daemon's socket where this process's CUDA clients would look for it, if present."""
-    path = os.path.join(os.environ.get("CUDA_MPS_PIPE_DIRECTORY") or "/tmp/nvidia-mps", "control")
-    return path if os.path.exists(path) else None
-
-
-def arch_of(capability: list[int] | tuple[int, int]) -> str:
-    """TORCH_CUDA_ARCH_LIST entry for a device: the arch-specific target (``9.0a``) from Hopper on."""
-    major, minor = int(capability[0]), int(capability[1])
-    return f"{major}.{minor}a" if major >= 9 else f"{major}.{minor}"

@@ -16,7 +16,8 @@ from ..backends import Backend, get_backend
 from ..candidate import Candidate
 from ..problems import Problem
 from .config import VerifyConfig
-from .pool import WorkerLost, WorkerPool, arch_of
+from .gpus import arch_of
+from .pool import WorkerLost, WorkerPool
 from .static import StaticConfig, check
 from .verdict import Evidence, State, TimingStats, Verdict
 

@@ -8,7 +8,7 @@ from kforge.backends import get_backend
 from kforge.problems import resolve_problem
 from kforge.profile.ceilings import CeilingCache
 from kforge.verify import State, Verifier, WorkerPool
-from kforge.verify.pool import detect_gpus
+from kforge.verify.gpus import detect_gpus
 from tests.helpers import candidate, fast_config
 
 pytestmark = pytest.mark.gpu

@@ -20,7 +20,8 @@ import pytest
 from kforge.backends import get_backend
 from kforge.problems import resolve_problem
 from kforge.verify import State, Verifier, WorkerPool
-from kforge.verify.pool import detect_gpus as pool_gpus, scrubbed_env
+from kforge.verify.gpus import detect_gpus as pool_gpus
+from kforge.verify.pool import scrubbed_env
 from kforge.verify.zygote import SPARE_ENV
 from tests.helpers import candidate, fast_config
 
