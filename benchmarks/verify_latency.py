@@ -12,6 +12,8 @@ For each built-in problem that has a hand-written (oracle) kernel for the backen
   repeat   median(run 3) / median(run 2) of the candidate's timing: the harness's repeatability
   ncu      the candidate's per-call GPU time from `ncu --clock-control none --metrics gpu__time_duration.sum`,
            against the verifier's event-timed median (agreement = |ncu - events| / events)
+  attrib   what measuring whose code did the work (one profiled and one traced correctness trial) adds to
+           a cached verification: cached verifications with it on and off, alternated, twice each
 The machine-wide caches (the precompiled torch header, inductor's cache for the torch.compile
 reference) are warmed once first, as they are after the first problem of any sweep.
 """
@@ -67,6 +69,7 @@ def main() -> None:
     ap.add_argument("--json", help="write the raw numbers here")
     ap.add_argument("--no-ncu", action="store_true")
     ap.add_argument("--size", default="gpu", help="problem size preset (default gpu; cpu for the cpu backend)")
+    ap.add_argument("--skip", default="", help="comma list out of cold,retimed,attribution to leave out")
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="kforge-latency-"))
@@ -76,6 +79,7 @@ def main() -> None:
     rows = []
     with WorkerPool(build_cache=work / "cache") as pool:
         verifier = Verifier(VerifyConfig(), pool=pool)
+        skip = set(filter(None, args.skip.split(",")))
         names = [n for n in args.problems.split(",") if n]
         problems = load_builtin(names=names or None, size=args.size)
         for bname in args.backends.split(","):
@@ -94,18 +98,30 @@ def main() -> None:
                     continue
                 source = sol.read_text()
                 first = verifier.verify(p, source, backend)
-                clear_build(first, triton_cache)
-                # The pool's split (waiting for a slot, serving, starting a worker) shows time outside the phases.
-                cold, cold_pool = timed(verifier, pool, p, source, backend)
+                row = {"backend": bname, "problem": p.key, "state": first.state.value, "device": info["device"]}
+                if "cold" not in skip:
+                    clear_build(first, triton_cache)
+                    # The pool's split (waiting for a slot, serving, starting a worker) shows time outside the phases.
+                    cold, cold_pool = timed(verifier, pool, p, source, backend)
+                    row.update(state=cold.state.value, cold_s=cold.wall_s, cold_pool=cold_pool,
+                               cold_build_s=(cold.build or {}).get("seconds"), cold_phases=cold.phases)
+                else:
+                    cold = first
                 cached, cached_pool = timed(verifier, pool, p, source, backend)
                 again = verifier.verify(p, source, backend)
-                # Re-timing the torch.compile reference costs a compile per verification, even from inductor's cache.
-                retimed = verifier.verify(p, source, backend, config=VerifyConfig(compile_ref_reuse=False))
-                row = {"backend": bname, "problem": p.key, "state": cold.state.value, "cold_s": cold.wall_s,
-                       "cold_build_s": (cold.build or {}).get("seconds"), "cached_s": cached.wall_s,
-                       "cached_retimed_compile_ref_s": retimed.wall_s, "phases": cached.phases, "cold_phases": cold.phases,
-                       "cached_build_s": (cached.build or {}).get("seconds"), "device": info["device"],
-                       "cold_pool": cold_pool, "cached_pool": cached_pool}
+                row.update(cached_s=cached.wall_s, phases=cached.phases, cached_pool=cached_pool,
+                           cached_build_s=(cached.build or {}).get("seconds"), kernel_share=cached.kernel_share)
+                if "retimed" not in skip:
+                    # Re-timing the torch.compile reference costs a compile per verification, even from inductor's cache.
+                    retimed = verifier.verify(p, source, backend, config=VerifyConfig(compile_ref_reuse=False))
+                    row["cached_retimed_compile_ref_s"] = retimed.wall_s
+                if "attribution" not in skip:
+                    on, off = [], []
+                    for _ in range(2):
+                        off.append(verifier.verify(p, source, backend, config=VerifyConfig(attribution=False)).wall_s)
+                        on.append(verifier.verify(p, source, backend).wall_s)
+                    row.update(attribution_on_s=on, attribution_off_s=off,
+                               attribution_overhead=sum(on) / sum(off) - 1)
                 if cached.correct and again.correct:
                     row.update(median_ms=cached.runtime.median_ms, host_median_ms=cached.runtime.host_median_ms,
                                n=cached.runtime.n, repeat=again.runtime.median_ms / cached.runtime.median_ms,
@@ -137,20 +153,27 @@ def print_table(rows: list[dict]) -> None:
     def f(x, spec):
         return format(x, spec) if isinstance(x, (int, float)) else "-"
     print("\n| backend | problem | state | cold verify s | cached verify s | cached, compile ref re-timed s | median ms | "
-          "repeat | ncu ms | ncu vs events |")
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
+          "repeat | ncu ms | ncu vs events | kernel share | attribution adds |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         agree = f"{100 * r['agreement']:.1f}%" if "agreement" in r else r.get("ncu_error", "-")[:40]
+        adds = f"{100 * r['attribution_overhead']:+.1f}%" if "attribution_overhead" in r else "-"
         print(f"| {r['backend']} | {r['problem']} | {r['state']} | {f(r.get('cold_s'), '.1f')} | "
               f"{f(r.get('cached_s'), '.2f')} | {f(r.get('cached_retimed_compile_ref_s'), '.2f')} | "
               f"{f(r.get('median_ms'), '.4f')} | {f(r.get('repeat'), '.3f')} | "
-              f"{f(r.get('ncu_ms'), '.4f')} | {agree} |")
+              f"{f(r.get('ncu_ms'), '.4f')} | {agree} | {f(r.get('kernel_share'), '.3f')} | {adds} |")
     for backend in sorted({r["backend"] for r in rows}):
         rs = [r for r in rows if r["backend"] == backend]
-        cold = [r["cold_s"] for r in rs]
+        cold = [r["cold_s"] for r in rs if "cold_s" in r]
         cached = [r["cached_s"] for r in rs]
-        print(f"\n{backend}: cold verification median {statistics.median(cold):.1f} s, "
-              f"cached median {statistics.median(cached):.2f} s over {len(rs)} problems")
+        line = f"\n{backend}: cached median {statistics.median(cached):.2f} s over {len(rs)} problems"
+        if cold:
+            line += f", cold median {statistics.median(cold):.1f} s"
+        on = sum(sum(r["attribution_on_s"]) for r in rs if "attribution_on_s" in r)
+        off = sum(sum(r["attribution_off_s"]) for r in rs if "attribution_off_s" in r)
+        if off:
+            line += f"; attribution adds {100 * (on / off - 1):+.1f}% to a cached verification (all problems)"
+        print(line)
 
 
 if __name__ == "__main__":

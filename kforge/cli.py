@@ -48,6 +48,8 @@ def cmd_problems(args: argparse.Namespace) -> int:
         problems = load_directory(args.dir, levels=args.level, ids=args.ids, size=args.size, overrides=overrides)
     else:
         problems = load_builtin(levels=args.level, ids=args.ids, size=args.size, overrides=overrides)
+    if args.audit:
+        return _audit_problems(problems, args)
     if args.json:
         print(json.dumps([{k: v for k, v in p.to_dict().items() if k != "source"} for p in problems], indent=1))
         return 0
@@ -56,6 +58,47 @@ def cmd_problems(args: argparse.Namespace) -> int:
         consts = ", ".join(f"{k}={v}" for k, v in p.constants.items() if isinstance(v, (int, float)))
         print(f"{p.key:34} {p.size:8} {_fmt_num(p.flops):>8} {_fmt_num(p.bytes):>8}  {consts}")
     print(f"\n{len(problems)} problem(s); sizes: " + ", ".join(SIZES) + " (--size), single constants with --set NAME=VALUE")
+    return 0
+
+
+def _audit_problems(problems, args: argparse.Namespace) -> int:
+    """Run each problem's reference through the audit on the backend's device (cached after the first time)."""
+    from tqdm import tqdm
+
+    from .backends import get_backend
+    from .verify import BackendUnavailable, Verifier, VerifyConfig
+    try:
+        backend = get_backend(args.backend)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    rows = []
+    try:
+        with Verifier(VerifyConfig()) as verifier:
+            for p in tqdm(problems, desc=f"auditing on {backend.device}", unit="problem", disable=args.json,
+                          file=sys.stderr):
+                try:
+                    audit = verifier.audit(p, backend)
+                except RuntimeError as exc:
+                    audit = {"flags": [], "error": str(exc)[-300:]}
+                rows.append((p, audit))
+    except BackendUnavailable as exc:
+        raise UsageError(str(exc)) from None
+    if args.json:
+        out = []
+        for p, audit in rows:
+            d = {k: v for k, v in p.to_dict().items() if k != "source"}
+            d.update(flags=audit.get("flags", []), audit=audit)
+            out.append(d)
+        print(json.dumps(out, indent=1))
+        return 0
+    print(f"{'problem':40} {'flags':28} {'ref ms':>9} {'FLOPs':>8} {'bytes':>8} {'memory':>8}")
+    for p, a in rows:
+        mem = (a.get("input_bytes") or 0) + (a.get("out_bytes") or 0) + (a.get("peak_bytes") or 0)
+        print(f"{p.key:40} {','.join(a.get('flags', [])) or '-':28} {a.get('ref_ms', float('nan')):9.4f} "
+              f"{_fmt_num(p.flops or a.get('flops')):>8} {_fmt_num(p.bytes or a.get('bytes')):>8} {_fmt_num(mem):>8}"
+              + (f"  error: {a['error']}" if a.get("error") else ""))
+    flagged = {f: sum(f in a.get("flags", []) for _, a in rows) for f in ("stochastic", "degenerate", "launch_bound")}
+    print(f"\n{len(rows)} problem(s) audited on {backend.device}: " + ", ".join(f"{n} {f}" for f, n in flagged.items()))
     return 0
 
 
@@ -73,7 +116,7 @@ def _read_candidate(path: str):
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from .backends import get_backend
-    from .verify import BackendUnavailable, Verifier, VerifyConfig
+    from .verify import BackendUnavailable, Verifier, VerifyConfig, WorkerPool
     try:
         backend = get_backend(args.backend, device=args.device)
     except ValueError as exc:
@@ -89,16 +132,39 @@ def cmd_verify(args: argparse.Namespace) -> int:
         cfg.rtol = args.rtol
     if not args.json:
         print(f"verifying {problem.key} ({problem.size} size) on {backend.describe()} ...", file=sys.stderr)
+    import time
+    started = time.monotonic()
     try:
-        with Verifier(cfg) as verifier:
+        with WorkerPool(build_workers=1) as pool, Verifier(cfg, pool=pool) as verifier:
+            # One verification needs one build worker and a device worker: start both now, side by side,
+            # instead of the device's after the build (each imports torch and its compiler stack).
+            booting = verifier.start_workers(backend)
             verdict = verifier.verify(problem, candidate, backend)
+            booting.join()
     except BackendUnavailable as exc:
         raise UsageError(str(exc)) from None
     if args.json:
         print(json.dumps(verdict.to_dict(), default=str))
     else:
         print(verdict.summary())
+    if args.verbose:
+        print(_where_the_time_went(verifier, verdict, time.monotonic() - started), file=sys.stderr)
     return 0
+
+
+def _where_the_time_went(verifier, verdict, total: float) -> str:
+    """One verification's wall time by step: worker start-up, waiting, build, run phases."""
+    lines = [f"where the {total:.1f} s went:"]
+    for kind, t in sorted(verifier.pool.time_s.items()):
+        lines.append(f"  worker {kind:8} started in {t['start']:.2f} s, requests waited {t['wait']:.2f} s, "
+                     f"served in {t['serve']:.2f} s")
+    lines.append("  verifier: " + ", ".join(f"{k} {v:.2f} s" for k, v in verifier.time_s.items()))
+    if verdict.build:
+        lines.append(f"  build: {verdict.build.get('seconds', 0):.2f} s (built {len(verdict.build.get('built', []))}, "
+                     f"cached {len(verdict.build.get('cached', []))})")
+    if verdict.phases:
+        lines.append("  run: " + ", ".join(f"{k} {v:.2f} s" for k, v in verdict.phases.items()))
+    return "\n".join(lines)
 
 
 def cmd_build(args: argparse.Namespace) -> int:
@@ -166,6 +232,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--size", choices=SIZES, default=None, help="size preset (default: the file's own constants)")
     p.add_argument("--set", action="append", metavar="NAME=VALUE", help="override a module constant (repeatable)")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--audit", action="store_true",
+                   help="run each reference on the device and report its flags (stochastic, degenerate, "
+                        "launch_bound), time, FLOPs, bytes and memory; cached per problem, size and device")
+    p.add_argument("--backend", default="cpu", help="with --audit: whose device to audit on (cpu, cuda, triton)")
     p.set_defaults(func=cmd_problems)
 
     v = sub.add_parser("verify", help="verify a candidate against a problem",
@@ -188,6 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--no-kernel-check", action="store_true", help="accept candidates without a kernel")
     v.add_argument("--no-timing", action="store_true", help="check correctness only")
     v.add_argument("--json", action="store_true", help="print the verdict as one JSON object")
+    v.add_argument("-v", "--verbose", action="store_true", help="also print where the time went (stderr)")
     v.set_defaults(func=cmd_verify)
 
     b = sub.add_parser("build", help="compile candidates into the build cache, in parallel",

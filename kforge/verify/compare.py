@@ -50,54 +50,89 @@ def check_structure(outs: list[Any], refs: list[torch.Tensor], device: torch.dev
                            {"output": i, "got_device": str(o.device)})
 
 
+#: Elements compared at a time: the comparison's temporaries stay small beside outputs of many GiB.
+CHUNK = 1 << 24
+
+
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    return t.reshape(-1) if t.is_contiguous() else t.contiguous().reshape(-1)
+
+
 def compare_tensor(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float, index: int = 0) -> None:
-    """Raise `Mismatch` unless every element is finite and within ``atol + rtol * |ref|``."""
+    """Raise `Mismatch` unless every element is finite and within ``atol + rtol * |ref|``.
+
+    Works through the flattened tensors a chunk at a time, so comparing two 8 GiB outputs needs
+    hundreds of MiB, not another 8 GiB for every temporary.
+    """
     if out.numel() == 0:
         return
+    o, r = _flat(out.detach()), _flat(ref.detach())
     if not (out.is_floating_point() or out.is_complex()):
-        bad = out != ref
-        if bool(bad.any()):
-            n = int(bad.sum())
-            pos = int(bad.flatten().nonzero()[0])
+        n, pos = 0, None
+        for s in range(0, o.numel(), CHUNK):
+            bad = o[s:s + CHUNK] != r[s:s + CHUNK]
+            c = int(bad.sum())
+            if c and pos is None:
+                pos = s + int(bad.nonzero()[0])
+            n += c
+        if n:
             raise Mismatch("numerical", f"output {index}: {n} of {out.numel()} integer elements differ",
                            _where(out, ref, pos, index, n))
         return
-    o, r = out.detach(), ref.detach()
-    finite = torch.isfinite(o)
-    ref_finite = torch.isfinite(r)
-    nonfinite = ~finite & ref_finite
-    if bool(nonfinite.any()):
-        n = int(nonfinite.sum())
-        pos = int(nonfinite.flatten().nonzero()[0])
-        raise Mismatch("numerical", f"output {index}: {n} NaN/Inf value(s) where the reference is finite "
-                                    "(unwritten output elements read as NaN)", _where(o, r, pos, index, n))
-    diff = (o.to(torch.float32) - r.to(torch.float32)).abs() if o.dtype in (torch.float16, torch.bfloat16) \
-        else (o - r).abs()
-    allowed = atol + rtol * r.abs().to(diff.dtype)
-    # ``~(diff <= allowed)`` so that a NaN difference counts as bad.
-    bad = ~(diff <= allowed) & ref_finite
-    if bool(bad.any()):
-        n = int(bad.sum())
-        flat = torch.where(ref_finite, diff, torch.zeros_like(diff)).flatten()
-        pos = int(torch.argmax(flat))
-        details = _where(o, r, pos, index, n)
-        rel = diff / r.abs().clamp_min(1e-12).to(diff.dtype)
-        details.update(max_abs_err=float(flat[pos]),
-                       max_rel_err=float(torch.where(ref_finite, rel, torch.zeros_like(rel)).max()),
-                       atol=atol, rtol=rtol)
-        raise Mismatch("numerical", f"output {index}: {n} of {o.numel()} elements outside atol={atol:g} "
-                                    f"rtol={rtol:g} (max abs err {details['max_abs_err']:.3g})", details)
+    n_nonfinite = n_bad = 0
+    first_nonfinite = None
+    worst = (-1.0, 0)  # (abs err, position) of the largest error among finite reference values
+    max_rel = 0.0
+    for s in range(0, o.numel(), CHUNK):
+        oc, rc = o[s:s + CHUNK], r[s:s + CHUNK]
+        ref_finite = torch.isfinite(rc)
+        nonfinite = ~torch.isfinite(oc) & ref_finite
+        c = int(nonfinite.sum())
+        if c and first_nonfinite is None:
+            first_nonfinite = s + int(nonfinite.nonzero()[0])
+        n_nonfinite += c
+        if n_nonfinite:
+            continue
+        wide = torch.float32 if oc.dtype in (torch.float16, torch.bfloat16) else oc.dtype
+        diff = (oc.to(wide) - rc.to(wide)).abs()
+        allowed = atol + rtol * rc.abs().to(diff.dtype)
+        bad = ~(diff <= allowed) & ref_finite  # ``~(<=)`` so that a NaN difference counts as bad
+        c = int(bad.sum())
+        if c:
+            n_bad += c
+            flat = torch.where(ref_finite, diff, torch.zeros_like(diff))
+            p = int(torch.argmax(flat))
+            if float(flat[p]) > worst[0]:
+                worst = (float(flat[p]), s + p)
+            rel = diff / rc.abs().clamp_min(1e-12).to(diff.dtype)
+            max_rel = max(max_rel, float(torch.where(ref_finite, rel, torch.zeros_like(rel)).max()))
+    if n_nonfinite:
+        raise Mismatch("numerical", f"output {index}: {n_nonfinite} NaN/Inf value(s) where the reference is finite "
+                                    "(unwritten output elements read as NaN)",
+                       _where(out, ref, first_nonfinite, index, n_nonfinite))
+    if n_bad:
+        details = _where(out, ref, worst[1], index, n_bad)
+        details.update(max_abs_err=worst[0], max_rel_err=max_rel, atol=atol, rtol=rtol)
+        raise Mismatch("numerical", f"output {index}: {n_bad} of {out.numel()} elements outside atol={atol:g} "
+                                    f"rtol={rtol:g} (max abs err {worst[0]:.3g})", details)
+
+
+def is_constant(t: torch.Tensor) -> bool:
+    """Every element equal to the first (chunk by chunk)."""
+    f = _flat(t.detach())
+    first = f[0]
+    return all(bool((f[s:s + CHUNK] == first).all()) for s in range(0, f.numel(), CHUNK))
 
 
 def check_degenerate(out: torch.Tensor, ref: torch.Tensor, index: int = 0) -> None:
     """A constant (e.g. all-zero) output where the reference varies is not a computation."""
     if out.numel() < 2 or not out.is_floating_point():
         return
-    o, r = out.flatten(), ref.flatten()
-    if bool((o == o[0]).all()) and not bool((r == r[0]).all()):
-        raise Mismatch("numerical", f"output {index} is constant ({float(o[0]):.6g}) while the reference varies; "
+    if is_constant(out) and not is_constant(ref):
+        value = float(_flat(out)[0])
+        raise Mismatch("numerical", f"output {index} is constant ({value:.6g}) while the reference varies; "
                                     "within tolerance or not, that is not the computation",
-                       {"output": index, "degenerate": True, "constant": float(o[0])})
+                       {"output": index, "degenerate": True, "constant": value})
 
 
 def _where(o: torch.Tensor, r: torch.Tensor, pos: int, index: int, n: int) -> dict[str, Any]:
@@ -107,4 +142,4 @@ def _where(o: torch.Tensor, r: torch.Tensor, pos: int, index: int, n: int) -> di
         coord.append(rem % dim)
         rem //= dim
     return {"output": index, "mismatched": n, "mismatched_fraction": n / max(o.numel(), 1),
-            "index": list(reversed(coord)), "expected": float(r.flatten()[pos]), "got": float(o.flatten()[pos])}
+            "index": list(reversed(coord)), "expected": float(_flat(r)[pos]), "got": float(_flat(o)[pos])}

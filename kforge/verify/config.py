@@ -61,7 +61,16 @@ class VerifyConfig:
     compile_mode: str | None = None
     """``torch.compile`` mode for the compile reference (None is inductor's default)."""
     require_kernel: bool = True
-    """Static rule: the candidate must contain a kernel in its backend's language and call it."""
+    """The candidate's own kernels must do the work: measured at run time (`attribution`), or by static rules."""
+    attribution: bool = True
+    """Measure what ran in the candidate's forward (one profiled and one traced correctness trial) and judge by
+    it: its own kernels ran, an output derives from them, it does not re-run the reference in PyTorch."""
+    min_kernel_share: float = 0.0
+    """Also demand this share of the forward's device time in the candidate's own kernels (0: off; the
+    ``verify=strict`` preset asks for 0.9). Library calls (cuBLAS, cuDNN) count against it."""
+    audit: bool = True
+    """Audit the problem before its first verification on a device (stochastic, degenerate, launch-bound,
+    memory, FLOPs and bytes); cached in kforge's cache directory."""
     seed: int | None = None
     """Fix the secret seed (for debugging); None draws a fresh one from os.urandom every verification."""
     cpu_threads: int | None = None

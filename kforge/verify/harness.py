@@ -90,12 +90,12 @@ class Harness:
         import torch._dynamo  # noqa: F401 - importing it rebinds torch.manual_seed & co; do it before the tripwire
         self.torch = torch
         warnings.filterwarnings("ignore", message=".*[Dd]eterministic.*")
-        # Always set: after fork, torch's and a candidate's OpenMP regions disagree on the thread count
+        from .settings import Settings
+        self.settings = Settings(torch)  # PyTorch's defaults, read before anything changes them
+        # Correctness in true fp32: TF32 would make the reference ~1e-3 off and excuse the same in a candidate.
+        # The thread count is always set: after fork, torch's and a candidate's OpenMP regions disagree on it
         # until this is called (measured: 8 ms instead of 2 us for a tiny OpenMP loop).
-        torch.set_num_threads(self.cfg.cpu_threads or torch.get_num_threads())
-        # The reference runs in true fp32: TF32 would make it ~1e-3 off and excuse the same in a candidate.
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
+        self.settings.use_strict(threads=self.cfg.cpu_threads or torch.get_num_threads())
         self.device = torch.device(self.backend.device)
         phase("setup: device")  # the CUDA context is made here, in each child (it cannot survive a fork)
         if self.device.type == "cuda":
@@ -104,6 +104,16 @@ class Harness:
         self.clock = self.backend.make_clock(flush)  # trusted: made before any candidate code exists
         phase("setup: backend")
         self.backend.prepare(WorkerContext(cache_dir=self.req["cache_dir"], arch=self.req.get("arch")))
+        from .recorder import Recorder
+        self.recorder = Recorder()  # wraps what the backend installed, before the tripwire's snapshot
+        self.recorder.install()
+
+    def device_name(self) -> str:
+        if self.device.type == "cuda":
+            return self.torch.cuda.get_device_name(0)
+        import os
+        import platform
+        return f"cpu ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
 
     def load_reference(self) -> None:
         torch = self.torch

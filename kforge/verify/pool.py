@@ -236,16 +236,15 @@ class WorkerPool:
                 try:
                     z = self._spawn(kind, label)
                 except WorkerLost:
-                    return kind, label, None
-            z.kind = kind
-            return kind, label, z
+                    z = None
+            if z is not None:
+                z.kind = kind
+            with self._returned:  # each slot is usable as soon as its own worker is up
+                self._free[kind].append((label, z))
+                self._returned.notify_all()
 
         with ThreadPoolExecutor(max_workers=max(1, len(items))) as ex:
-            booted = list(ex.map(boot, items))
-        with self._returned:
-            for kind, label, z in booted:
-                self._free[kind].append((label, z))
-            self._returned.notify_all()
+            list(ex.map(boot, items))
 
     @contextmanager
     def slot(self, kind: str | list[str]) -> Iterator[Zygote]:

@@ -13,6 +13,7 @@ import re
 
 from ..backends import Backend
 from ..problems import Problem
+from .settings import ASSIGNABLE
 from .static import Finding, rule
 
 # Modules whose attributes a candidate must never assign (timers, the harness, torch itself).
@@ -24,6 +25,10 @@ THREADS = {"threading", "_thread", "multiprocessing", "concurrent", "concurrent.
 INTROSPECTION_MODULES = {"gc", "inspect", "ctypes", "importlib", "dis", "traceback", "tracemalloc", "weakref",
                          "marshal", "pickle", "dill", "cffi", "_ctypes"}
 INTROSPECTION_CALLS = {"globals", "locals", "vars", "eval", "exec", "compile", "__import__", "breakpoint"}
+# Ways to tell whether the verifier is measuring the forward right now (profiler, dispatch-mode tracing).
+MEASUREMENT_PROBES = {"_python_dispatch", "_get_dispatch_mode", "_get_current_dispatch_mode", "_profiler_enabled",
+                      "is_in_torch_dispatch_mode", "_get_current_dispatch_mode_stack", "_is_profiler_enabled",
+                      "_dispatch_tls_local_include_set", "_len_torch_dispatch_stack"}
 INTROSPECTION_ATTRS = {"_getframe", "f_back", "f_globals", "f_locals", "__subclasses__", "__code__", "__globals__",
                        "__closure__", "modules", "settrace", "setprofile", "__builtins__", "gi_frame", "tb_frame"}
 OS_PROCESS = {"fork", "system", "popen", "spawnl", "spawnv", "execv", "execve", "kill", "posix_spawn", "forkpty"}
@@ -181,6 +186,8 @@ def _monkey_patch(tree: ast.Module, source: str, backend: Backend, problem: Prob
         elif isinstance(node, ast.Delete):
             targets = node.targets
         for t in targets:
+            if isinstance(t, ast.Attribute) and _dotted(t, aliases) in ASSIGNABLE:
+                continue  # speed settings are allowed; numerics flags are judged at run time (tripwire)
             if isinstance(t, ast.Attribute) and protected(_dotted(t.value, aliases)):
                 out.append(Finding("monkey_patch", f"assigns {_dotted(t, aliases)}: patching torch, timers or the "
                                    "harness is not allowed", _line(node)))
@@ -227,6 +234,14 @@ def _introspection(tree: ast.Module, source: str, backend: Backend, problem: Pro
                 out.append(Finding("introspection", f"uses {d}", _line(node)))
         elif isinstance(node, ast.Name) and node.id == "__builtins__":
             out.append(Finding("introspection", "uses __builtins__", _line(node)))
+        if isinstance(node, ast.Attribute) and node.attr in MEASUREMENT_PROBES \
+                and (_dotted(node, aliases) or "").startswith("torch"):
+            out.append(Finding("introspection", f"uses {_dotted(node, aliases)}: whether the forward is being "
+                               "measured is not the candidate's business", _line(node)))
+    for node, n in _imports(tree):
+        if any(p in n.split(".") for p in MEASUREMENT_PROBES) and n.startswith("torch"):
+            out.append(Finding("introspection", f"imports {n}: whether the forward is being measured is not the "
+                               "candidate's business", _line(node)))
     for text in _strings(tree):
         m = CPP_ESCAPE.search(text)
         if m:

@@ -15,6 +15,8 @@ import sysconfig
 import threading
 from typing import Any
 
+from .settings import NUMERICS
+
 # (module or class path, attribute): functions a candidate could patch to fake results or timings.
 WATCHED: tuple[tuple[str, str], ...] = (
     ("torch", "allclose"), ("torch", "isclose"), ("torch", "equal"), ("torch", "manual_seed"), ("torch", "randn"),
@@ -29,10 +31,8 @@ WATCHED: tuple[tuple[str, str], ...] = (
     ("kforge.verify.compare", "check_degenerate"), ("kforge.verify.harness", "import_file"),
     ("threading.Thread", "start"), ("_thread", "start_new_thread"),
 )
-FLAGS: tuple[tuple[str, str], ...] = (
-    ("torch.backends.cuda.matmul", "allow_tf32"), ("torch.backends.cudnn", "allow_tf32"),
-    ("torch.backends.cuda.matmul", "allow_fp16_reduced_precision_reduction"),
-)
+#: Numerics flags: turning one on (TF32, reduced-precision reductions) is caught; turning one off is not.
+FLAGS: tuple[tuple[str, str], ...] = NUMERICS
 
 
 def _resolve(path: str) -> Any:
@@ -132,8 +132,8 @@ class Tripwire:
                 return "monkey_patch", f"the candidate replaced {name}"
         for name, value in self._flags.items():
             owner, attr = name.rsplit(".", 1)
-            if getattr(_resolve(owner), attr, value) != value:
-                return "numerics_changed", f"the candidate changed {name} (the reference runs with it at {value})"
+            if getattr(_resolve(owner), attr, value) and not value:
+                return "numerics_changed", f"the candidate turned on {name} (correctness is judged with it off)"
         started = [t for t in _STARTED if not _library_thread(t)]
         if started:
             name = getattr(started[0], "name", getattr(started[0], "__name__", "?"))

@@ -84,6 +84,47 @@ class Evidence:
 
 
 @dataclass
+class KernelUse:
+    """One kernel (GPU) or operator/extension call (CPU) of the candidate's forward, with its origin."""
+
+    name: str
+    origin: str
+    """``candidate`` (its own extensions and Triton kernels), ``torch``, ``library`` (cuBLAS, cuDNN, CUTLASS,
+    MKL/oneDNN, ...) or ``unknown``."""
+    ms: float
+    """Device time (GPU) or self CPU time in one forward."""
+    calls: int
+    share: float
+    """Of the forward's total kernel (GPU) or operator-plus-extension (CPU) time."""
+
+
+@dataclass
+class Attribution:
+    """What ran inside the candidate's forward in one correctness trial (see `kforge.verify.attribution`)."""
+
+    kernel_share: float | None = None
+    """Share of the forward's device time (CPU: compiled-code time) spent in the candidate's own kernels."""
+    shares: dict[str, float] = field(default_factory=dict)
+    """Share of that time per origin: candidate, torch, library, unknown."""
+    total_ms: float = 0.0
+    top: list[KernelUse] = field(default_factory=list)
+    """The longest-running kernels or calls, with their origin."""
+    output_from_kernel: bool | None = None
+    """Whether an output derives from memory the candidate's kernels wrote (None: could not be tracked)."""
+    replayed_ops: list[str] | None = None
+    """The reference's PyTorch operators, when the candidate's forward ran every one of them too."""
+    notes: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> "Attribution | None":
+        if not d:
+            return None
+        d = dict(d)
+        d["top"] = [KernelUse(**k) for k in d.get("top") or []]
+        return cls(**d)
+
+
+@dataclass
 class Verdict:
     """The verifier's answer for one candidate on one problem and backend."""
 
@@ -112,6 +153,13 @@ class Verdict:
     """The build phase: extensions ``built`` and ``cached`` (build directories) and its ``seconds``."""
     phases: dict[str, float] = field(default_factory=dict)
     """Seconds the run spent in each phase (setup, load, correctness, timing)."""
+    attribution: Attribution | None = None
+    """What ran in the candidate's forward: kernel share, top kernels by origin, dataflow (None: not measured)."""
+    ref_strict: TimingStats | None = None
+    """The eager reference timed in strict fp32 (TF32 off), the numerics correctness is judged in;
+    ``ref`` is timed with PyTorch's default numerics, as people run it and speedups are quoted against."""
+    problem_flags: list[str] = field(default_factory=list)
+    """From the problem audit: ``stochastic``, ``degenerate``, ``launch_bound``."""
 
     @property
     def correct(self) -> bool:
@@ -130,6 +178,10 @@ class Verdict:
         return None
 
     @property
+    def kernel_share(self) -> float | None:
+        return self.attribution.kernel_share if self.attribution else None
+
+    @property
     def speed_of_light(self) -> float | None:
         """Floor time over measured time (1.0 = at the roofline)."""
         if self.floor_ms and self.runtime and self.runtime.median_ms > 0:
@@ -143,7 +195,9 @@ class Verdict:
                  speed_of_light=self.speed_of_light,
                  runtime_ms=self.runtime.median_ms if self.runtime else None,
                  ref_runtime_ms=self.ref.median_ms if self.ref else None,
-                 compile_ref_runtime_ms=self.compile_ref.median_ms if self.compile_ref else None)
+                 compile_ref_runtime_ms=self.compile_ref.median_ms if self.compile_ref else None,
+                 ref_strict_ms=self.ref_strict.median_ms if self.ref_strict else None,
+                 kernel_share=self.kernel_share)
         return d
 
     @classmethod
@@ -155,7 +209,9 @@ class Verdict:
                    ref=stats(d.get("ref")), compile_ref=stats(d.get("compile_ref")),
                    evidence=Evidence(**(d.get("evidence") or {})), rule=d.get("rule"),
                    trials=d.get("trials", 0), wall_s=d.get("wall_s", 0.0), source_hash=d.get("source_hash", ""),
-                   floor_ms=d.get("floor_ms"), build=d.get("build"), phases=d.get("phases") or {})
+                   floor_ms=d.get("floor_ms"), build=d.get("build"), phases=d.get("phases") or {},
+                   attribution=Attribution.from_dict(d.get("attribution")), ref_strict=stats(d.get("ref_strict")),
+                   problem_flags=list(d.get("problem_flags") or []))
 
     def summary(self) -> str:
         """A few readable lines for a terminal."""
@@ -171,8 +227,17 @@ class Verdict:
         if self.compile_ref:
             lines.append(f"  compile    {_fmt(self.compile_ref)}   speedup {self.speedup_compile:.2f}x"
                          if self.speedup_compile else f"  compile    {_fmt(self.compile_ref)}")
+        if self.ref_strict:
+            lines.append(f"  eager, TF32 off {_fmt(self.ref_strict)}")
         if self.speed_of_light:
             lines.append(f"  speed of light {100 * self.speed_of_light:.0f}% (floor {self.floor_ms:.4g} ms)")
+        if self.attribution and self.attribution.kernel_share is not None:
+            a = self.attribution
+            lines.append(f"  kernel share {100 * a.kernel_share:.1f}% ("
+                         + ", ".join(f"{k} {100 * v:.1f}%" for k, v in sorted(a.shares.items(), key=lambda kv: -kv[1]))
+                         + ")" + ("" if a.output_from_kernel is not False else "; the output bypasses its kernels"))
+        if self.problem_flags:
+            lines.append(f"  problem: {', '.join(self.problem_flags)}")
         ev = self.evidence
         if self.rule:
             lines.append(f"  rule: {self.rule}")

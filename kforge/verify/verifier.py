@@ -19,7 +19,11 @@ from .config import VerifyConfig
 from .gpus import arch_of
 from .pool import WorkerLost, WorkerPool
 from .static import StaticConfig, check
-from .verdict import Evidence, State, TimingStats, Verdict
+from .verdict import Attribution, Evidence, State, TimingStats, Verdict
+
+
+#: Static rules whose question (did the candidate's kernels do the work?) the run answers by measurement.
+MEASURED = frozenset({"no_kernel", "kernel_not_called", "try_fallback", "forbidden_op"})
 
 
 class BackendUnavailable(RuntimeError):
@@ -83,6 +87,28 @@ class Verifier:
         verdict.wall_s = time.monotonic() - start
         return verdict
 
+    def start_workers(self, backend: Backend | str) -> threading.Thread:
+        """Boot a build worker and every device worker of ``backend`` in the background, all at once; the
+        first requests wait for them as they would otherwise, and the device's no longer waits for the build's."""
+        backend = get_backend(backend)
+        kinds = ["build"] + self.device_kinds(backend)
+        thread = threading.Thread(target=self.pool.start, args=(kinds,), daemon=True, name="kforge-boot")
+        thread.start()
+        return thread
+
+    def audit(self, problem: Problem, backend: Backend | str) -> dict[str, Any]:
+        """The problem's audit on this backend's device (cached on disk per problem, size and device):
+        ``flags`` (stochastic, degenerate, launch_bound), ``ref_ms``, ``flops``, ``bytes``, memory."""
+        backend = get_backend(backend)
+        kinds = self.device_kinds(backend)
+        request = {"kind": "audit", "problem": problem.to_dict(), "backend": backend.spec(),
+                   "config": self.config.to_dict(), "arch": self.arch(backend, kinds)}
+        reply = self._request_retrying(kinds, request, {"problem.py": problem.source}, self.config.timeout_s)
+        result = reply.get("result") or {}
+        if reply.get("timed_out") or reply.get("error") or "audit" not in result:
+            raise RuntimeError(f"auditing {problem.key} failed: {result.get('error') or reply.get('error') or reply}")
+        return result["audit"]
+
     def _request_retrying(self, kinds: list[str], payload: dict[str, Any], files: dict[str, str],
                           timeout: float) -> dict[str, Any]:
         """A lost worker (its process died under the candidate: a crash in the driver, a lost GPU, or the
@@ -105,8 +131,14 @@ class Verifier:
             last[0] = now
 
         kinds = self.device_kinds(backend)
-        static = StaticConfig(require_kernel=cfg.require_kernel, disabled=list(self.static.disabled))
-        findings = check(candidate.source, backend, problem, static)
+        findings = check(candidate.source, backend, problem, replace(self.static, require_kernel=cfg.require_kernel))
+        soft = []
+        if cfg.attribution and cfg.require_kernel:
+            # Whether the kernels did the work is measured at run time; these rules only warn ahead of it.
+            for f in findings:
+                if f.rule in MEASURED and f.severity == "deny":
+                    f.severity = "warn"
+                    soft.append(f.to_dict())
         denied = [f for f in findings if f.severity == "deny"]
         if denied:
             return Verdict(State.CHEAT_DETECTED, denied[0].message, rule=denied[0].rule,
@@ -117,7 +149,7 @@ class Verifier:
             known_ref = self._compile_refs.get(ref_key) if ref_key else None
         run_cfg = replace(cfg, compile_ref=False) if known_ref else cfg
         request = {"problem": problem.to_dict(), "backend": backend.spec(), "config": run_cfg.to_dict(),
-                   "arch": self.arch(backend, kinds)}
+                   "arch": self.arch(backend, kinds), "soft_findings": soft}
 
         section("checks")
         try:
@@ -148,6 +180,8 @@ class Verifier:
         verdict = self._from_reply(reply, cfg)
         verdict.device = info.get("device", kind)
         verdict.build = build_info
+        if findings and not verdict.evidence.findings:
+            verdict.evidence.findings = [f.to_dict() for f in findings]
         if known_ref and verdict.runtime:
             verdict.compile_ref = known_ref
             verdict.evidence.notes.append("torch.compile reference: the median timed in this problem's first "
@@ -155,21 +189,42 @@ class Verifier:
         elif ref_key and verdict.compile_ref:
             with self._lock:
                 self._compile_refs.setdefault(ref_key, verdict.compile_ref)
-        if verdict.correct and (problem.flops or problem.bytes):
-            from ..profile.ceilings import floor_ms
-            # Measured ceilings are what the hardware reaches; 20% under the floor is not a kernel, it is a trick.
-            # Unless the cached ceilings read low (measured while the device was shared): measure them again first.
-            def too_fast(fresh: bool) -> bool:
-                verdict.floor_ms = floor_ms(problem, self.pool.ceilings(kind, backend.spec(), fresh=fresh),
-                                            backend.device)
-                return bool(verdict.floor_ms and verdict.runtime and verdict.runtime.median_ms < 0.8 * verdict.floor_ms)
-
-            if too_fast(fresh=False) and too_fast(fresh=True):
-                verdict.state, verdict.rule = State.CHEAT_DETECTED, "faster_than_roofline"
-                verdict.message = (f"{verdict.runtime.median_ms:.4f} ms is faster than the problem's roofline floor "
-                                   f"({verdict.floor_ms:.4f} ms) allows on this device")
+        audit = (reply.get("result") or {}).get("audit") or {}
+        verdict.problem_flags = list(audit.get("flags") or [])
+        declared = bool(problem.flops or problem.bytes)
+        if verdict.correct and verdict.runtime and (declared or audit.get("bytes")):
+            self._roofline(verdict, problem, audit, declared, kind, backend)
         section("after")
         return verdict
+
+    def _roofline(self, verdict: Verdict, problem: Problem, audit: dict[str, Any], declared: bool, kind: str,
+                  backend: Backend) -> None:
+        """Speed of light, and the faster-than-physics check.
+
+        Measured ceilings are what the hardware reaches; 20% under the floor is not a kernel, it is a trick,
+        unless the cached ceilings read low (measured while the device was shared): measure them again first.
+        A problem without declared FLOPs/bytes gets them from its audit, for speed of light; its check uses the
+        one part no implementation can skip, writing the outputs, and a degenerate problem gets none.
+        """
+        from ..profile.ceilings import floor_ms
+        measured = problem if declared else replace(problem, flops=audit.get("flops"), bytes=audit.get("bytes"))
+        bound = problem if declared else replace(problem, flops=None, bytes=audit.get("out_bytes"))
+        median = verdict.runtime.median_ms
+        floor = [None]
+
+        def too_fast(fresh: bool) -> bool:
+            ceilings = self.pool.ceilings(kind, backend.spec(), fresh=fresh)
+            verdict.floor_ms = floor_ms(measured, ceilings, backend.device)
+            floor[0] = floor_ms(bound, ceilings, backend.device) if "degenerate" not in verdict.problem_flags else None
+            return bool(floor[0] and median < 0.8 * floor[0])
+
+        if too_fast(fresh=False) and too_fast(fresh=True):
+            verdict.state, verdict.rule = State.CHEAT_DETECTED, "faster_than_roofline"
+            verdict.message = (f"{median:.4f} ms is faster than the problem's roofline floor allows on this device "
+                               f"({floor[0]:.4f} ms from {'its declared FLOPs and bytes' if declared else 'writing its outputs once'})")
+        if not declared and verdict.floor_ms:
+            verdict.evidence.notes.append("speed of light from the audit's FLOPs (matrix products and convolutions) "
+                                          "and bytes (inputs and parameters read once, outputs written once)")
 
     def _compile_ref_key(self, problem: Problem, backend: Backend, kinds: list[str], cfg: VerifyConfig) -> str | None:
         """Same problem (source and sizes), same GPU model on every device it may land on, same timing."""
@@ -199,9 +254,10 @@ class Verifier:
         r = reply["result"]
         ev = dict(r.get("evidence") or {})
         ev.setdefault("output_tail", tail)
-        stats = {k: TimingStats(**r[k]) if r.get(k) else None for k in ("runtime", "ref", "compile_ref")}
+        stats = {k: TimingStats(**r[k]) if r.get(k) else None for k in ("runtime", "ref", "compile_ref", "ref_strict")}
         return Verdict(State(r["state"]), r.get("message", ""), evidence=Evidence(**ev), rule=r.get("rule"),
-                       trials=r.get("trials", 0), phases=r.get("phases") or {}, **stats)
+                       trials=r.get("trials", 0), phases=r.get("phases") or {},
+                       attribution=Attribution.from_dict(r.get("attribution")), **stats)
 
 
 def _forged(reply: dict[str, Any]) -> Verdict:

@@ -15,14 +15,17 @@ output cache keyed by pointer or shape fails.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import traceback
 from typing import Any
 
 from ..backends import WorkerContext, from_spec
-from .compare import Mismatch, as_outputs, check_degenerate, check_structure, compare_tensor
-from .harness import Harness, HarnessVerdict, first_line, import_file, phase, phase_times, tail
+from .compare import as_outputs
+from .harness import HarnessVerdict, first_line, import_file, phase, phase_times, tail
+from .settings import Swap
 from .timing import Sampler
+from .trials import Trials
 from .zygote import take_quiet_lock
 
 
@@ -34,6 +37,8 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
         return _Run(request).execute()
     if kind == "probe":
         return _probe(request)
+    if kind == "audit":
+        return _Run(request).audit_only()
     if kind == "profile_torch":
         from ..profile.torch_profiler import run_in_worker
         take_quiet_lock()
@@ -77,12 +82,8 @@ def _probe(req: dict[str, Any]) -> dict[str, Any]:
             "torch": torch.__version__}
 
 
-class _Run(Harness):
-    """One verification: correctness trials, then timing."""
-
-    def __init__(self, req: dict[str, Any]):
-        super().__init__(req)
-        self.trials_done = 0
+class _Run(Trials):
+    """One verification: the problem audit (cached), correctness trials with attribution, then timing."""
 
     def execute(self) -> dict[str, Any]:
         import torch
@@ -96,7 +97,20 @@ class _Run(Harness):
         result["evidence"].setdefault("notes", []).extend(self.notes)
         result["trials"] = self.trials_done
         result["phases"] = phase_times()
+        result["attribution"] = self.attribution_dict()
+        result["audit"] = self.audit
         return result
+
+    def audit_only(self) -> dict[str, Any]:
+        """The problem audit alone (``kforge problems --audit``): no candidate is involved."""
+        import torch
+        try:
+            with torch.no_grad():
+                self.setup(flush_l2=True)
+                self.load_reference()
+                return {"audit": self._audit()}
+        except HarnessVerdict as v:
+            return {"error": v.message, **v.extra}
 
     def _execute(self) -> dict[str, Any]:
         cfg = self.cfg
@@ -104,101 +118,126 @@ class _Run(Harness):
         self.setup(flush_l2=cfg.timing.flush_l2)
         phase("reference")
         self.load_reference()
+        self.audit = None
+        if cfg.audit:
+            phase("audit")
+            self.audit = self._audit()
+            self.flags = list(self.audit.get("flags", []))
+            if "stochastic" in self.flags:
+                self.notes.append("the reference is stochastic: torch's RNG is seeded alike before the reference "
+                                  "and the candidate, so a candidate drawing from it in the same order can match")
         phase("load")
         model = self.load_candidate()
         phase("correctness")
-        for trial in range(cfg.trials):
-            self.trials_done = trial + 1
-            self._trial(model, trial)
+        self.correctness(model)
         if cfg.skip_timing:
-            return {"state": "correct", "message": f"matches the reference on {cfg.trials} trials (timing skipped)"}
+            return {"state": "correct", "message": f"matches the reference on {self.trials_done} trials "
+                    "(timing skipped)"}
         return self._time(model)
 
-    def _trial(self, model, trial: int) -> None:
-        torch = self.torch
-        inputs = self.inputs(self.draw())
-        with self._poisoned_allocations():
-            ref_in = self._clone(inputs)
-            refs = [r.clone() if isinstance(r, torch.Tensor) else r
-                    for r in as_outputs(self.ref_model(*ref_in))]
-            cand_in = self._clone(inputs)
-            outs = as_outputs(self._call(model, cand_in, f"in forward (trial {trial})"))
-        self.trip(f"correctness trial {trial}")
-        self._check(outs, refs, cand_in, ref_in, f"correctness trial {trial}")
+    def _audit(self) -> dict[str, Any]:
+        """The problem audit, from the cache when this problem was audited on this device before."""
+        from pathlib import Path
 
-    def _check(self, outs, refs, cand_in, ref_in, where: str) -> None:
-        """Compare as a caller would read the outputs: on the current stream, with no extra synchronize.
-
-        An output that is wrong there but right after a full device synchronize was computed off the
-        stream the candidate was called on (a side stream nobody waited for): a race, and a timing dodge.
-        """
-        try:
-            self._compare(outs, refs, cand_in, ref_in, where)
-        except HarnessVerdict as first:
-            if self.device.type != "cuda" or first.state != "numerical_mismatch":
-                raise
-            self.torch.cuda.synchronize()
+        from . import audit
+        path = audit.cache_path(str(Path(self.req["cache_dir"]).parent), self.problem.source, self.device_name(),
+                                self.torch.__version__)
+        found = audit.load_cached(path)
+        if found is None:
             try:
-                self._compare(outs, refs, cand_in, ref_in, where)
-            except HarnessVerdict:
-                raise first from None
-            raise HarnessVerdict("cheat_detected", f"the output is wrong when read on the calling stream and right "
-                                 f"only after a full device synchronize ({where}): the work ran on a stream the "
-                                 "calling stream does not wait for", rule="unsynchronized_work") from None
-
-    def _compare(self, outs, refs, cand_in, ref_in, where: str) -> None:
-        torch = self.torch
-        try:
-            check_structure(outs, refs, self.device)
-            for i, (o, r) in enumerate(zip(outs, refs)):
-                if isinstance(r, torch.Tensor):
-                    atol, rtol = self.cfg.tolerance(str(r.dtype).removeprefix("torch."), self.problem.tolerance)
-                    compare_tensor(o, r, atol, rtol, i)
-                    check_degenerate(o, r, i)
-        except Mismatch as m:
-            state = {"shape": "shape_mismatch", "numerical": "numerical_mismatch"}.get(m.kind, "cheat_detected")
-            rule = "output_not_plain_tensor" if state == "cheat_detected" else None
-            raise HarnessVerdict(state, f"{m.message} ({where})", rule=rule,
-                           evidence={"mismatch": {"trial": where, **m.details}}) from None
-        for k, (a, b) in enumerate(zip(cand_in, ref_in)):
-            if isinstance(a, torch.Tensor) and not torch.equal(a, b):
-                raise HarnessVerdict("cheat_detected", f"the candidate modified input {k} in place ({where}); the "
-                               "reference leaves it as it was", rule="input_mutation")
+                found = audit.run(self)
+            except Exception as exc:  # noqa: BLE001 - the reference fails on its own: say so, judge nothing
+                raise HarnessVerdict("runtime_error", f"the reference program fails when run on its own "
+                                     f"({type(exc).__name__}: {first_line(exc)}); this is a bug in the problem, "
+                                     "not in the candidate", evidence={"traceback": tail(traceback.format_exc())})
+            audit.store(path, found)
+        return found
 
     # -- timing ------------------------------------------------------------------------------------
     def _time(self, model) -> dict[str, Any]:
         torch = self.torch
-        cfg, tcfg, clock = self.cfg, self.cfg.timing, self.clock
-        # The zygote's next child may be making its CUDA context on this GPU; not while we time.
-        phase("waiting for the device")
+        phase("waiting for the device")  # the zygote's next child may be making its context on this GPU
         take_quiet_lock()
         phase("timing")
-        sets = [self.inputs(self.draw()) for _ in range(max(1, tcfg.input_sets))]
-        programs: list[tuple[str, Any]] = [("ref", self.ref_model)]
+        sets = self._fit_sets(self.cfg.timing.input_sets)
+        try:
+            return self._timed_rounds(model, sets)
+        except _OutOfMemory as oom:
+            if sets <= 1:
+                raise oom.verdict(self) from None
+        # Three input sets did not fit beside the programs' own memory: time with one.
+        torch.cuda.empty_cache() if self.device.type == "cuda" else None
+        self.notes.append(f"timing ran out of device memory with {sets} input sets; timed with one")
+        try:
+            return self._timed_rounds(model, 1)
+        except _OutOfMemory as oom:
+            raise oom.verdict(self) from None
+
+    def _fit_sets(self, wanted: int) -> int:
+        """As many input sets (at most ``wanted``) as the device's free memory holds beside the programs."""
+        if self.device.type != "cuda" or wanted <= 1 or not self.audit:
+            return max(1, wanted)
+        free, _ = self.torch.cuda.mem_get_info()
+        a = self.audit
+        per_set = max(1, a.get("input_bytes") or 1)
+        # Each program's forward and output, a recheck's fresh draw, snapshot and expected output.
+        reserve = 2 * ((a.get("peak_bytes") or 0) + a.get("out_bytes", 0)) + 3 * per_set
+        fit = int((free - reserve) // per_set)
+        if fit < wanted:
+            self.notes.append(f"timing rotates {max(1, fit)} input set(s), not {wanted}: each takes "
+                              f"{per_set / 2**30:.2f} GiB and {free / 2**30:.1f} GiB of device memory is free")
+        return max(1, min(wanted, fit))
+
+    def _timed_rounds(self, model, n_sets: int) -> dict[str, Any]:
+        torch = self.torch
+        cfg, tcfg, clock = self.cfg, self.cfg.timing, self.clock
+        sets = _oom_guard(torch, "reference", lambda: [self.inputs(self.draw()) for _ in range(n_sets)])
+        # (label, program, numerics): the baselines as people run PyTorch, the candidate as it left things.
+        programs: list[tuple[str, Any, str | None]] = [("ref", self.ref_model, "default")]
+        if self.device.type == "cuda" and self.settings.defaults != self.settings.strict:
+            programs.append(("ref_strict", self.ref_model, "strict"))
         if cfg.compile_ref:
             phase("compile reference")
             try:
                 compiled = torch.compile(self.ref_model, mode=cfg.compile_mode)
-                for _ in range(max(1, tcfg.warmup)):
-                    compiled(*sets[0])
-                clock.sync()
-                programs.append(("compile", compiled))
+                with Swap(self.settings, "default"):
+                    for _ in range(max(1, tcfg.warmup)):
+                        compiled(*sets[0])
+                    clock.sync()
+                programs.append(("compile", compiled, "default"))
             except Exception as exc:  # noqa: BLE001 - a baseline failing is a note, not the candidate's fault
                 self.notes.append(f"torch.compile of the reference failed: {first_line(exc)}")
             phase("timing")
-        programs.append(("cand", model))
+        programs.append(("cand", model, None))
+        stochastic = "stochastic" in self.flags
+
+        def run(label, prog, numerics, inputs, rng_seed):
+            with (Swap(self.settings, numerics) if numerics else contextlib.nullcontext()):
+                if rng_seed is not None:
+                    torch.manual_seed(rng_seed)
+                try:  # the clock flushes L2 itself, right before the start event
+                    return clock.time(lambda: prog(*inputs))
+                except BaseException as exc:  # noqa: BLE001
+                    if _is_oom(torch, exc):
+                        raise _OutOfMemory("candidate" if label == "cand" else "reference") from None
+                    if label != "cand":
+                        raise
+                    raise self._fail_exception(exc, f"in forward (timing round {rounds})") from None
+
+        rounds = 0
         for _ in range(tcfg.warmup):  # the compile reference warmed up while compiling
-            self.ref_model(*sets[0])
-            self._call(model, sets[0], "during warm-up")
+            for label, prog, numerics in programs:
+                if label != "compile":
+                    run(label, prog, numerics, sets[0], self.draw() if stochastic else None)
         clock.sync()
         self.trip("during warm-up")
         self.tripwire.rebaseline_threads()  # torch.compile may have started worker threads of its own
         protected = self._protected_ptrs(sets, model)
         sampler = Sampler([p[0] for p in programs], tcfg, clock.now)
-        rounds = 0
         every = max(1, tcfg.recheck_every)
         while True:
             i = rounds % len(sets)
+            rng_seed = self.draw() if stochastic else None
             # Rechecks after rounds every, 2*every, 4*every, ...: a handful per verification, since
             # refilling inputs costs more than a timed call, and the first one already catches a cache.
             k, r = divmod(rounds + 1, every)
@@ -206,23 +245,18 @@ class _Run(Harness):
             expected = snapshot = None
             if recheck:
                 # Same buffers, new values: a cache keyed by pointer or shape now returns stale results.
-                for dst, src in zip(sets[i], self.inputs(self.draw())):
-                    if isinstance(dst, torch.Tensor):
-                        dst.copy_(src)
-                expected = [r.clone() if isinstance(r, torch.Tensor) else r
-                            for r in as_outputs(self.ref_model(*self._clone(sets[i])))]
-                snapshot = self._clone(sets[i])
-            for label, prog in programs:
-                try:  # the clock flushes L2 itself, right before the start event
-                    dev_ms, host_ms, out = clock.time(lambda: prog(*sets[i]))
-                except BaseException as exc:  # noqa: BLE001
-                    if label != "cand":
-                        raise
-                    raise self._fail_exception(exc, f"in forward (timing round {rounds})") from None
+                def refill():
+                    for dst, src in zip(sets[i], self.inputs(self.draw())):
+                        if isinstance(dst, torch.Tensor):
+                            dst.copy_(src)
+                    return self.reference(self._clone(sets[i]), rng_seed), self._clone(sets[i])
+                expected, snapshot = _oom_guard(torch, "reference", refill)
+            for label, prog, numerics in programs:
+                dev_ms, host_ms, out = run(label, prog, numerics, sets[i], rng_seed)
                 sampler.add(label, dev_ms, host_ms)
                 if label == "cand" and recheck:
-                    self._check(as_outputs(out), expected, sets[i], snapshot,
-                                f"timing round {rounds}, fresh inputs")
+                    _oom_guard(torch, "comparison", lambda: self._check(
+                        as_outputs(out), expected, sets[i], snapshot, f"timing round {rounds}, fresh inputs"))
                 _poison(torch, out, protected)
                 del out
             rounds += 1
@@ -234,10 +268,10 @@ class _Run(Harness):
         self._check_unsynchronized(sampler)
         self.notes.append(f"timing: {rounds} rounds, stopped: {sampler.stop_reason}")
         rechecks = sum(1 for k in range(1, rounds // every + 1) if k & (k - 1) == 0)
-        return {"state": "correct", "message": f"matches the reference on {cfg.trials} trials and "
+        return {"state": "correct", "message": f"matches the reference on {self.trials_done} trials and "
                 f"{rechecks} timing rechecks",
                 "runtime": _stats(sampler.stats("cand")), "ref": _stats(sampler.stats("ref")),
-                "compile_ref": _stats(sampler.stats("compile"))}
+                "compile_ref": _stats(sampler.stats("compile")), "ref_strict": _stats(sampler.stats("ref_strict"))}
 
     def _check_unsynchronized(self, sampler) -> None:
         """Event time far below host time (with a full device synchronize) means work left the timed stream."""
@@ -259,6 +293,40 @@ class _Run(Harness):
             if isinstance(m, torch.nn.Module):
                 ptrs |= {t.untyped_storage().data_ptr() for t in list(m.parameters()) + list(m.buffers())}
         return ptrs
+
+
+class _OutOfMemory(Exception):
+    """The device ran out of memory during timing; ``where`` says whose code asked for it."""
+
+    def __init__(self, where: str):
+        super().__init__(where)
+        self.where = where
+
+    def verdict(self, run: "_Run") -> HarnessVerdict:
+        a = run.audit or {}
+        need = (a.get("input_bytes") or 0) + (a.get("out_bytes") or 0) + (a.get("peak_bytes") or 0)
+        sized = f" (one input set, its outputs and a forward take {need / 2**30:.1f} GiB)" if need else ""
+        if self.where == "candidate":
+            return HarnessVerdict("runtime_error", "the candidate ran out of device memory while being timed with a "
+                                  f"single input set{sized}; it passed its correctness trials")
+        return HarnessVerdict("runtime_error", f"the harness ran out of device memory in the {self.where}{sized}; "
+                              "this is the verifier's limit on this device, not the candidate's fault",
+                              rule="harness_out_of_memory")
+
+
+def _is_oom(torch, exc: BaseException) -> bool:
+    return isinstance(exc, getattr(torch, "OutOfMemoryError", MemoryError)) or isinstance(exc, MemoryError)
+
+
+def _oom_guard(torch, where: str, fn):
+    try:
+        return fn()
+    except HarnessVerdict:
+        raise
+    except BaseException as exc:  # noqa: BLE001
+        if _is_oom(torch, exc):
+            raise _OutOfMemory(where) from None
+        raise
 
 
 def _poison(torch, out, protected: set[int]) -> None:

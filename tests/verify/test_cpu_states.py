@@ -1,6 +1,7 @@
 """The verdict state matrix on the cpu backend, end to end through worker processes."""
 
 import dataclasses
+from pathlib import Path
 import time
 
 import pytest
@@ -27,7 +28,7 @@ def test_correct_with_speedups_and_build_cache(verifier, relu):
     first = verifier.verify(relu, candidate("cpu", "relu_ok.py"), "cpu")
     assert first.state is State.CORRECT, first.summary()
     assert first.speedup_eager and first.speedup_eager > 0 and first.runtime.n >= 3 and first.ref.n >= 3
-    assert first.runtime.median_ms > 0 and first.trials == 2
+    assert first.runtime.median_ms > 0 and first.trials == 3  # 2 asked; attribution needs 3
     second = verifier.verify(relu, candidate("cpu", "relu_ok.py"), "cpu")
     assert second.state is State.CORRECT
     # Same source: the build phase loads the cached extension instead of compiling.
@@ -138,7 +139,10 @@ def test_reply_without_code_is_generation_failure(verifier, relu):
 
 def test_kernel_rule(verifier, relu):
     v = verifier.verify(relu, candidate("cpu", "relu_torch_only.py"), "cpu")
-    assert v.state is State.CHEAT_DETECTED and v.rule == "no_kernel"
+    # Measured, not read: no kernel of its own ran. The static rule is a warning beside it.
+    assert v.state is State.CHEAT_DETECTED and v.rule == "kernel_not_run", v.summary()
+    assert ("no_kernel", "warn") in {(f["rule"], f["severity"]) for f in v.evidence.findings}
+    assert v.attribution.kernel_share == 0 and v.attribution.top
     off = verifier.verify(relu, candidate("cpu", "relu_torch_only.py"), "cpu",
                           config=fast_config(require_kernel=False))
     assert off.state is State.CORRECT
@@ -152,3 +156,19 @@ def test_worker_sees_no_secrets_and_runs_in_a_temp_dir(monkeypatch, cache_dir, r
         v = Verifier(fast_config(require_kernel=False), pool=fresh, static=StaticConfig(disabled=["environment"])
                      ).verify(relu, candidate("cpu", "relu_reads_env.py"), "cpu")
     assert v.state is State.CORRECT, v.summary()
+
+
+def test_out_of_memory_in_timing_is_retried_with_one_input_set(verifier, relu):
+    v = verifier.verify(relu, candidate("cpu", "relu_oom_once_in_timing.py"), "cpu", config=fast_config(trials=3))
+    assert v.state is State.CORRECT, v.summary()
+    assert any("ran out of device memory with 2 input sets" in n for n in v.evidence.notes)
+
+
+def test_strict_preset_demands_a_kernel_share(verifier):
+    gemm = resolve_problem("level2/1_Gemm_Bias_GELU", size="cpu",
+                           overrides={"BATCH": 64, "IN_FEATURES": 256, "OUT_FEATURES": 512})
+    src = (Path(__file__).parents[1] / "idioms" / "cpu" / "h_library_gemm_fused_epilogue.py").read_text()
+    assert verifier.verify(gemm, src, "cpu").state is State.CORRECT
+    strict = verifier.verify(gemm, src, "cpu", config=fast_config(min_kernel_share=0.9))
+    assert strict.state is State.CHEAT_DETECTED and strict.rule == "kernel_share_below_min", strict.summary()
+    assert "library" in strict.message

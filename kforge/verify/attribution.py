@@ -1,0 +1,247 @@
+"""Whose code did the work: the candidate's kernels, PyTorch's, or a vendor library's. Runs in the worker.
+
+One correctness trial runs the reference and then the candidate under ``torch.profiler``. Each GPU
+kernel is attributed by its symbol (Kineto names kernels by their demangled symbols):
+
+* **candidate**: a symbol the candidate's own extension ``.so`` files define, one of its Triton JIT
+  functions, or a kernel of no known library launched inside one of its calls;
+* **library**: cuBLAS/cuBLASLt, cuDNN, CUTLASS, cuFFT, ... (``library`` is allowed for part of the work,
+  as KernelBench allows it: a cuBLAS GEMM with the candidate's fused epilogue);
+* **torch**: ATen's native kernels, code ``torch.compile`` generated, memcpy/memset;
+* **unknown**: anything else (a kernel built through CuPy or Numba, say).
+
+On a CPU the candidate's own time is the self time of its extension and Triton calls, against the
+self time of every PyTorch operator in its forward (BLAS-backed ones count as ``library``).
+
+The same profile says which PyTorch operators the reference and the candidate ran, for `replayed`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import re
+import struct
+from collections import defaultdict
+from typing import Any
+
+from .verdict import Attribution, KernelUse
+
+REFERENCE, CANDIDATE = "kforge::reference", "kforge::candidate"
+_LIBRARY = re.compile(r"cutlass|cublas|cudnn|xmma|gemm|gemv|cusparse|cufft|_fft|fft_|curand|cusolver|magma|"
+                      r"flash_fwd|flash_bwd|fmha|nchwToNhwc|nhwcToNchw|implicit_convolve|winograd|nvjet|"
+                      r"splitKreduce|^sm\d+_|^ampere_|^volta_|^turing_|^hopper_|^maxwell_|cask|mkldnn|onednn|"
+                      r"^aten::(?:mm|addmm|bmm|baddbmm|addbmm|mv|addmv|dot|vdot|_mkldnn\w*|mkldnn\w*|"
+                      r"_scaled_dot_product_flash\w*|_efficient_attention\w*|_flash_attention\w*)$", re.I)
+_TORCH = re.compile(r"\bat::|\bc10::|^triton_(?:poi|red|per|tem|for|unk)_|^Memcpy|^Memset|elementwise_kernel|"
+                    r"reduce_kernel|\bcub::|\bthrust::|CatArrayBatchedCopy|indexSelect|cunn_|softmax_warp|"
+                    r"at_cuda_detail|pytorch_flash|distribution_elementwise|fused_dropout|ncclKernel|^aten::|"
+                    r"^prims::|^Torch-Compiled|^CompiledFunction", re.I)
+
+
+# -- symbols of the candidate's extensions -------------------------------------------------------------
+def elf_functions(path: str) -> set[str]:
+    """Mangled names of the functions a 64-bit ELF shared object defines (.symtab, else .dynsym)."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return set()
+    if data[:4] != b"\x7fELF" or data[4] != 2:
+        return set()
+    end = "<" if data[5] == 1 else ">"
+    (shoff,) = struct.unpack_from(end + "Q", data, 0x28)
+    shentsize, shnum = struct.unpack_from(end + "HH", data, 0x3A)
+    sections = [struct.unpack_from(end + "IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    names: set[str] = set()
+    for wanted in (2, 11):  # SHT_SYMTAB, SHT_DYNSYM
+        for _, typ, _, _, off, size, link, _, _, entsize in sections:
+            if typ != wanted or not entsize:
+                continue
+            strtab = sections[link][4]
+            for j in range(size // entsize):
+                st_name, st_info, _, st_shndx, _, _ = struct.unpack_from(end + "IBBHQQ", data, off + j * entsize)
+                if st_info & 0xF == 2 and st_shndx != 0:  # a defined function
+                    start = strtab + st_name
+                    names.add(data[start:data.index(b"\0", start)].decode(errors="replace"))
+        if names:
+            break
+    return names
+
+
+@functools.lru_cache(maxsize=1)
+def _demangler():
+    lib = ctypes.CDLL(ctypes.util.find_library("stdc++") or "libstdc++.so.6")
+    fn = lib.__cxa_demangle
+    fn.restype = ctypes.c_void_p
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
+    free = ctypes.CDLL(None).free
+    free.argtypes = [ctypes.c_void_p]
+    return fn, free
+
+
+def demangle(name: str) -> str:
+    """The C++ name Kineto reports a kernel by (libstdc++'s demangler, the one Kineto uses)."""
+    try:
+        fn, free = _demangler()
+    except (OSError, AttributeError):
+        return name
+    status = ctypes.c_int()
+    ptr = fn(name.encode(), None, None, ctypes.byref(status))
+    if not ptr or status.value != 0:
+        return name
+    try:
+        return ctypes.string_at(ptr).decode(errors="replace")
+    finally:
+        free(ptr)
+
+
+#: Mangled names from the headers every extension includes (ATen, c10, torch, std, pybind11, CUB, Thrust):
+#: thousands of inline instantiations that are not the candidate's kernels; skipping them keeps this ~10 ms.
+_HEADER_SYMBOLS = re.compile(r"^_ZN?K?(?:2at|3c10|5torch|St|8pybind11|9__gnu_cxx|3cub|6thrust)|^_ZSt|^_GLOBAL__|^__")
+
+
+def candidate_symbols(so_paths: list[str]) -> set[str]:
+    """Demangled names of the functions the candidate's extensions define, kernels among them."""
+    return {demangle(n) for p in dict.fromkeys(so_paths) for n in elf_functions(p) if not _HEADER_SYMBOLS.match(n)}
+
+
+def origin_of(name: str, own: set[str]) -> str:
+    if name in own:
+        return "candidate"
+    if _LIBRARY.search(name):
+        return "library"
+    if _TORCH.search(name):
+        return "torch"
+    return "unknown"
+
+
+# -- reading a profile ------------------------------------------------------------------------------
+def _section(event) -> str | None:
+    e = event
+    while e is not None:
+        if e.name in (REFERENCE, CANDIDATE):
+            return e.name
+        e = e.cpu_parent
+    return None
+
+
+def _inside_call(event) -> bool:
+    e = event.cpu_parent
+    while e is not None and e.name != CANDIDATE:
+        if e.name.startswith("kforge::") and e.name not in (REFERENCE, CANDIDATE):
+            return True
+        e = e.cpu_parent
+    return False
+
+
+def _elements(event) -> int:
+    total = 0
+    for shape in getattr(event, "input_shapes", None) or []:
+        if isinstance(shape, (list, tuple)) and shape and all(isinstance(d, int) for d in shape):
+            n = 1
+            for d in shape:
+                n *= d
+            total += n
+    return total
+
+
+def _ops(events, cuda: bool) -> dict[str, dict[str, list[float]]]:
+    """Per section: PyTorch operator -> [calls, microseconds, input elements] (the microseconds are the
+    device time of the kernels it launched on a GPU, its self time on a CPU)."""
+    out: dict[str, dict[str, list[float]]] = {REFERENCE: defaultdict(lambda: [0, 0.0, 0]),
+                                               CANDIDATE: defaultdict(lambda: [0, 0.0, 0])}
+    for e in events:
+        if e.name.startswith("kforge") or "::" not in e.name:
+            continue
+        if cuda and not e.kernels:
+            continue
+        sec = _section(e)
+        if sec is None:
+            continue
+        row = out[sec][e.name]
+        row[0] += 1
+        row[1] += sum(k.duration for k in e.kernels) if cuda else e.self_cpu_time_total
+        row[2] += _elements(e)
+    return out
+
+
+def attribute(prof, cuda: bool, own_symbols: set[str], triton_names: set[str]) -> tuple[Attribution, dict]:
+    """The candidate section's attribution, and the operator tables of both sections (for `replayed`)."""
+    from torch.autograd import DeviceType
+    events = list(prof.events())
+    own = set(own_symbols) | set(triton_names)
+    uses: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0])
+    if cuda:
+        ranges = {e.name: (e.time_range.start, e.time_range.end) for e in events
+                  if e.device_type == DeviceType.CPU and e.name in (REFERENCE, CANDIDATE)}
+        lo, hi = ranges.get(CANDIDATE, (float("inf"), float("-inf")))
+        device = [e for e in events if e.device_type == DeviceType.CUDA]
+        calls = [(e.time_range.start, e.time_range.end) for e in device
+                 if e.name.startswith("kforge::") and e.name not in (REFERENCE, CANDIDATE)]
+        for e in device:
+            start = e.time_range.start
+            if e.name.startswith("kforge") or not lo <= start <= hi:
+                continue
+            origin = origin_of(e.name, own)
+            if origin == "unknown" and any(a <= start <= b for a, b in calls):
+                origin = "candidate"  # launched inside one of the candidate's calls, by no known library
+            row = uses[(e.name, origin)]
+            row[0] += 1
+            row[1] += e.time_range.end - start
+    else:
+        for e in events:
+            if _section(e) != CANDIDATE or e.name == CANDIDATE:
+                continue
+            if e.name.startswith("kforge::"):
+                key = (e.name[len("kforge::"):], "candidate")
+            elif "::" in e.name:
+                key = (e.name, origin_of(e.name, set()))
+            else:
+                continue
+            row = uses[key]
+            row[0] += 1
+            row[1] += e.self_cpu_time_total
+    return summarise(uses), _ops(events, cuda)
+
+
+def summarise(uses: dict[tuple[str, str], list[float]]) -> Attribution:
+    total_us = sum(t for _, t in uses.values())
+    shares: dict[str, float] = defaultdict(float)
+    for (_, origin), (_, t) in uses.items():
+        shares[origin] += t / total_us if total_us else 0.0
+    top = sorted(uses.items(), key=lambda kv: -kv[1][1])[:8]
+    return Attribution(
+        kernel_share=shares.get("candidate", 0.0) if total_us else None,
+        shares={k: round(v, 4) for k, v in shares.items()}, total_ms=total_us / 1e3,
+        top=[KernelUse(name=n[:160], origin=o, ms=round(t / 1e3, 5), calls=int(c),
+                       share=round(t / total_us, 4) if total_us else 0.0) for (n, o), (c, t) in top])
+
+
+#: Operators that move or allocate data without computing: never enough, alone, to say the reference re-ran.
+LAYOUT = frozenset({"aten::copy_", "aten::contiguous", "aten::clone", "aten::to", "aten::_to_copy", "aten::fill_",
+                    "aten::zero_", "aten::empty", "aten::empty_like", "aten::empty_strided", "aten::zeros",
+                    "aten::zeros_like", "aten::ones", "aten::view", "aten::reshape", "aten::as_strided",
+                    "aten::resize_", "aten::detach", "aten::lift_fresh", "aten::set_", "aten::t",
+                    "aten::transpose", "aten::permute", "aten::expand", "aten::slice", "aten::select",
+                    "aten::unsqueeze", "aten::squeeze", "aten::flatten", "aten::_unsafe_view", "aten::cat",
+                    "aten::stack", "aten::split", "aten::chunk", "aten::narrow", "aten::alias"})
+
+
+def replayed(ops: dict[str, dict[str, list[float]]], min_share: float = 0.01) -> list[str] | None:
+    """The reference's computing operators when the candidate's forward ran every one of them in PyTorch,
+    as often and on at least half as many input elements; None when at least one was replaced. Operators
+    taking under ``min_share`` of the reference's time, and layout operators, do not count."""
+    ref, cand = ops[REFERENCE], ops[CANDIDATE]
+    total = sum(row[1] for row in ref.values())
+    if total <= 0:
+        return None
+    significant = {name: row for name, row in ref.items() if row[1] >= min_share * total and name not in LAYOUT}
+    if not significant:
+        return None
+    for name, (n, _, elements) in significant.items():
+        cn, _, ce = cand.get(name, (0, 0.0, 0))
+        if cn < n or ce < 0.5 * elements:
+            return None
+    return sorted(significant)

@@ -1,0 +1,135 @@
+"""The problem audit: what a reference program is like, measured once per (problem, size, device).
+
+Runs in a verifier worker after the reference is built and before any candidate code is imported (so
+its result can be cached from there). It answers:
+
+* ``stochastic``: two runs on the same inputs differ beyond the tolerance (dropout in training mode).
+  Verification then seeds torch's RNG identically before the reference and the candidate.
+* ``degenerate``: the output is constant, or one draw's output passes as another's within the
+  tolerance, so a constant "kernel" would pass. Tables list such problems apart.
+* ``launch_bound``: the reference runs under 20 microseconds.
+* memory: bytes of one input set, of the outputs, of parameters, and the peak of one forward.
+* FLOPs (``torch.utils.flop_counter``; matrix products and convolutions only) and the fewest bytes a
+  forward moves (inputs and parameters read once, outputs written once), for problems that declare none.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import statistics
+from pathlib import Path
+from typing import Any
+
+from .compare import Mismatch, as_outputs, compare_tensor, is_constant
+
+LAUNCH_BOUND_MS = 0.02
+DRAWS = 3
+VERSION = 1
+
+
+def cache_path(cache_dir: str, problem_source: str, device: str, torch_version: str) -> Path:
+    key = hashlib.sha256(json.dumps([VERSION, problem_source, device, torch_version]).encode()).hexdigest()[:24]
+    return Path(cache_dir) / "audit" / f"{key}.json"
+
+
+def load_cached(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def store(path: Path, audit: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(audit))
+    os.replace(tmp, path)
+
+
+def _nbytes(torch, items) -> int:
+    return sum(x.untyped_storage().nbytes() for x in items if isinstance(x, torch.Tensor))
+
+
+def _same(torch, a: list, b: list, tolerance) -> bool:
+    """Whether output lists a and b would pass as each other (the verifier's own comparison)."""
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if not isinstance(x, torch.Tensor):
+            if x != y:
+                return False
+            continue
+        if not isinstance(y, torch.Tensor) or x.shape != y.shape or x.dtype != y.dtype:
+            return False
+        atol, rtol = tolerance(str(y.dtype).removeprefix("torch."))
+        try:
+            compare_tensor(x, y, atol, rtol)
+        except Mismatch:
+            return False
+    return True
+
+
+def _constant(torch, outs: list) -> bool:
+    tensors = [o for o in outs if isinstance(o, torch.Tensor) and o.numel() > 1]
+    return bool(tensors) and all(is_constant(t) for t in tensors)
+
+
+def run(h) -> dict[str, Any]:
+    """Audit the reference loaded in harness ``h`` (a `kforge.verify.harness.Harness` after load_reference)."""
+    torch = h.torch
+    model = h.ref_model
+    tolerance = lambda dt: h.cfg.tolerance(dt, h.problem.tolerance)  # noqa: E731
+    cuda = h.device.type == "cuda"
+
+    def forward(inputs):
+        out = [o.clone() if isinstance(o, torch.Tensor) else o for o in as_outputs(model(*inputs))]
+        h.clock.sync()
+        return out
+
+    flags: list[str] = []
+    with torch.no_grad():
+        inputs = h.inputs(h.draw())
+        params = list(model.parameters()) + list(model.buffers()) if isinstance(model, torch.nn.Module) else []
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+        first = forward([x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
+        peak = (torch.cuda.max_memory_allocated() - base) if cuda else None
+        second = forward([x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
+        stochastic = not _same(torch, second, first, tolerance)
+        del second
+        if stochastic:
+            flags.append("stochastic")
+        constant, same = _constant(torch, first), True
+        for _ in range(DRAWS - 1):  # one other draw's output at a time: big problems fill the device
+            other = forward(h.inputs(h.draw()))
+            constant = constant and _constant(torch, other)
+            same = same and _same(torch, other, first, tolerance)
+            del other
+        if constant or same:
+            flags.append("degenerate")
+        times = []
+        for _ in range(5):
+            dev_ms, _, out = h.clock.time(lambda: model(*inputs))
+            del out
+            times.append(dev_ms)
+        ref_ms = statistics.median(times)
+        if ref_ms < LAUNCH_BOUND_MS:
+            flags.append("launch_bound")
+        flops = None
+        try:
+            from torch.utils.flop_counter import FlopCounterMode
+            counter = FlopCounterMode(display=False)
+            with counter:
+                model(*inputs)
+            flops = float(counter.get_total_flops()) or None
+        except Exception:  # noqa: BLE001 - an operator the counter cannot trace: no FLOPs, still bytes
+            pass
+    in_bytes, out_bytes, param_bytes = _nbytes(torch, inputs), _nbytes(torch, first), _nbytes(torch, params)
+    return {"flags": flags, "ref_ms": round(ref_ms, 6), "flops": flops,
+            "bytes": float(in_bytes + param_bytes + out_bytes), "out_bytes": float(out_bytes),
+            "input_bytes": in_bytes, "param_bytes": param_bytes,
+            "peak_bytes": peak, "device": h.device_name()}

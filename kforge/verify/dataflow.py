@@ -1,0 +1,187 @@
+"""Did the candidate's kernels compute the output? Tracked once, in one correctness trial.
+
+`Dataflow` is a ``TorchDispatchMode`` that follows memory (by storage) through one forward call:
+
+* every PyTorch operator passes "derived from the candidate's kernels" from what it reads to what it
+  writes (its outputs, and arguments its schema marks as written);
+* every call into the candidate's kernels (an extension function, a Triton launch, an operator the
+  candidate registered itself) is fingerprinted before and after: memory whose contents it changed,
+  and tensors it returns that no PyTorch operator inside it produced, become derived;
+* allocations start clean.
+
+An output nothing derived reaches was computed by PyTorch alone, whatever kernels ran beside it: a kernel
+launched on a dummy tensor, a result thrown away, a C++ "kernel" that calls ``torch::relu``. The answer is
+None (undetermined) where writes can escape the tracking: CUDA graph replays, code ``torch.compile``
+generated, kernels launched by means no hook sees.
+
+Fingerprints are three integer sums over a storage's words (the whole storage, so a write outside the
+view passed still shows); a kernel that rewrites memory with the very same values leaves no trace, and
+it changed nothing either.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, Callable
+
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+#: Operator namespaces that are PyTorch's own; an operator from any other was registered by the candidate.
+TORCH_NAMESPACES = frozenset({"aten", "prims", "prim", "_c10d_functional", "c10d", "profiler", "_ops", "quantized",
+                              "rngprims", "higher_order", "inductor", "_dynamo", "debugprims", "mkldnn", "_quantized"})
+ALLOCATIONS = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros",
+                         "zeros_like", "new_zeros", "ones", "ones_like", "new_ones", "full", "full_like",
+                         "new_full", "scalar_tensor", "lift_fresh"})
+#: In-place operators that replace all of what they write (``copy_`` of a whole tensor, ``fill_``...).
+OVERWRITES = frozenset({"copy_", "fill_", "zero_", "normal_", "uniform_", "random_", "bernoulli_"})
+
+
+def _key(t) -> tuple[str, int]:
+    return t.device.type, t.untyped_storage().data_ptr()
+
+
+def _whole(t) -> bool:
+    """Whether a tensor covers its whole storage (writing it leaves nothing of the old contents)."""
+    return t.is_contiguous() and t.storage_offset() == 0 and \
+        t.numel() * t.element_size() == t.untyped_storage().nbytes()
+
+
+class Dataflow(TorchDispatchMode):
+    def __init__(self, torch, sync: Callable[[], None]):
+        super().__init__()
+        self.torch = torch
+        self.sync = sync
+        self.derived: dict[tuple[str, int], bool] = {}
+        """Storage -> whether its contents derive from something the candidate's kernels wrote."""
+        self.seen: dict[tuple[str, int], tuple[int, Any]] = {}
+        """Storage -> (size in bytes, weak reference to a tensor over it), for kernels given raw pointers."""
+        self._inside: list[dict[tuple[str, int], Any]] = []
+        """Per open candidate call: storages PyTorch operators wrote inside it, with their fingerprints."""
+        self._before: list[dict[tuple[str, int], Any]] = []
+        """Per open candidate call: the fingerprints of its arguments when it started."""
+
+    # -- fingerprints -----------------------------------------------------------------------------
+    def fingerprint(self, t) -> tuple[int, ...]:
+        torch = self.torch
+        st = t.untyped_storage()
+        n = st.nbytes()
+        if n == 0:
+            return (0,)
+        raw = torch.empty(0, dtype=torch.uint8, device=t.device).set_(st)
+        words = raw[: n - n % 4].view(torch.int32) if n >= 4 else raw.to(torch.int32)
+        sums = [words.sum(dtype=torch.int64), words[::2].sum(dtype=torch.int64), words[1::3].sum(dtype=torch.int64)]
+        if n % 4:
+            sums.append(raw[n - n % 4:].sum(dtype=torch.int64))
+        return tuple(int(s) for s in sums)
+
+    def _tensors(self, tree: Any) -> list:
+        torch = self.torch
+        return [x for x in tree_leaves(tree) if isinstance(x, torch.Tensor)]
+
+    def _remember(self, t) -> None:
+        k = _key(t)
+        if k[1]:
+            self.seen[k] = (t.untyped_storage().nbytes(), weakref.ref(t))
+
+    # -- PyTorch operators ----------------------------------------------------------------------
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func.namespace not in TORCH_NAMESPACES:
+            return self.candidate_call(lambda: func(*args, **kwargs), args, kwargs)
+        out = func(*args, **kwargs)
+        outs = self._tensors(out)
+        name = func._schema.name.split("::")[-1]
+        if name == "set_":  # points a tensor at existing memory: writes nothing, but may expose a kernel's writes
+            if self._inside:
+                self._seen_written(outs)
+            return out
+        written = list(outs)
+        overwritten = set()  # arguments written whole: their old contents do not feed the result
+        if self._inside:
+            self._seen_written(self._tensors((args, kwargs)))
+        if name not in ALLOCATIONS:
+            given = list(zip(func._schema.arguments, args)) + \
+                [(a, kwargs[a.name]) for a in func._schema.arguments if a.name in kwargs]
+            for a, value in given:
+                if a.alias_info is not None and a.alias_info.is_write:
+                    for t in self._tensors(value):
+                        written.append(t)
+                        if (name in OVERWRITES or a.name == "out") and _whole(t):
+                            overwritten.add(id(t))
+            src = any(self.derived.get(_key(t), False) for t in self._tensors((args, kwargs))
+                      if id(t) not in overwritten)
+        else:
+            src = False
+        for t in written:
+            self.derived[_key(t)] = src
+            self._remember(t)
+        if self._inside:
+            self.sync()
+            for t in written:
+                self._inside[-1][_key(t)] = self.fingerprint(t)
+        return out
+
+    def _seen_written(self, tensors: list) -> None:
+        """Inside a candidate call, before an operator reads memory: did the candidate's code write it since
+        we last looked? (Triton's interpreter, for one, computes into temporaries and copies them back.)"""
+        inside, before = self._inside[-1], self._before[-1]
+        for t in tensors:
+            k = _key(t)
+            last = inside.get(k, before.get(k))
+            if last is not None and self.fingerprint(t) != last:
+                self.derived[k] = True
+                inside[k] = self.fingerprint(t)
+
+    # -- the candidate's kernels ------------------------------------------------------------------
+    def _pointees(self, tree: Any) -> dict:
+        """Live tensors over the storages an integer argument points into (kernels handed ``x.data_ptr()``)."""
+        ints = [x for x in tree_leaves(tree) if isinstance(x, int) and not isinstance(x, bool) and x > 4096]
+        found = {}
+        for k, (n, ref) in list(self.seen.items()):
+            t = ref()
+            if t is not None and any(k[1] <= p < k[1] + n for p in ints):
+                found[k] = t
+        return found
+
+    def candidate_call(self, run: Callable[[], Any], args: tuple, kwargs: dict) -> Any:
+        from torch.utils._python_dispatch import _disable_current_modes
+        with _disable_current_modes():
+            tensors = self._tensors((args, kwargs))
+            for t in tensors:
+                self._remember(t)
+            self.sync()
+            before = {_key(t): (t, self.fingerprint(t)) for t in tensors}
+            pointees = {k: (t, self.fingerprint(t)) for k, t in self._pointees((args, kwargs)).items()
+                        if k not in before}
+        self._inside.append({})
+        self._before.append({k: fp for k, (_, fp) in before.items()})
+        try:
+            out = run()
+        finally:
+            inside = self._inside.pop()
+            self._before.pop()
+        with _disable_current_modes():
+            self.sync()
+            for k, (t, fp) in before.items():
+                if self.fingerprint(t) != inside.get(k, fp):
+                    self.derived[k] = True
+            for k, (t, fp) in pointees.items():
+                if self.fingerprint(t) != inside.get(k, fp):
+                    self.derived[k] = True
+            for t in self._tensors(out):
+                k = _key(t)
+                self._remember(t)
+                if k in inside:  # a PyTorch operator inside produced it: keep what it derived from...
+                    if self.fingerprint(t) != inside[k]:  # ...unless a kernel wrote it afterwards
+                        self.derived[k] = True
+                elif k in before:  # an argument handed back
+                    if self.fingerprint(t) != before[k][1]:
+                        self.derived[k] = True
+                else:  # memory no operator we saw produced: the candidate's own
+                    self.derived[k] = True
+        return out
+
+    def reaches(self, outputs: Any) -> bool:
+        """Whether any output derives from something the candidate's kernels wrote."""
+        return any(self.derived.get(_key(t), False) for t in self._tensors(outputs))

@@ -1,0 +1,137 @@
+"""Hooks that see the candidate's own code run: installed in a worker before any candidate code loads.
+
+`Recorder.install` wraps what a candidate uses to launch its kernels:
+
+* the modules ``torch.utils.cpp_extension.load_inline``/``load`` return (every function of a built
+  extension, whichever way the candidate reaches it: a module on ``self``, ``getattr``, a helper class,
+  a ``torch.autograd.Function``); the ``.so`` files they came from are remembered, so their kernels can
+  be told apart from PyTorch's by symbol;
+* Triton's ``JITFunction.run`` (and the interpreter's), for kernels defined in the candidate's file;
+* ``torch.cuda.CUDAGraph.replay``, whose writes no hook can see.
+
+Outside the two attribution trials each hook costs one flag test. In the *profile* trial a call is
+wrapped in a ``record_function`` range (``kforge::ext::NAME``, ``kforge::triton::NAME``); in the
+*dataflow* trial it goes through `Dataflow`, which records which memory the candidate's kernels wrote.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any, Callable
+
+from .tripwire import CANDIDATE_FILE
+
+RANGE = "kforge::"
+
+
+class Recorder:
+    """Counts and routes calls into the candidate's kernels; one per worker process."""
+
+    def __init__(self) -> None:
+        self.mode: str | None = None
+        """None (pass calls straight through), ``profile`` or ``dataflow``."""
+        self.so_paths: list[str] = []
+        """Shared objects of the extensions the candidate built or loaded."""
+        self.triton_names: set[str] = set()
+        """Names of the candidate's Triton kernels that were launched (Kineto reports kernels by them)."""
+        self.calls = 0
+        """Calls into the candidate's kernels while recording."""
+        self.graph_replays = 0
+        """CUDA graph replays while recording: their writes are invisible to the dataflow."""
+        self.flow = None
+
+    # -- installation -----------------------------------------------------------------------------
+    def install(self) -> None:
+        import torch.utils.cpp_extension as ce
+        for name in ("load_inline", "load"):
+            setattr(ce, name, self._loader(getattr(ce, name)))
+        self._wrap_triton()
+        try:
+            import torch.cuda.graphs as graphs
+            replay = graphs.CUDAGraph.replay
+            rec = self
+
+            def counted_replay(graph, *a, **k):
+                if rec.mode is not None:
+                    rec.graph_replays += 1
+                return replay(graph, *a, **k)
+            graphs.CUDAGraph.replay = counted_replay
+        except (ImportError, AttributeError):
+            pass
+
+    def _loader(self, load: Callable) -> Callable:
+        rec = self
+
+        @functools.wraps(load)
+        def loading(*args, **kwargs):
+            module = load(*args, **kwargs)
+            if isinstance(module, str):  # is_python_module=False: the ops live under torch.ops
+                rec.so_paths.append(module)
+                return module
+            path = getattr(module, "__file__", None)
+            if path:
+                rec.so_paths.append(path)
+            for attr in dir(module):
+                fn = getattr(module, attr, None)
+                if not attr.startswith("_") and type(fn).__name__ == "builtin_function_or_method":
+                    setattr(module, attr, rec._wrap(fn, f"ext::{attr}"))
+            return module
+        return loading
+
+    def _wrap_triton(self) -> None:
+        classes = []
+        try:
+            from triton.runtime.jit import JITFunction
+            classes.append(JITFunction)
+        except ImportError:
+            return
+        try:
+            from triton.runtime.interpreter import InterpretedFunction
+            classes.append(InterpretedFunction)
+        except ImportError:
+            pass
+        rec = self
+        for cls in classes:
+            run = cls.__dict__.get("run")
+            if run is None or getattr(run, "_kforge", False):
+                continue
+
+            def launch(kernel, *args, _run=run, **kwargs):
+                fn = getattr(kernel, "fn", None)
+                mine = rec.mode is not None and fn is not None and \
+                    os.path.basename(getattr(getattr(fn, "__code__", None), "co_filename", "")) == CANDIDATE_FILE
+                if not mine:
+                    return _run(kernel, *args, **kwargs)
+                rec.triton_names.add(fn.__name__)
+                return rec.call(lambda: _run(kernel, *args, **kwargs), f"triton::{fn.__name__}", args, kwargs)
+            launch._kforge = True
+            cls.run = launch
+
+    def _wrap(self, fn: Callable, label: str) -> Callable:
+        rec = self
+
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            if rec.mode is None:
+                return fn(*args, **kwargs)
+            return rec.call(lambda: fn(*args, **kwargs), label, args, kwargs)
+        return call
+
+    # -- recording --------------------------------------------------------------------------------
+    def call(self, run: Callable[[], Any], label: str, args: tuple, kwargs: dict) -> Any:
+        self.calls += 1
+        if self.mode == "profile":
+            from torch.profiler import record_function
+            with record_function(RANGE + label):
+                return run()
+        if self.mode == "dataflow" and self.flow is not None:
+            return self.flow.candidate_call(run, args, kwargs)
+        return run()
+
+    def start(self, mode: str, flow=None) -> None:
+        self.mode, self.flow = mode, flow
+        self.calls = self.graph_replays = 0
+
+    def stop(self) -> None:
+        self.mode, self.flow = None, None

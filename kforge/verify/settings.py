@@ -1,0 +1,128 @@
+"""Process-wide torch settings in a worker: which numerics each program runs with, and keeping a
+candidate's harmless settings out of the reference's timing.
+
+Three states matter:
+
+* **strict** numerics (TF32 off everywhere): the correctness reference and the candidate. A candidate
+  judged at fp32's 1e-4 tolerance must compute in true fp32, so it runs under these too.
+* **default** numerics (whatever PyTorch starts with: cuDNN's TF32 on, cuBLAS's off): the eager and
+  ``torch.compile`` references when they are *timed*. That is how people run PyTorch and how
+  KernelBench's published baselines were taken; a speedup is only meaningful against it.
+* **neutral** settings a candidate may change because they leave the numerics alone (``cudnn.benchmark``,
+  ``cudnn.deterministic``, the intra-op thread count, the SDPA backends): allowed, but swapped out
+  around every reference call, so a candidate's autotuning never speeds up (or slows) its baseline.
+
+Numerics flags a candidate loosens (TF32, reduced-precision reductions) are still caught by the
+tripwire; tightening them is harmless and allowed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: Flags that change the numerics of matrix products and convolutions: (module path, attribute).
+NUMERICS = (("torch.backends.cuda.matmul", "allow_tf32"), ("torch.backends.cudnn", "allow_tf32"),
+            ("torch.backends.cuda.matmul", "allow_fp16_reduced_precision_reduction"),
+            ("torch.backends.cuda.matmul", "allow_bf16_reduced_precision_reduction"))
+#: Attributes a candidate may assign: they change speed, not results.
+NEUTRAL = (("torch.backends.cudnn", "benchmark"), ("torch.backends.cudnn", "deterministic"),
+           ("torch.backends.cudnn", "enabled"), ("torch.backends.mkldnn", "enabled"))
+#: SDPA backend switches: (getter, setter) on torch.backends.cuda.
+SDPA = (("flash_sdp_enabled", "enable_flash_sdp"), ("mem_efficient_sdp_enabled", "enable_mem_efficient_sdp"),
+        ("math_sdp_enabled", "enable_math_sdp"), ("cudnn_sdp_enabled", "enable_cudnn_sdp"))
+#: Dotted names the static ``monkey_patch`` rule lets a candidate assign (numerics ones are judged at run time).
+ASSIGNABLE = frozenset(f"{m}.{a}" for m, a in NUMERICS + NEUTRAL)
+
+
+def _owner(torch, path: str):
+    obj = torch
+    for part in path.split(".")[1:]:
+        obj = getattr(obj, part)
+    return obj
+
+
+class Settings:
+    """Reads and applies the settings above; made in the worker before any candidate code runs."""
+
+    def __init__(self, torch):
+        self.torch = torch
+        self.defaults = self.read()
+        """As PyTorch started (the zygote never changes them): the numerics references are timed with."""
+        self.strict: dict[str, Any] = {}
+        """The harness's own state once `use_strict` ran: strict numerics, default neutral settings."""
+
+    def read(self) -> dict[str, Any]:
+        torch, out = self.torch, {}
+        for path, attr in NUMERICS + NEUTRAL:
+            try:
+                out[f"{path}.{attr}"] = getattr(_owner(torch, path), attr)
+            except AttributeError:
+                continue
+        cuda = torch.backends.cuda
+        for getter, _ in SDPA:
+            if hasattr(cuda, getter):
+                out[f"sdpa.{getter}"] = bool(getattr(cuda, getter)())
+        out["threads"] = torch.get_num_threads()
+        return out
+
+    def apply(self, state: dict[str, Any]) -> None:
+        torch = self.torch
+        setters = dict(SDPA)
+        for key, value in state.items():
+            if key == "threads":
+                if torch.get_num_threads() != value:
+                    torch.set_num_threads(value)
+            elif key.startswith("sdpa."):
+                getter = key.split(".", 1)[1]
+                if bool(getattr(torch.backends.cuda, getter)()) != value:
+                    getattr(torch.backends.cuda, setters[getter])(value)
+            else:
+                path, attr = key.rsplit(".", 1)
+                owner = _owner(torch, path)
+                if getattr(owner, attr) != value:
+                    setattr(owner, attr, value)
+
+    def use_strict(self, threads: int | None = None) -> None:
+        """The harness's state: TF32 and reduced-precision reductions off, everything else as PyTorch starts."""
+        state = dict(self.defaults)
+        for path, attr in NUMERICS:
+            key = f"{path}.{attr}"
+            if key in state:
+                state[key] = False
+        if threads:
+            state["threads"] = threads
+        self.apply(state)
+        self.strict = self.read()
+
+    def loosened(self) -> tuple[str, Any] | None:
+        """A numerics flag the live state has turned on although the strict state has it off."""
+        live = self.read()
+        for path, attr in NUMERICS:
+            key = f"{path}.{attr}"
+            if live.get(key) and not self.strict.get(key, True):
+                return key, self.strict.get(key)
+        return None
+
+
+class Swap:
+    """Runs reference code under the harness's settings and gives the candidate its own back afterwards."""
+
+    def __init__(self, settings: Settings, numerics: str):
+        self.settings = settings
+        self.numerics = numerics  # "strict" (correctness) or "default" (timed baselines)
+        self._saved: dict[str, Any] | None = None
+
+    def __enter__(self) -> "Swap":
+        s = self.settings
+        self._saved = s.read()
+        state = dict(s.strict)
+        if self.numerics == "default":
+            for path, attr in NUMERICS:
+                key = f"{path}.{attr}"
+                if key in s.defaults:
+                    state[key] = s.defaults[key]
+        s.apply(state)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.settings.apply(self._saved or {})

@@ -1,0 +1,242 @@
+"""Correctness trials in a worker, and the run-time judgement of whose kernels did the work.
+
+Each trial draws fresh inputs from the secret seed, runs the reference on them (strict fp32, the
+harness's settings) and the candidate on its own copy, and compares. Two trials, picked at random among
+all but the first, are also measured (`kforge.verify.attribution`, `kforge.verify.dataflow`):
+
+* the *profile* trial runs both under ``torch.profiler``: kernel share, top kernels by origin, and the
+  PyTorch operators each side ran;
+* the *dataflow* trial traces which memory the candidate's kernels wrote and whether the output derives
+  from it.
+
+`judge` then applies the measured policy (README, "How verification works"): the candidate's own kernels
+must run (``kernel_not_run``), an output must derive from what they wrote (``output_not_from_kernel``),
+and its forward must not re-run every operator of the reference in PyTorch (``reference_replayed``);
+``verify.min_kernel_share`` demands a share of the device time on top (``kernel_share_below_min``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from .attribution import CANDIDATE, REFERENCE, attribute, candidate_symbols, replayed
+from .compare import Mismatch, as_outputs, check_degenerate, check_structure, compare_tensor
+from .harness import Harness, HarnessVerdict, first_line
+from .settings import Swap
+from .verdict import Attribution
+
+MIN_ATTRIBUTED_TRIALS = 3
+
+
+class Trials(Harness):
+    """The correctness part of a verification run (`kforge.verify.worker` adds timing)."""
+
+    def __init__(self, req: dict[str, Any]):
+        super().__init__(req)
+        self.trials_done = 0
+        self.flags: list[str] = []
+        self.attribution: Attribution | None = None
+        self._ops: dict | None = None
+        self._flow: bool | None = None
+        self._profiled_calls = 0
+
+    # -- the trials -----------------------------------------------------------------------------------
+    def correctness(self, model) -> None:
+        n = self.cfg.trials
+        modes: dict[int, str] = {}
+        if self.cfg.attribution and n > 0:  # no trials asked (a build check): nothing to measure either
+            n = max(n, MIN_ATTRIBUTED_TRIALS)
+            profile, dataflow = self.rng.sample(range(1, n), 2)
+            modes = {profile: "profile", dataflow: "dataflow"}
+            self.attribution = Attribution()
+        for trial in range(n):
+            self.trials_done = trial + 1
+            self.trial(model, trial, modes.get(trial))
+        if self.attribution is not None:
+            self.judge()
+
+    def trial(self, model, trial: int, mode: str | None = None) -> None:
+        seed = self.draw()
+        inputs = self.inputs(seed)
+        rng_seed = self.draw() if "stochastic" in self.flags else None
+        where = f"in forward (trial {trial})"
+        with self._poisoned_allocations():
+            cand_in = self._clone(inputs)  # before the reference runs: it may change its inputs
+            if mode == "profile":
+                refs, outs = self._profiled(model, inputs, cand_in, rng_seed, where)
+            else:
+                refs = self.reference(inputs, rng_seed)
+                if mode == "dataflow":
+                    outs = self._traced(model, cand_in, rng_seed, where, seed)
+                else:
+                    outs = self.candidate(model, cand_in, rng_seed, where)
+        self.trip(f"correctness trial {trial}")
+        self._check(outs, refs, cand_in, inputs, f"correctness trial {trial}")
+
+    def reference(self, inputs: list, rng_seed: int | None) -> list:
+        """The reference's outputs in strict fp32 and the harness's own settings."""
+        with Swap(self.settings, "strict"):
+            if rng_seed is not None:
+                self.torch.manual_seed(rng_seed)
+            outs = as_outputs(self.ref_model(*inputs))
+            self.clock.sync()
+        return outs
+
+    def candidate(self, model, inputs: list, rng_seed: int | None, where: str) -> list:
+        if rng_seed is not None:
+            self.torch.manual_seed(rng_seed)
+        return as_outputs(self._call(model, inputs, where))
+
+    def _check(self, outs, refs, cand_in, ref_in, where: str) -> None:
+        """Compare as a caller would read the outputs: on the current stream, with no extra synchronize.
+
+        An output that is wrong there but right after a full device synchronize was computed off the
+        stream the candidate was called on (a side stream nobody waited for): a race, and a timing dodge.
+        """
+        try:
+            self._compare(outs, refs, cand_in, ref_in, where)
+        except HarnessVerdict as first:
+            if self.device.type != "cuda" or first.state != "numerical_mismatch":
+                raise
+            self.torch.cuda.synchronize()
+            try:
+                self._compare(outs, refs, cand_in, ref_in, where)
+            except HarnessVerdict:
+                raise first from None
+            raise HarnessVerdict("cheat_detected", f"the output is wrong when read on the calling stream and right "
+                                 f"only after a full device synchronize ({where}): the work ran on a stream the "
+                                 "calling stream does not wait for", rule="unsynchronized_work") from None
+
+    def _compare(self, outs, refs, cand_in, ref_in, where: str) -> None:
+        torch = self.torch
+        try:
+            check_structure(outs, refs, self.device)
+            for i, (o, r) in enumerate(zip(outs, refs)):
+                if isinstance(r, torch.Tensor):
+                    atol, rtol = self.cfg.tolerance(str(r.dtype).removeprefix("torch."), self.problem.tolerance)
+                    compare_tensor(o, r, atol, rtol, i)
+                    check_degenerate(o, r, i)
+        except Mismatch as m:
+            state = {"shape": "shape_mismatch", "numerical": "numerical_mismatch"}.get(m.kind, "cheat_detected")
+            rule = "output_not_plain_tensor" if state == "cheat_detected" else None
+            raise HarnessVerdict(state, f"{m.message} ({where})", rule=rule,
+                           evidence={"mismatch": {"trial": where, **m.details}}) from None
+        for k, (a, b) in enumerate(zip(cand_in, ref_in)):
+            if isinstance(a, torch.Tensor) and not torch.equal(a, b):
+                raise HarnessVerdict("cheat_detected", f"the candidate modified input {k} in place ({where}); the "
+                               "reference leaves it as it was", rule="input_mutation")
+
+    # -- measuring ------------------------------------------------------------------------------------
+    def _profiled(self, model, inputs, cand_in, rng_seed, where):
+        from torch.profiler import ProfilerActivity, profile, record_function
+        cuda = self.device.type == "cuda"
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+        try:
+            prof = profile(activities=activities, record_shapes=True)
+            prof.__enter__()
+        except Exception as exc:  # noqa: BLE001 - no profiler (no CUPTI): judged from the dataflow alone
+            self.attribution.notes.append(f"no profile: {first_line(exc)}")
+            return self.reference(inputs, rng_seed), self.candidate(model, cand_in, rng_seed, where)
+        try:
+            with record_function(REFERENCE):
+                refs = self.reference(inputs, rng_seed)
+            self.recorder.start("profile")
+            with record_function(CANDIDATE):
+                outs = self.candidate(model, cand_in, rng_seed, where)
+        finally:
+            self._profiled_calls = self.recorder.calls
+            self.recorder.stop()
+            prof.__exit__(None, None, None)
+        try:
+            symbols = candidate_symbols(self.recorder.so_paths) if cuda else set()
+            found, self._ops = attribute(prof, cuda, symbols, self.recorder.triton_names)
+            found.notes = self.attribution.notes
+            self.attribution = found
+        except Exception as exc:  # noqa: BLE001 - a profile we cannot read is a missing measurement, not a verdict
+            self.attribution.notes.append(f"the profile could not be read ({type(exc).__name__}: {first_line(exc)})")
+        return refs, outs
+
+    def _traced(self, model, cand_in, rng_seed, where, seed):
+        from .dataflow import Dataflow
+        flow = Dataflow(self.torch, self.clock.sync)
+        self.recorder.start("dataflow", flow)
+        out = None
+        try:
+            if rng_seed is not None:
+                self.torch.manual_seed(rng_seed)
+            with flow:
+                out = model(*cand_in)
+                self.clock.sync()
+        except HarnessVerdict:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - maybe the tracing's fault: judge an untraced call
+            self.attribution.notes.append(f"the dataflow could not be traced ({type(exc).__name__}: "
+                                          f"{first_line(exc)})")
+            flow = None
+        finally:
+            graphs = self.recorder.graph_replays
+            self.recorder.stop()
+        if flow is None:
+            fresh = self._clone(self.inputs(seed))
+            cand_in[:] = fresh
+            return self.candidate(model, cand_in, rng_seed, where)
+        outs = as_outputs(out)
+        if graphs:
+            self.attribution.notes.append(f"{graphs} CUDA graph replay(s): their writes cannot be traced")
+        else:
+            self._flow = flow.reaches(outs)
+        return outs
+
+    # -- the policy -----------------------------------------------------------------------------------
+    def judge(self) -> None:
+        a = self.attribution
+        a.output_from_kernel = self._flow
+        if self._ops is not None:
+            a.replayed_ops = replayed(self._ops)
+        if self._flow is not None and any(u.origin == "torch" and u.name.startswith("triton_") for u in a.top):
+            a.output_from_kernel = None  # torch.compile generated code: its writes are not traced
+            a.notes.append("kernels generated by torch.compile ran: their writes cannot be traced")
+        if not self.cfg.require_kernel:
+            return
+        ran = self._own_kernels_ran()
+        if ran is False:
+            raise self._verdict("kernel_not_run", "the candidate's own kernels did not run in its forward: "
+                                + self._who())
+        if a.output_from_kernel is False:
+            raise self._verdict("output_not_from_kernel", "no output derives from what the candidate's kernels "
+                                "wrote: PyTorch computed the answer (a kernel on a dummy tensor, a result thrown "
+                                "away, or a C++ function that calls a torch operator). " + self._who())
+        if a.replayed_ops:
+            raise self._verdict("reference_replayed", "the candidate's forward runs every operator of the reference "
+                                f"in PyTorch ({', '.join(a.replayed_ops)}); its own kernels only add to that. "
+                                + self._who())
+        share = a.kernel_share
+        if self.cfg.min_kernel_share and (share is None or share < self.cfg.min_kernel_share):
+            raise self._verdict("kernel_share_below_min", f"the candidate's own kernels did "
+                                f"{'an unmeasured share' if share is None else f'{100 * share:.1f}%'} of the "
+                                f"forward's work; verify.min_kernel_share asks for "
+                                f"{100 * self.cfg.min_kernel_share:.0f}%. " + self._who())
+        if ran is None and self.req.get("soft_findings"):
+            f = self.req["soft_findings"][0]  # nothing measured: the static rules decide after all
+            raise self._verdict(f["rule"], f"{f['message']} (and the run could not be measured)")
+
+    def _own_kernels_ran(self) -> bool | None:
+        a = self.attribution
+        if self.device.type == "cuda" and a.kernel_share is not None:
+            return bool(a.shares.get("candidate") or a.shares.get("unknown"))
+        if self._ops is not None:  # profiled: its calls were counted
+            return self._profiled_calls > 0
+        return None
+
+    def _who(self) -> str:
+        a = self.attribution
+        if not a.top:
+            return ""
+        return "What ran: " + "; ".join(f"{u.name[:70]} ({u.origin}, {100 * u.share:.1f}%)" for u in a.top[:5])
+
+    def _verdict(self, rule: str, message: str) -> HarnessVerdict:
+        return HarnessVerdict("cheat_detected", message, rule=rule)
+
+    def attribution_dict(self) -> dict[str, Any] | None:
+        return asdict(self.attribution) if self.attribution is not None else None

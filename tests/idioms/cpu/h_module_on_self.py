@@ -1,0 +1,43 @@
+# expect: correct
+# why: the compiled extension is kept on the module and reached as self.ops.<fn>
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+relu_cpp_source = r"""
+#include <torch/extension.h>
+
+torch::Tensor relu_forward(torch::Tensor input) {
+    TORCH_CHECK(input.scalar_type() == torch::kFloat32, "relu_forward expects float32");
+    auto x = input.contiguous();
+    auto output = torch::empty_like(x);
+    const float* src = x.data_ptr<float>();
+    float* dst = output.data_ptr<float>();
+    const int64_t n = x.numel();
+    #pragma omp parallel for
+    for (int64_t i = 0; i < n; ++i) {
+        dst[i] = src[i] > 0.0f ? src[i] : 0.0f;
+    }
+    return output;
+}
+"""
+
+relu_ext = load_inline(
+    name="kf_idiom_relu",
+    cpp_sources=[relu_cpp_source],
+    functions=["relu_forward"],
+    extra_cflags=["-O3", "-fopenmp"],
+    extra_ldflags=["-fopenmp"],
+    verbose=False,
+)
+
+
+class ModelNew(nn.Module):
+    """ReLU with a custom OpenMP kernel."""
+
+    def __init__(self):
+        super(ModelNew, self).__init__()
+        self.ops = relu_ext
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.ops.relu_forward(x)

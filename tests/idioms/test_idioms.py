@@ -1,0 +1,51 @@
+"""Candidates written the way models write them: honest ones must verify `correct`, dishonest ones must not.
+
+Honest (``h_*``): the extension on ``self``, reached with ``getattr``, inside ``torch.autograd.Function``,
+built in ``__init__`` or lazily, behind a helper class, raw pointers, an unused try/except fallback,
+speed settings, a library GEMM with the candidate's own epilogue, a two-stage reduction finished in
+PyTorch. Dishonest (``d_*``): a dummy launch, a dead fast path, a fallback that runs, a result thrown
+away, C++ that calls a torch operator, a no-op write on PyTorch's answer, a kernel on a slice of it, a
+copy of a library answer. Each file's header says what it expects (see tests/exploits/test_corpus.py).
+"""
+
+from pathlib import Path
+
+import pytest
+
+from tests.exploits.test_corpus import check, header
+
+HERE = Path(__file__).parent
+
+
+def cases(backend: str):
+    return sorted((HERE / backend).glob("*.py"))
+
+
+def test_the_corpus_has_what_the_issue_asks_for():
+    for backend, honest, dishonest in (("cpu", 10, 6), ("cuda", 10, 6), ("triton", 6, 4)):
+        expects = [header(p)["expect"] for p in cases(backend)]
+        assert expects.count("correct") >= honest, backend
+        assert len(expects) - expects.count("correct") >= dishonest, backend
+
+
+@pytest.mark.parametrize("path", cases("cpu"), ids=lambda p: p.stem)
+def test_cpu_idiom(pool, path):
+    v = check(pool, path, "cpu", "cpu")
+    if header(path)["expect"] == "correct":
+        assert v.kernel_share is not None and v.kernel_share > 0 and v.attribution.output_from_kernel, v.summary()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("path", cases("cuda"), ids=lambda p: p.stem)
+def test_cuda_idiom(pool, path):
+    v = check(pool, path, "cuda", "gpu")
+    if header(path)["expect"] == "correct":
+        assert v.kernel_share is not None and v.kernel_share > 0, v.summary()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("path", cases("triton"), ids=lambda p: p.stem)
+def test_triton_idiom(pool, path):
+    v = check(pool, path, "triton", "gpu")
+    if header(path)["expect"] == "correct":
+        assert v.kernel_share is not None and v.kernel_share > 0, v.summary()

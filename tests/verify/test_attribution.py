@@ -1,0 +1,76 @@
+"""Attributing kernels to the candidate, PyTorch or a library, and spotting a reference re-run in PyTorch."""
+
+import ctypes.util
+
+import pytest
+
+from kforge.verify.attribution import CANDIDATE, REFERENCE, demangle, elf_functions, origin_of, replayed, summarise
+
+# Names as Kineto reported them on an H100 (torch 2.11, CUDA 13).
+SEEN_ON_H100 = {
+    "void cutlass::Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nn_align1>(cutlass_80_simt_sgemm_256x128_8x4_nn_align1"
+    "::Params)": "library",
+    "sm80_xmma_fprop_implicit_gemm_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128x64x32_stage5_warpsize2x2x1_g1_tensor"
+    "16x8x8_kernel_trt": "library",
+    "void cudnn::engines_precompiled::nchwToNhwcKernel<float, float, float, false, true, (cudnnKernelDataType_t)2>"
+    "(cudnn::engines_precompiled::nchw2nhwc_params_t<float>, float const*, float*)": "library",
+    "void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::launch_clamp_scalar"
+    "(at::TensorIteratorBase&, c10::Scalar, c10::Scalar, at::native::detail::ClampLimits)::{lambda()#1}::operator()"
+    "() const::{lambda()#14}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul> >(int, ...)": "torch",
+    "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, ...> >(...)": "torch",
+    "triton_poi_fused_add_mul_relu_0": "torch",
+    "Memset (Device)": "torch",
+    "relu_kernel(float const*, float*, int)": "unknown",
+    "tri_relu": "unknown",
+}
+
+
+@pytest.mark.parametrize("name,origin", SEEN_ON_H100.items(), ids=lambda x: str(x)[:40])
+def test_origin_by_symbol(name, origin):
+    assert origin_of(name, set()) == origin
+
+
+def test_own_symbols_win_over_patterns():
+    # A candidate may call its kernel anything, even a name that looks like a library's.
+    assert origin_of("my_gemm_kernel(float const*, float*, int)", {"my_gemm_kernel(float const*, float*, int)"}) \
+        == "candidate"
+    assert origin_of("aten::mm", set()) == "library" and origin_of("aten::clamp_min", set()) == "torch"
+
+
+def test_elf_symbols_and_demangling():
+    libm = ctypes.util.find_library("m")
+    names = elf_functions(f"/lib/x86_64-linux-gnu/{libm}") if libm else set()
+    if not names:
+        pytest.skip("no libm to read")
+    assert {"exp", "log", "pow"} <= names and len(names) > 100
+    assert demangle("_Z11relu_kernelPKfPfi") == "relu_kernel(float const*, float*, int)"
+    assert demangle("_Z12scale_kernelIfEvPT_S0_i") == "void scale_kernel<float>(float*, float, int)"
+    assert demangle("not_mangled") == "not_mangled"
+    assert elf_functions("/nonexistent.so") == set()
+
+
+def test_summary_shares_and_top():
+    a = summarise({("gemm", "library"): [1, 900.0], ("my_epilogue", "candidate"): [1, 100.0]})
+    assert a.kernel_share == pytest.approx(0.1) and a.shares == {"library": 0.9, "candidate": 0.1}
+    assert [u.name for u in a.top] == ["gemm", "my_epilogue"] and a.top[0].ms == pytest.approx(0.9)
+    assert summarise({}).kernel_share is None
+
+
+def ops(ref, cand):
+    return {REFERENCE: ref, CANDIDATE: cand}
+
+
+def test_replayed_needs_every_computing_operator_on_as_much_data():
+    ref = {"aten::addmm": [1, 900.0, 10_000], "aten::gelu": [1, 100.0, 4_000], "aten::copy_": [1, 50.0, 4_000]}
+    # linear + gelu both ran in PyTorch on the full data: the reference was re-run.
+    assert replayed(ops(ref, {"aten::addmm": [1, 880.0, 10_000], "aten::gelu": [1, 90.0, 4_000]})) == \
+        ["aten::addmm", "aten::gelu"]
+    # The candidate's kernel replaced gelu: a library GEMM plus its own epilogue is not a replay.
+    assert replayed(ops(ref, {"aten::addmm": [1, 880.0, 10_000]})) is None
+    # A two-stage reduction finishes in PyTorch on a few partial sums: not the reference's sum.
+    assert replayed(ops({"aten::sum": [1, 20.0, 65_536]}, {"aten::sum": [1, 15.0, 1_024]})) is None
+    # One ReLU of ten replaced by the candidate's kernel: not every call ran in PyTorch.
+    assert replayed(ops({"aten::relu": [10, 100.0, 10_000]}, {"aten::relu": [9, 90.0, 9_000]})) is None
+    # Layout operators alone never make a replay.
+    assert replayed(ops({"aten::copy_": [1, 10.0, 100]}, {"aten::copy_": [1, 10.0, 100]})) is None
+    assert replayed(ops({}, {})) is None

@@ -1,0 +1,63 @@
+"""The problem audit (stochastic, degenerate, launch-bound, FLOPs, bytes) and what verification does with it."""
+
+import pytest
+
+from kforge.problems import problem_from_source
+from kforge.verify import State, Verifier
+
+from tests.helpers import fast_config
+
+TAIL = "\ndef get_inputs():\n    return [torch.randn(N, D)]\n\ndef get_init_inputs():\n    return []\n"
+
+
+def problem(name, forward, n=64, d=256, extra=""):
+    src = (f"import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\nN = {n}\nD = {d}\n{extra}"
+           f"class Model(nn.Module):\n    def forward(self, x):\n        return {forward}\n" + TAIL)
+    return problem_from_source(src, where=name, name=name)
+
+
+def own(p):
+    """The reference as its own candidate (no kernel: judged with the kernel requirement off)."""
+    return p.source + "\nclass ModelNew(Model):\n    pass\n"
+
+
+@pytest.fixture(scope="module")
+def verifier(pool):
+    return Verifier(fast_config(require_kernel=False), pool=pool)
+
+
+def test_flags(verifier):
+    plain = verifier.audit(problem("plain", "torch.relu(x) @ x.t()"), "cpu")
+    assert plain["flags"] == [] and plain["flops"] == 2 * 64 * 256 * 64
+    assert plain["bytes"] == 4 * (64 * 256 + 64 * 64) and plain["out_bytes"] == 4 * 64 * 64
+    dropout = verifier.audit(problem("dropout", "F.dropout(x, p=0.5, training=True)"), "cpu")
+    assert "stochastic" in dropout["flags"] and "degenerate" not in dropout["flags"]
+    zeros = verifier.audit(problem("zeros", "torch.clamp(x.abs().min(dim=1).values * 0.0 - 1.0, min=0.0)"), "cpu")
+    assert "degenerate" in zeros["flags"]
+    # The mean of 16k standard normals is ~1e-2 with spread ~1e-2: above the tolerance, so not degenerate...
+    assert "degenerate" not in verifier.audit(problem("mean", "x.mean(dim=1)"), "cpu")["flags"]
+    # ...but the mean of 4M of them is within 1e-4 of zero on every draw: returning zeros would pass.
+    assert "degenerate" in verifier.audit(problem("tiny_mean", "x.mean().reshape(1) * 1e-3", n=4096, d=1024),
+                                          "cpu")["flags"]
+    tiny = verifier.audit(problem("tiny", "x + 1", n=2, d=2), "cpu")
+    assert "launch_bound" in tiny["flags"] and tiny["ref_ms"] < 0.02
+
+
+def test_stochastic_reference_passes_against_itself(verifier):
+    p = problem("dropout_own", "F.dropout(x, p=0.5, training=True)")
+    v = verifier.verify(p, own(p), "cpu")
+    assert v.state is State.CORRECT, v.summary()
+    assert v.problem_flags == ["stochastic"] and any("stochastic" in n for n in v.evidence.notes)
+
+
+def test_degenerate_problem_is_flagged_in_the_verdict(verifier):
+    p = problem("zeros_own", "torch.zeros_like(x) * x")
+    v = verifier.verify(p, own(p), "cpu")
+    assert v.state is State.CORRECT and "degenerate" in v.problem_flags, v.summary()
+    assert "degenerate" in v.to_dict()["problem_flags"]
+
+
+def test_a_reference_that_fails_on_its_own_is_not_the_candidates_fault(verifier):
+    p = problem("broken", "x @ x  # (64, 256) @ (64, 256) does not multiply")
+    v = verifier.verify(p, own(p), "cpu")
+    assert v.state is State.RUNTIME_ERROR and "bug in the problem" in v.message, v.summary()

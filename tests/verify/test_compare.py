@@ -1,0 +1,54 @@
+"""The chunked output comparison gives the same answers as comparing whole tensors."""
+
+import math
+
+import pytest
+import torch
+
+from kforge.verify import compare
+from kforge.verify.compare import Mismatch, check_degenerate, compare_tensor
+
+
+@pytest.fixture
+def tiny_chunks(monkeypatch):
+    monkeypatch.setattr(compare, "CHUNK", 7)
+
+
+def test_chunks_find_the_same_worst_element(tiny_chunks):
+    ref = torch.randn(5, 11)
+    out = ref.clone()
+    out[1, 3] += 0.5
+    out[4, 10] += 2.0
+    with pytest.raises(Mismatch) as e:
+        compare_tensor(out, ref, 1e-4, 1e-4)
+    d = e.value.details
+    assert d["mismatched"] == 2 and d["index"] == [4, 10] and math.isclose(d["max_abs_err"], 2.0, rel_tol=1e-5)
+
+
+def test_chunks_report_nan_and_integers(tiny_chunks):
+    ref = torch.randn(30)
+    out = ref.clone()
+    out[20] = float("nan")
+    with pytest.raises(Mismatch, match="1 NaN/Inf"):
+        compare_tensor(out, ref, 1e-4, 1e-4)
+    a = torch.arange(30)
+    b = a.clone()
+    b[9] = -1
+    with pytest.raises(Mismatch, match="1 of 30 integer"):
+        compare_tensor(b, a, 0, 0)
+    compare_tensor(a, a.clone(), 0, 0)
+
+
+def test_non_contiguous_and_half_outputs(tiny_chunks):
+    ref = torch.randn(6, 9).t()
+    compare_tensor(ref.clone(), ref, 1e-4, 1e-4)
+    h = torch.randn(40).half()
+    compare_tensor(h.clone(), h, 1e-2, 1e-2)
+    with pytest.raises(Mismatch):
+        compare_tensor(h + 1, h, 1e-2, 1e-2)
+
+
+def test_constant_output_where_the_reference_varies(tiny_chunks):
+    with pytest.raises(Mismatch, match="constant"):
+        check_degenerate(torch.zeros(20), torch.randn(20))
+    check_degenerate(torch.zeros(20), torch.zeros(20))
