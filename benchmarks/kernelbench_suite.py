@@ -53,6 +53,7 @@ def run(args) -> list[dict]:
                 done[row["problem"]] = row
     problems = load_directory(args.root, levels=args.levels, ids=args.ids)
     cfg = VerifyConfig(trials=args.trials, require_kernel=False, compile_ref=args.compile_ref,
+                       attribution=not args.no_attribution,
                        timeout_s=args.timeout, skip_timing=args.no_timing,
                        timing=TimingConfig(min_trials=args.min_trials, budget_s=args.budget))
     base = published(args.baseline)
@@ -66,7 +67,7 @@ def run(args) -> list[dict]:
                 print(f"deadline reached after {i} problems; rerun with the same --out to continue", flush=True)
                 break
             t0 = time.monotonic()
-            v = verifier.verify(p, own_candidate(p.source), "cuda")
+            v = verifier.verify(p, own_candidate(p.source), args.backend)
             row = {"problem": p.key, "state": v.state.value, "message": v.message[:300], "rule": v.rule,
                    "flags": v.problem_flags, "ref_ms": v.ref.median_ms if v.ref else None,
                    "ref_strict_ms": v.ref_strict.median_ms if v.ref_strict else None,
@@ -123,6 +124,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--root", required=True, help="a KernelBench checkout (or its KernelBench/ folder)")
     ap.add_argument("--levels", default="1,2,3")
+    ap.add_argument("--backend", default="cuda", help="cuda (default) or cpu, for trying the script on tiny problems")
     ap.add_argument("--ids", default=None, help="problem ids, e.g. 1-10,19")
     ap.add_argument("--baseline", help="KernelBench's results/timing/<GPU>/baseline_time_torch.json")
     ap.add_argument("--out", default="kernelbench_suite.jsonl")
@@ -132,6 +134,7 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=300.0)
     ap.add_argument("--compile-ref", action="store_true", help="also time torch.compile (slow: a compile each)")
     ap.add_argument("--no-timing", action="store_true")
+    ap.add_argument("--no-attribution", action="store_true", help="leave out the profiled and traced trials")
     ap.add_argument("--deadline", type=float, default=0.0, help="stop starting problems after this many seconds")
     ap.add_argument("--report-only", action="store_true", help="print the tables for --out and stop")
     args = ap.parse_args()

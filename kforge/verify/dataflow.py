@@ -14,9 +14,9 @@ launched on a dummy tensor, a result thrown away, a C++ "kernel" that calls ``to
 None (undetermined) where writes can escape the tracking: CUDA graph replays, code ``torch.compile``
 generated, kernels launched by means no hook sees.
 
-Fingerprints are three integer sums over a storage's words (the whole storage, so a write outside the
-view passed still shows); a kernel that rewrites memory with the very same values leaves no trace, and
-it changed nothing either.
+Fingerprints are two integer sums over a storage's words, all of them and the odd ones (over the whole
+storage, so a write outside the view passed still shows); a kernel that rewrites memory with the very
+same values leaves no trace, and it changed nothing either.
 """
 
 from __future__ import annotations
@@ -70,10 +70,10 @@ class Dataflow(TorchDispatchMode):
             return (0,)
         raw = torch.empty(0, dtype=torch.uint8, device=t.device).set_(st)
         words = raw[: n - n % 4].view(torch.int32) if n >= 4 else raw.to(torch.int32)
-        sums = [words.sum(dtype=torch.int64), words[::2].sum(dtype=torch.int64), words[1::3].sum(dtype=torch.int64)]
+        sums = [words.sum(dtype=torch.int64), words[1::2].sum(dtype=torch.int64)]
         if n % 4:
             sums.append(raw[n - n % 4:].sum(dtype=torch.int64))
-        return tuple(int(s) for s in sums)
+        return tuple(torch.stack(sums).tolist())  # one device synchronisation, not one per sum
 
     def _tensors(self, tree: Any) -> list:
         torch = self.torch

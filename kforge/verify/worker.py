@@ -131,9 +131,15 @@ class _Run(Trials):
         phase("correctness")
         self.correctness(model)
         if cfg.skip_timing:
+            phase("attribution")
+            self.measured(model)
             return {"state": "correct", "message": f"matches the reference on {self.trials_done} trials "
                     "(timing skipped)"}
-        return self._time(model)
+        timed = self._time(model)
+        phase("attribution")
+        self.measured(model)
+        timed["message"] = timed["message"].replace(f"on {self.cfg.trials} trials", f"on {self.trials_done} trials")
+        return timed
 
     def _audit(self) -> dict[str, Any]:
         """The problem audit, from the cache when this problem was audited on this device before."""
@@ -268,7 +274,7 @@ class _Run(Trials):
         self._check_unsynchronized(sampler)
         self.notes.append(f"timing: {rounds} rounds, stopped: {sampler.stop_reason}")
         rechecks = sum(1 for k in range(1, rounds // every + 1) if k & (k - 1) == 0)
-        return {"state": "correct", "message": f"matches the reference on {self.trials_done} trials and "
+        return {"state": "correct", "message": f"matches the reference on {self.cfg.trials} trials and "
                 f"{rechecks} timing rechecks",
                 "runtime": _stats(sampler.stats("cand")), "ref": _stats(sampler.stats("ref")),
                 "compile_ref": _stats(sampler.stats("compile")), "ref_strict": _stats(sampler.stats("ref_strict"))}
