@@ -13,6 +13,7 @@ import csv
 import hashlib
 import json
 import re
+import threading
 import traceback
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
@@ -240,13 +241,25 @@ class EvalResult:
     resumed: int
 
 
+def _boot(verifier, backends: dict[str, Any]) -> threading.Thread:
+    """Start every build worker and the devices' workers at once, in the background.
+
+    A pool starts a worker on its first request; a batch knows it will use them all, and the device's
+    worker would otherwise start only when the first build is done.
+    """
+    kinds = ["build"] + sorted({k for b in backends.values() for k in verifier.device_kinds(b)})
+    t = threading.Thread(target=verifier.pool.start, args=(kinds,), name="kforge-eval-boot", daemon=True)
+    t.start()
+    return t
+
+
 def run_eval(jobs: Iterable[Job], verifier, backends: dict[str, Any], *, size_of: Callable[[str], str],
              out: Path, config=None, threads: int = 4, progress: bool | None = None,
              on_row: Callable[[dict[str, Any], str | None], None] | None = None) -> EvalResult:
     """Verify every job not already in ``out`` and append its row there as soon as it is known.
 
     ``backends`` maps backend names to `Backend` objects; ``size_of`` gives the size preset for a backend
-    name; ``on_row(row, source)`` sees each new row (MLflow logging). ``progress`` None shows a bar on a
+    name; ``on_row(row, text)`` sees each row with the file's text (MLflow logging). ``progress`` None shows a bar on a
     terminal only. Nothing a candidate does raises here: it becomes a row.
     """
     from tqdm import tqdm
@@ -256,18 +269,20 @@ def run_eval(jobs: Iterable[Job], verifier, backends: dict[str, Any], *, size_of
     problems: dict[tuple[str, str], Problem | ProblemError] = {}  # each problem loaded once per size
     rows: dict[int, dict[str, Any]] = {}
     todo: list[tuple[int, Job, str | None, Problem, Candidate]] = []
+    texts: dict[int, str | None] = {}  # each file as read, for on_row (a garbage file's too)
     fresh: list[tuple[int, dict[str, Any], str | None]] = []
     resumed: list[tuple[int, dict[str, Any], str | None]] = []
     for i, job in enumerate(jobs):
         h = file_hash(job.candidate)
+        texts[i] = job.candidate.read_text(errors="replace") if h is not None else None
         old = done.get(resume_key(job.candidate, h, job.backend))
         if old is not None and old.get("state") != ERROR_STATE:
             rows[i] = old
-            resumed.append((i, old, job.candidate.read_text(errors="replace")))
+            resumed.append((i, old, texts[i]))
             continue
         size = size_of(job.backend)
         if job.error:
-            fresh.append((i, make_row(job, h, size, error=job.error), None))
+            fresh.append((i, make_row(job, h, size, error=job.error), texts[i]))
             continue
         if h is None:
             fresh.append((i, make_row(job, h, size, error="no such candidate file"), None))
@@ -279,7 +294,7 @@ def run_eval(jobs: Iterable[Job], verifier, backends: dict[str, Any], *, size_of
                 problems[(job.problem or "", size)] = exc
         problem = problems[(job.problem or "", size)]
         if isinstance(problem, ProblemError):
-            fresh.append((i, make_row(job, h, size, error=f"the problem does not load: {problem}"), None))
+            fresh.append((i, make_row(job, h, size, error=f"the problem does not load: {problem}"), texts[i]))
             continue
         job = replace(job, level=problem.level, problem_id=problem.problem_id)
         todo.append((i, job, h, problem, read_candidate(job.candidate)))
@@ -309,11 +324,13 @@ def run_eval(jobs: Iterable[Job], verifier, backends: dict[str, Any], *, size_of
             i, job, h, problem, cand = item
             try:
                 verdict = verifier.verify(problem, cand, backends[job.backend], config)
-                return i, make_row(job, h, problem.size, problem, verdict.to_dict()), cand.source
+                return i, make_row(job, h, problem.size, problem, verdict.to_dict()), texts[i]
             except Exception as exc:  # noqa: BLE001 - a verifier fault on one file must not end the evaluation
                 tail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-                return i, make_row(job, h, problem.size, problem, error=f"verification failed: {tail}"), cand.source
+                return i, make_row(job, h, problem.size, problem, error=f"verification failed: {tail}"), texts[i]
 
+        needed = {job.backend: backends[job.backend] for _, job, _, _, cand in todo if cand.source is not None}
+        boot = _boot(verifier, needed) if needed else None
         bar = tqdm(total=len(todo), unit="cand", desc="kforge eval", disable=None if progress is None else not progress)
         states: dict[str, int] = {}
         ex = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="kforge-eval")
@@ -328,4 +345,6 @@ def run_eval(jobs: Iterable[Job], verifier, backends: dict[str, Any], *, size_of
         finally:
             ex.shutdown(wait=False, cancel_futures=True)
             bar.close()
+            if boot is not None:
+                boot.join()  # a worker it starts after the pool closes would outlive the evaluation
     return EvalResult([rows[i] for i in sorted(rows)], verified=len(todo), resumed=len(resumed))

@@ -234,8 +234,8 @@ class Tracker:
                 self.client.log_batch(rid, params=items[i:i + 100])
         return rid
 
-    def log_candidate(self, parent_id: str, row: dict[str, Any], source: str | None) -> str:
-        """One evaluated file, logged and closed at once: a later crash of the evaluation loses none of it."""
+    def log_candidate(self, parent_id: str, row: dict[str, Any], text: str | None) -> str:
+        """One evaluated file (``text`` as read), logged and closed at once: a later crash loses none of it."""
         from mlflow.entities import Metric
         name = (f"{row.get('problem')} sample {row['sample_id']}" if row.get("sample_id") is not None
                 else f"{row.get('problem')} {Path(row['candidate']).name}")
@@ -252,8 +252,8 @@ class Tracker:
             rid = self.client.create_run(self.experiment_id, run_name=name[:250], tags=tags).info.run_id
             self.client.log_batch(rid, metrics=[Metric(k, float(v), now, 0) for k, v in values.items()
                                                 if isinstance(v, (int, float))])
-            if source:
-                self.client.log_text(rid, source, "kernel.py")
+            if text is not None:
+                self.client.log_text(rid, text, "kernel.py")
             self.client.log_dict(rid, row, "verdict.json")
             self.client.set_terminated(rid, status="FAILED" if row.get("error") else "FINISHED")
         return rid

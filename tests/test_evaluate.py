@@ -235,10 +235,10 @@ def test_eval_command_end_to_end(tmp_path, cache_dir):
 
 
 def test_eval_logs_to_mlflow(tmp_path, capsys):
-    """A parent run with the summary's metrics, a finished nested run per file (none of these needs a worker)."""
+    """A parent run with the summary's metrics, a finished nested run per file (none of these starts a worker)."""
     from mlflow.tracking import MlflowClient
     kb = kernelbench(tmp_path / "KB", problems=("1_ReLU",))
-    gen = generations(tmp_path / "run", {kb_name(1, 0): CANDIDATES / "cpu" / "relu_torch_only.py",
+    gen = generations(tmp_path / "run", {kb_name(1, 0): b"Sorry, I cannot write this kernel.\n",
                                          kb_name(1, 1): GARBAGE, kb_name(3, 0): GARBAGE})
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     argv = ["eval", str(kb), str(gen), "--mlflow", uri, "--no-progress", "--out", str(tmp_path / "r.jsonl")]
@@ -255,10 +255,12 @@ def test_eval_logs_to_mlflow(tmp_path, capsys):
     children = kids[parent.info.run_id]
     assert parent.info.status == "FINISHED" and parent.data.metrics["candidates"] == 3
     assert parent.data.metrics["level1.errors"] == 1 and parent.data.params["backends"] == "cpu"
-    assert sorted(c.data.tags["state"] for c in children) == ["cheat_detected", "error", "generation_failure"]
-    cheat = next(c for c in children if c.data.tags["state"] == "cheat_detected")
-    assert cheat.data.metrics["correct"] == 0.0 and cheat.data.tags["sample_id"] == "0"
-    assert {a.path for a in client.list_artifacts(cheat.info.run_id)} == {"kernel.py", "verdict.json"}
+    assert sorted(c.data.tags["state"] for c in children) == ["error", "generation_failure", "generation_failure"]
+    prose = next(c for c in children if c.data.tags["problem_id"] == "1" and c.data.tags["sample_id"] == "0")
+    assert prose.data.metrics["correct"] == 0.0 and prose.data.tags["state"] == "generation_failure"
+    assert {a.path for a in client.list_artifacts(prose.info.run_id)} == {"kernel.py", "verdict.json"}
+    kernel = Path(client.download_artifacts(prose.info.run_id, "kernel.py", str(tmp_path / "dl")))
+    assert kernel.read_text() == "Sorry, I cannot write this kernel.\n"  # the file as it was, for a person to read
     assert {a.path for a in client.list_artifacts(parent.info.run_id)} == {"r.jsonl", "r.summary.json", "r.summary.md"}
     failed = next(c for c in children if c.data.tags["state"] == "error")
     assert failed.info.status == "FAILED"
