@@ -116,6 +116,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         if args.manifest:
             if args.problems_dir or args.generations_dir:
                 raise UsageError("give either PROBLEMS_DIR GENERATIONS_DIR or --manifest FILE, not both")
+            if args.level or args.ids:
+                raise UsageError("--level and --ids select files of a generations folder; a manifest lists its own")
             jobs, source = read_manifest(args.manifest, args.backend), args.manifest
             out = Path(args.out or Path(args.manifest).with_suffix(".kforge_eval.jsonl"))
         else:

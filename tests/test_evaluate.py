@@ -274,7 +274,8 @@ def test_eval_usage_errors_exit_two(tmp_path, capsys):
              (["eval", str(kb), str(tmp_path / "nope")], "no such generations directory"),
              (["eval", str(tmp_path / "nope"), str(gen)], "no such directory"),
              (["eval", str(kb), str(gen), "--manifest", str(tmp_path / "m.csv")], "not both"),
-             (["eval", "--manifest", str(tmp_path / "m.csv")], "unknown backend 'metal9'")]
+             (["eval", "--manifest", str(tmp_path / "m.csv")], "unknown backend 'metal9'"),
+             (["eval", "--manifest", str(tmp_path / "m.csv"), "--ids", "1"], "a manifest lists its own")]
     if not detect_gpus():
         cases.append((["eval", str(kb), str(gen), "--backend", "cuda"], "none is visible here"))
     for argv, message in cases:
