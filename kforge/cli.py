@@ -1,4 +1,4 @@
-"""The ``kforge`` command: list problems, verify a candidate.
+"""The ``kforge`` command: list problems, verify a candidate, evaluate many, build ahead.
 
 The experiment pipeline (LLM agents, sweeps, MLflow) runs through Hydra: ``python pipelines/synthesize.py``.
 """
@@ -8,7 +8,9 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -103,20 +105,28 @@ def _audit_problems(problems, args: argparse.Namespace) -> int:
 
 
 def _read_candidate(path: str):
-    from .candidate import Candidate
+    from .evaluate import read_candidate
     p = Path(path)
     if not p.is_file():
         raise UsageError(f"{path}: no such candidate file")
-    text = p.read_text(errors="replace")
     # A reply saved from a model (markdown) goes through the same extraction the agents use.
-    if p.suffix in (".md", ".txt") or "```" in text:
-        return Candidate.from_reply(text)
-    return Candidate.from_source(text)
+    return read_candidate(p)
+
+
+def _verify_config(args: argparse.Namespace):
+    from .verify import VerifyConfig
+    cfg = VerifyConfig(trials=args.trials, timeout_s=args.timeout, compile_ref=not args.no_compile_ref,
+                       require_kernel=not args.no_kernel_check, seed=args.seed, skip_timing=args.no_timing)
+    if args.atol is not None:
+        cfg.atol = args.atol
+    if args.rtol is not None:
+        cfg.rtol = args.rtol
+    return cfg
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from .backends import get_backend
-    from .verify import BackendUnavailable, Verifier, VerifyConfig, WorkerPool
+    from .verify import BackendUnavailable, Verifier, WorkerPool
     try:
         backend = get_backend(args.backend, device=args.device)
     except ValueError as exc:
@@ -124,15 +134,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
     size = args.size or ("cpu" if backend.device == "cpu" else "gpu")
     problem = resolve_problem(args.problem, size=size, overrides=_parse_set(args.set))
     candidate = _read_candidate(args.candidate)
-    cfg = VerifyConfig(trials=args.trials, timeout_s=args.timeout, compile_ref=not args.no_compile_ref,
-                       require_kernel=not args.no_kernel_check, seed=args.seed, skip_timing=args.no_timing)
-    if args.atol is not None:
-        cfg.atol = args.atol
-    if args.rtol is not None:
-        cfg.rtol = args.rtol
+    cfg = _verify_config(args)
     if not args.json:
         print(f"verifying {problem.key} ({problem.size} size) on {backend.describe()} ...", file=sys.stderr)
-    import time
     started = time.monotonic()
     try:
         with WorkerPool(build_workers=1) as pool, Verifier(cfg, pool=pool) as verifier:
@@ -165,6 +169,115 @@ def _where_the_time_went(verifier, verdict, total: float) -> str:
     if verdict.phases:
         lines.append("  run: " + ", ".join(f"{k} {v:.2f} s" for k, v in verdict.phases.items()))
     return "\n".join(lines)
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    """Verify many candidate files in one pool; rows to --out, the summary printed and written beside it."""
+    from .backends import get_backend
+    from .eval_summary import render_text, write_summary, summarise
+    from .evaluate import EvalInputError, discover, read_manifest, run_eval
+    from .verify import BackendUnavailable, Verifier, WorkerPool
+    try:
+        if args.manifest:
+            if args.problems_dir or args.generations_dir:
+                raise UsageError("give either PROBLEMS_DIR GENERATIONS_DIR or --manifest FILE, not both")
+            if args.level or args.ids:
+                raise UsageError("--level and --ids select files of a generations folder; a manifest lists its own")
+            jobs, source = read_manifest(args.manifest, args.backend), args.manifest
+            out = Path(args.out or Path(args.manifest).with_suffix(".kforge_eval.jsonl"))
+        else:
+            if not (args.problems_dir and args.generations_dir):
+                raise UsageError("name PROBLEMS_DIR and GENERATIONS_DIR (KernelBench's layout), or --manifest FILE; "
+                                 "see kforge eval --help")
+            found = discover(args.problems_dir, args.generations_dir, args.backend, args.level, args.ids)
+            if found.ignored:
+                print(f"ignoring {len(found.ignored)} .py file(s) not named level_L_problem_ID_sample_S_kernel.py: "
+                      + ", ".join(found.ignored[:5]) + (" ..." if len(found.ignored) > 5 else ""), file=sys.stderr)
+            jobs, source = found.jobs, args.generations_dir
+            out = Path(args.out or Path(args.generations_dir) / "kforge_eval.jsonl")
+    except EvalInputError as exc:
+        raise UsageError(str(exc)) from None
+    backends = {}
+    for name in sorted({j.backend for j in jobs}):
+        try:
+            backends[name] = get_backend(name, device=args.device)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+
+    def size_of(name: str) -> str:
+        return args.size or ("cpu" if backends[name].device == "cpu" else "gpu")
+
+    tracker = parent = None
+    started = time.monotonic()
+    with WorkerPool(build_workers=args.jobs) as pool, Verifier(_verify_config(args), pool=pool) as verifier:
+        try:
+            slots = {k for b in backends.values() for k in verifier.device_kinds(b)}
+        except BackendUnavailable as exc:
+            raise UsageError(str(exc)) from None
+        print(f"kforge eval: {len(jobs)} file(s) from {source} on {', '.join(backends)}; "
+              f"{args.jobs} build worker(s), run slots {', '.join(sorted(slots))}; rows to {out}", file=sys.stderr)
+        if args.mlflow is not None:
+            from .tracking import Tracker, default_uri
+            tracker = Tracker(args.mlflow or default_uri(), experiment=args.experiment)
+            parent = tracker.start_eval(f"eval {Path(source).name}", params={
+                "source": str(Path(source).resolve()), "problems_dir": args.problems_dir, "out": str(out),
+                "backends": ",".join(backends), "size": args.size, "baseline": args.baseline,
+                "verify": _verify_config(args).to_dict()}, tags={"kforge.source": str(source)})
+        try:
+            result = run_eval(jobs, verifier, backends, size_of=size_of, out=out, threads=args.jobs + 2 * len(slots),
+                              progress=False if args.no_progress else None,
+                              on_row=(lambda row, src: tracker.log_candidate(parent, row, src)) if tracker else None)
+        except BaseException:
+            if tracker:
+                tracker.kill(parent)
+            raise
+    summary = summarise(result.rows, args.baseline)
+    summary.update(files=len(result.rows), verified_now=result.verified, resumed=result.resumed,
+                   wall_s=round(time.monotonic() - started, 1), results=str(out))
+    js, md = write_summary(out, summary, title=f"kforge eval: {source}")
+    if tracker:
+        tracker.end_eval(parent, summary, [out, js, md])
+    print(f"{len(result.rows)} file(s): {result.verified} verified now, {result.resumed} already in {out.name}, "
+          f"{summary['wall_s']:.1f} s")
+    print(render_text(summary))
+    print(f"rows: {out}\nsummary: {js}, {md}" + (f"\nMLflow run {parent} in {tracker.uri}" if tracker else ""))
+    return 0
+
+
+def _default_jobs() -> int:
+    """Half the cores as build workers: each compiles with cores/workers threads (MAX_JOBS), so all are used."""
+    return max(1, min(16, (os.cpu_count() or 2) // 2))
+
+
+EVAL_HELP = """\
+Verify many candidates in one worker pool: builds in parallel, runs on every visible GPU.
+
+inputs, either
+  kforge eval PROBLEMS_DIR GENERATIONS_DIR
+      KernelBench's layout. GENERATIONS_DIR holds files named
+      level_{L}_problem_{ID}_sample_{S}_kernel.py, as KernelBench's scripts/generate_samples.py
+      writes them into runs/RUN_NAME/; each is verified against PROBLEMS_DIR/level{L}/{ID}_*.py.
+      PROBLEMS_DIR is a KernelBench checkout or its inner KernelBench/ folder. Other files are
+      ignored (.py ones are listed).
+  kforge eval --manifest FILE
+      A CSV with a header row, or JSONL (one object a line), with the columns problem,
+      candidate and optionally backend (else --backend). problem is a problem file or a
+      built-in name (level1/1_ReLU), as `kforge verify` takes it; relative paths are taken
+      from the manifest's folder.
+  A candidate is a program defining ModelNew, or a model's reply (.md/.txt, or fenced code).
+
+output
+  One JSONL row per file in --out (default GENERATIONS_DIR/kforge_eval.jsonl, or
+  MANIFEST.kforge_eval.jsonl): problem, level, problem_id, sample_id, candidate,
+  candidate_hash, backend, and the verdict (state, correct, speedup_eager, speedup_compile,
+  runtime_ms, ref_runtime_ms, rule, message, trimmed evidence, ...). A file kforge cannot
+  verify (its problem is missing) gets state "error" and an `error` field. A rerun skips
+  files whose path and content already have a row there (error rows are tried again).
+  The summary (per level: correct %, fast_0/1/1.5/2, geomean speedup, states) is printed
+  and written beside the rows: FILE.summary.json and FILE.summary.md.
+
+Exits 0 whatever the verdicts; 2 for usage errors (a missing directory, a bad manifest).
+"""
 
 
 def cmd_build(args: argparse.Namespace) -> int:
@@ -260,6 +373,38 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--json", action="store_true", help="print the verdict as one JSON object")
     v.add_argument("-v", "--verbose", action="store_true", help="also print where the time went (stderr)")
     v.set_defaults(func=cmd_verify)
+
+    e = sub.add_parser("eval", help="verify many candidates (KernelBench's generations, or a manifest) in one pool",
+                       description=EVAL_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    e.add_argument("problems_dir", nargs="?", metavar="PROBLEMS_DIR",
+                   help="a KernelBench checkout (or its KernelBench/)")
+    e.add_argument("generations_dir", nargs="?", metavar="GENERATIONS_DIR",
+                   help="a folder of level_L_problem_ID_sample_S_kernel.py files")
+    e.add_argument("--manifest", metavar="FILE", help="a CSV or JSONL of problem,candidate[,backend] instead")
+    e.add_argument("--out", metavar="FILE.jsonl", help="results rows (default: see above); the summary goes beside it")
+    e.add_argument("--backend", default="cpu", help="cpu, cuda or triton (default: cpu)")
+    e.add_argument("--device", choices=("cpu", "cuda"), help="override the backend's device")
+    e.add_argument("--size", choices=SIZES, help="size preset (default: cpu for the cpu device, gpu for GPUs)")
+    e.add_argument("--level", help="only these levels of a generations folder, e.g. 1 or 1,2")
+    e.add_argument("--ids", help="only these problem ids of a generations folder, e.g. 1-10,19")
+    e.add_argument("--trials", type=int, default=5, help="correctness trials (default 5)")
+    e.add_argument("--timeout", type=float, default=300.0, help="run-phase wall-clock limit per file, seconds")
+    e.add_argument("--atol", type=float, help="absolute tolerance (default: by dtype, 1e-4 for fp32)")
+    e.add_argument("--rtol", type=float, help="relative tolerance (default: by dtype, 1e-4 for fp32)")
+    e.add_argument("--seed", type=int, help="fix the secret seed (debugging only)")
+    e.add_argument("--no-compile-ref", action="store_true", help="skip timing torch.compile of the reference")
+    e.add_argument("--no-kernel-check", action="store_true", help="accept candidates without a kernel")
+    e.add_argument("--no-timing", action="store_true", help="check correctness only (no speedups, no fast_p > 0)")
+    e.add_argument("--baseline", choices=("eager", "compile"), default="eager",
+                   help="speedup that fast_p and the geomean use (default: eager, as KernelBench)")
+    e.add_argument("--jobs", type=int, default=_default_jobs(),
+                   help=f"parallel build workers (default: half the cores, at most 16; here {_default_jobs()})")
+    e.add_argument("--mlflow", nargs="?", const="", metavar="URI",
+                   help="log a run, with a nested run per file (default URI: sqlite:///mlflow.db here; "
+                        "without a URI, put it after the directories)")
+    e.add_argument("--experiment", default="kforge-eval", help="MLflow experiment (default: kforge-eval)")
+    e.add_argument("--no-progress", action="store_true", help="no progress bar (it shows on a terminal only)")
+    e.set_defaults(func=cmd_eval)
 
     b = sub.add_parser("build", help="compile candidates into the build cache, in parallel",
                        description="Build candidates' extensions into kforge's cache (nothing runs on a GPU), so "

@@ -222,3 +222,61 @@ class Tracker:
     def kill(self, run_id: str) -> None:
         with self._lock:
             self.client.set_terminated(run_id, status="KILLED")
+
+    # -- kforge eval: a run per evaluation, a finished nested run per candidate file ---------------------
+    def start_eval(self, name: str, params: dict[str, Any], tags: dict[str, str]) -> str:
+        from mlflow.entities import Param
+        with self._lock:
+            run = self.client.create_run(self.experiment_id, run_name=name, tags={**tags, "kforge.kind": "eval"})
+            rid = run.info.run_id
+            items = [Param(k[:250], v[:6000]) for k, v in flatten(params).items()]
+            for i in range(0, len(items), 100):
+                self.client.log_batch(rid, params=items[i:i + 100])
+        return rid
+
+    def log_candidate(self, parent_id: str, row: dict[str, Any], text: str | None) -> str:
+        """One evaluated file (``text`` as read), logged and closed at once: a later crash loses none of it."""
+        from mlflow.entities import Metric
+        name = (f"{row.get('problem')} sample {row['sample_id']}" if row.get("sample_id") is not None
+                else f"{row.get('problem')} {Path(row['candidate']).name}")
+        tags = {"mlflow.parentRunId": parent_id, "kforge.kind": "candidate", "state": str(row.get("state")),
+                **{k: str(row[k]) for k in ("problem", "level", "problem_id", "sample_id", "backend", "candidate",
+                                            "candidate_hash") if row.get(k) is not None}}
+        values = {k: row.get(k) for k in ("speedup_eager", "speedup_compile", "runtime_ms", "ref_runtime_ms",
+                                          "compile_ref_runtime_ms", "kernel_share", "wall_s")}
+        values["correct"] = float(bool(row.get("correct")))
+        if row.get("state") in STATE_CODES:
+            values["state"] = STATE_CODES[row["state"]]
+        now = int(time.time() * 1000)
+        with self._lock:
+            rid = self.client.create_run(self.experiment_id, run_name=name[:250], tags=tags).info.run_id
+            self.client.log_batch(rid, metrics=[Metric(k, float(v), now, 0) for k, v in values.items()
+                                                if isinstance(v, (int, float))])
+            if text is not None:
+                self.client.log_text(rid, text, "kernel.py")
+            self.client.log_dict(rid, row, "verdict.json")
+            self.client.set_terminated(rid, status="FAILED" if row.get("error") else "FINISHED")
+        return rid
+
+    def end_eval(self, run_id: str, summary: dict[str, Any], files: list[Path], status: str = "FINISHED") -> None:
+        """The summary's figures as metrics (``all`` unprefixed, ``level1.fast_1`` per level) and its files."""
+        from mlflow.entities import Metric
+        now = int(time.time() * 1000)
+        groups = [("", summary["all"])] + [(f"level{k}.", g) for k, g in summary["levels"].items() if k != "-"]
+        metrics = [Metric(f"{prefix}{k}", float(v), now, 0) for prefix, g in groups
+                   for k, v in flatten(g).items() if _is_number(v)]
+        with self._lock:
+            for i in range(0, len(metrics), 500):
+                self.client.log_batch(run_id, metrics=metrics[i:i + 500])
+            for f in files:
+                if f.is_file():
+                    self.client.log_artifact(run_id, str(f))
+            self.client.set_terminated(run_id, status=status)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return text not in ("nan", "inf", "-inf")

@@ -87,11 +87,12 @@ class Verifier:
         verdict.wall_s = time.monotonic() - start
         return verdict
 
-    def start_workers(self, backend: Backend | str) -> threading.Thread:
-        """Boot a build worker and every device worker of ``backend`` in the background, all at once; the
-        first requests wait for them as they would otherwise, and the device's no longer waits for the build's."""
-        backend = get_backend(backend)
-        kinds = ["build"] + self.device_kinds(backend)
+    def start_workers(self, *backends: Backend | str) -> threading.Thread:
+        """Boot the build workers and every device worker of these backends in the background, all at once;
+        the first requests wait for them as they would otherwise, and a device's no longer waits for the
+        build's (each worker imports torch and its compiler stack)."""
+        devices = {k for b in backends for k in self.device_kinds(get_backend(b))}
+        kinds = ["build"] + sorted(devices)
         thread = threading.Thread(target=self.pool.start, args=(kinds,), daemon=True, name="kforge-boot")
         thread.start()
         return thread
