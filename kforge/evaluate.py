@@ -13,7 +13,6 @@ import csv
 import hashlib
 import json
 import re
-import threading
 import traceback
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace

@@ -24,7 +24,6 @@ import functools
 import re
 import struct
 from collections import defaultdict
-from typing import Any
 
 from .verdict import Attribution, KernelUse
 
