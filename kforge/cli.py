@@ -1,6 +1,6 @@
 """The ``kforge`` command: list problems, verify a candidate.
 
-The experiment pipeline (LLM agents, sweeps, MLflow) runs through Hydra: ``python pipelines/synthesize.py``.
+The experiment pipeline (LLM agents, sweeps, MLflow) runs through Hydra: ``kforge-synthesize``.
 """
 
 from __future__ import annotations
@@ -73,6 +73,7 @@ def _read_candidate(path: str):
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from .backends import get_backend
+    from .firstrun import PCH_NOTICE, pch_pending
     from .verify import BackendUnavailable, Verifier, VerifyConfig
     try:
         backend = get_backend(args.backend, device=args.device)
@@ -91,6 +92,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
         print(f"verifying {problem.key} ({problem.size} size) on {backend.describe()} ...", file=sys.stderr)
     try:
         with Verifier(cfg) as verifier:
+            if candidate.source and pch_pending(backend, verifier.pool.build_cache):
+                print(f"kforge: {PCH_NOTICE}", file=sys.stderr, flush=True)
             verdict = verifier.verify(problem, candidate, backend)
     except BackendUnavailable as exc:
         raise UsageError(str(exc)) from None
@@ -154,7 +157,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kforge", description="kforge: LLM agents write compute kernels; kforge verifies and times them.",
-        epilog="The agent pipeline runs through Hydra: python pipelines/synthesize.py --help")
+        epilog="The agent pipeline runs through Hydra: kforge-synthesize --help")
     parser.add_argument("--version", action="version", version=f"kforge {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 

@@ -28,7 +28,6 @@ def _job(cfg: DictConfig) -> float:
     from ..llm import LLMError
     from ..pipeline import ConfigError, run, split_gpus
     from ..problems import ProblemError
-    from ..verify import BackendUnavailable
     from ..verify.gpus import detect_gpus
     hc = HydraConfig.get()
     tags = {"hydra.job": hc.job.name, "hydra.output_dir": hc.runtime.output_dir}
@@ -46,7 +45,7 @@ def _job(cfg: DictConfig) -> float:
             tags["gpus"] = ",".join(map(str, cfg.workers.gpus))
     try:
         result = run(cfg, tags=tags)
-    except (LLMError, ConfigError, ProblemError, BackendUnavailable) as exc:
+    except (LLMError, ConfigError, ProblemError) as exc:
         print(f"kforge: {exc}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:  # before the problems started, or while the job was being closed
