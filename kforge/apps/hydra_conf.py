@@ -23,8 +23,14 @@ def model_strings(overrides: list[str]) -> list[str]:
     candidates = [o for o in overrides if not o.startswith("-") and o.split("=", 1)[0].lstrip("+~") == "model"]
     if not candidates:
         return []
+    parser, parsed = OverridesParser.create(), []
+    for text in candidates:
+        try:
+            parsed += parser.parse_overrides([text])
+        except Exception:  # noqa: BLE001 - a malformed override: Hydra itself says what is wrong with it
+            continue
     out: list[str] = []
-    for o in OverridesParser.create().parse_overrides(candidates):
+    for o in parsed:
         value = o.value()
         values = list(getattr(value, "list", None) or []) if o.is_sweep_override() else [value]
         out += [v for v in values if isinstance(v, str) and "/" in v and not (CONF_DIR / "model" / f"{v}.yaml").is_file()]
