@@ -13,8 +13,11 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 __version__ = "0.1.0"
 
 PACKAGE_DIR = Path(__file__).resolve().parent
-#: The repository root when kforge runs from a checkout (editable install): prompts/ and conf/ live there.
-REPO_DIR = PACKAGE_DIR.parent
+#: Where ``conf/`` (Hydra) and ``prompts/`` are: the repository root in a checkout (editable install,
+#: PYTHONPATH), the package itself in an installed wheel, which carries them as package data.
+DATA_DIR = PACKAGE_DIR if (PACKAGE_DIR / "conf").is_dir() else PACKAGE_DIR.parent
+#: The same directory under its older name (modules that locate prompts/ through it keep working).
+REPO_DIR = DATA_DIR
 
 
 def cache_dir() -> Path:

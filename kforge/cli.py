@@ -1,6 +1,6 @@
 """The ``kforge`` command: list problems, verify a candidate, evaluate many, build ahead.
 
-The experiment pipeline (LLM agents, sweeps, MLflow) runs through Hydra: ``python pipelines/synthesize.py``.
+The experiment pipeline (LLM agents, sweeps, MLflow) runs through Hydra: ``kforge-synthesize``.
 """
 
 from __future__ import annotations
@@ -126,6 +126,7 @@ def _verify_config(args: argparse.Namespace):
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from .backends import get_backend
+    from .firstrun import PCH_NOTICE, pch_pending
     from .verify import BackendUnavailable, Verifier, WorkerPool
     try:
         backend = get_backend(args.backend, device=args.device)
@@ -140,6 +141,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     started = time.monotonic()
     try:
         with WorkerPool(build_workers=1) as pool, Verifier(cfg, pool=pool) as verifier:
+            if candidate.source and pch_pending(backend, verifier.pool.build_cache):
+                print(f"kforge: {PCH_NOTICE}", file=sys.stderr, flush=True)
             # One verification needs one build worker and a device worker: start both now, side by side,
             # instead of the device's after the build (each imports torch and its compiler stack).
             booting = verifier.start_workers(backend)
@@ -333,7 +336,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kforge", description="kforge: LLM agents write compute kernels; kforge verifies and times them.",
-        epilog="The agent pipeline runs through Hydra: python pipelines/synthesize.py --help")
+        epilog="The agent pipeline runs through Hydra: kforge-synthesize --help")
     parser.add_argument("--version", action="version", version=f"kforge {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 

@@ -6,14 +6,16 @@ asks the advisor for one recommendation and the generation agent for a faster pr
 pass). A failed optimisation gets ``max_fixes_in_optimisation`` fix attempts before the loop returns
 to optimising the best kernel. The best correct kernel is kept. Problems run concurrently, sharing the
 verifier's worker pool, so model calls overlap builds and timing.
+
+Iterations are numbered from 0 (``IterationRecord.iteration``, MLflow's step, ``iter_NNN/``).
 """
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 import traceback
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Protocol
 
@@ -21,7 +23,6 @@ from .agents import Attempt, GenerationAgent, Recommendation, Reference
 from .agents.analysis import GENERIC_RECOMMENDATION
 from .problems import Problem
 from .verify import Verdict, Verifier
-
 
 
 @dataclass
@@ -53,13 +54,13 @@ class LoopConfig:
 class Advisor(Protocol):
     """Profiles a correct kernel and recommends one change (D's analysis agent implements this)."""
 
-    def recommend(self, problem: Problem, code: str, verdict: Verdict) -> Recommendation: ...
+    def recommend(self, problem: Problem, code: str, verdict: Verdict, iteration: int = 0) -> Recommendation: ...
 
 
 class GenericAdvisor:
     """No profiling: the same generic request every round."""
 
-    def recommend(self, problem: Problem, code: str, verdict: Verdict) -> Recommendation:
+    def recommend(self, problem: Problem, code: str, verdict: Verdict, iteration: int = 0) -> Recommendation:
         return Recommendation(action=GENERIC_RECOMMENDATION)
 
 
@@ -100,6 +101,8 @@ class ProblemResult:
     best_iteration: int | None = None
     error: str | None = None
     """An unexpected failure of the loop itself (not of a candidate)."""
+    stopped: bool = False
+    """Cut off by Ctrl-C or SIGTERM before its last iteration: a rerun continues it."""
 
     @property
     def correct(self) -> bool:
@@ -145,6 +148,7 @@ class ProblemLoop:
         n = 1 if cfg.mode == "single_shot" else cfg.iterations
         for it in range(start, n):
             if self.stop.is_set():
+                result.stopped = True
                 break
             t0 = time.monotonic()
             recommendation: Recommendation | None = None
@@ -159,11 +163,15 @@ class ProblemLoop:
             else:
                 fixes_in_opt = 0
                 a0 = time.monotonic()
-                recommendation = self.advisor.recommend(problem, result.best_code, result.best_verdict)
+                recommendation = self.advisor.recommend(problem, result.best_code, result.best_verdict,
+                                                        iteration=it)
                 analysis_s = time.monotonic() - a0
                 attempt = self.agent.optimise(problem, result.best_code, result.best_verdict,
                                               recommendation.text(), iteration=it)
             llm_s = time.monotonic() - t0 - analysis_s
+            if self.stop.is_set():  # stopped during the model call: not verified, so not recorded; a rerun replays it
+                result.stopped = True
+                break
             v0 = time.monotonic()
             verdict = self.verifier.verify(problem, attempt.candidate, self.agent.backend)
             verify_s = time.monotonic() - v0
@@ -199,19 +207,35 @@ class ProblemLoop:
         return result
 
 
+class Interrupted(KeyboardInterrupt):
+    """`run_problems` was interrupted; ``results`` holds every problem that ended, finished or stopped."""
+
+    def __init__(self, results: list[ProblemResult]):
+        super().__init__()
+        self.results = results
+
+
 def run_problems(problems: list[Problem], loop: ProblemLoop, *, concurrency: int = 1,
                  references: dict[str, Reference | None] | None = None,
                  on_done: Callable[[ProblemResult], None] | None = None,
-                 on_interrupt: Callable[[], None] | None = None,
+                 on_stop: Callable[[int], None] | None = None,
+                 on_abort: Callable[[], None] | None = None,
                  starts: dict[str, tuple[int, ProblemResult | None]] | None = None) -> list[ProblemResult]:
-    """Run problem loops, ``concurrency`` at a time.
+    """Run problem loops, ``concurrency`` at a time, and return their results in ``problems`` order.
 
-    Ctrl-C (KeyboardInterrupt) stops new iterations, calls ``on_interrupt`` (e.g. closing the worker
-    pool, so loops blocked on a verification end at once) and re-raises once the loops have ended.
+    A KeyboardInterrupt (Ctrl-C; the pipeline turns SIGTERM into one) stops new work: problems not yet
+    started are dropped, ``on_stop(n)`` is told how many are in flight, and those end after their
+    current step (``ProblemResult.stopped``). Then `Interrupted` is raised with every result. A second
+    KeyboardInterrupt while waiting calls ``on_abort`` (e.g. closing the worker pool, so verifications
+    in flight end at once) and stops waiting for loops still blocked in a model call.
     """
     references = references or {}
     starts = starts or {}
+    todo = list(problems)
+    lock = threading.Lock()
+    ended: queue.Queue[ProblemResult] = queue.Queue()
     results: dict[str, ProblemResult] = {}
+    in_flight: set[str] = set()
 
     def one(p: Problem) -> ProblemResult:
         start, prior = starts.get(p.key, (0, None))
@@ -219,24 +243,63 @@ def run_problems(problems: list[Problem], loop: ProblemLoop, *, concurrency: int
             return loop.run(p, references.get(p.key), start=start, prior=prior)
         except Exception:  # noqa: BLE001 - one broken problem must not take the sweep down
             r = prior or ProblemResult(p)
-            r.error = traceback.format_exc()
+            if loop.stop.is_set():  # e.g. the pool closed under a verification by a second Ctrl-C
+                r.stopped = True
+            else:
+                r.error = traceback.format_exc()
             return r
 
-    with ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="kforge-loop") as ex:
-        pending = {ex.submit(one, p): p for p in problems}
+    def worker() -> None:
+        while True:
+            with lock:
+                if loop.stop.is_set() or not todo:
+                    return
+                p = todo.pop(0)
+                in_flight.add(p.key)
+            r = one(p)
+            with lock:
+                in_flight.discard(p.key)
+            ended.put(r)
+
+    # Daemon threads: after a second Ctrl-C the process may exit while one still waits on a model.
+    threads = [threading.Thread(target=worker, name=f"kforge-loop-{i}", daemon=True)
+               for i in range(max(1, min(concurrency, len(problems))))]
+    for t in threads:
+        t.start()
+
+    def collect(wait_all: bool) -> None:
+        """Record the loops that ended; with ``wait_all``, until every thread has ended."""
+        while True:
+            try:
+                r = ended.get(timeout=0.2)
+            except queue.Empty:
+                if (wait_all and any(t.is_alive() for t in threads)) or not ended.empty():
+                    continue
+                return
+            results[r.problem.key] = r
+            if on_done:
+                on_done(r)
+
+    def ordered() -> list[ProblemResult]:
+        return [results[p.key] for p in problems if p.key in results]
+
+    try:
+        collect(wait_all=True)
+    except KeyboardInterrupt:
+        loop.stop.set()
+        with lock:
+            todo.clear()
+            n = len(in_flight)
+        if on_stop:
+            on_stop(n)
         try:
-            while pending:
-                done, _ = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
-                for fut in done:
-                    p = pending.pop(fut)
-                    results[p.key] = fut.result()
-                    if on_done:
-                        on_done(results[p.key])
+            collect(wait_all=True)
         except KeyboardInterrupt:
-            loop.stop.set()
-            for fut in pending:
-                fut.cancel()
-            if on_interrupt:
-                on_interrupt()
-            raise
-    return [results[p.key] for p in problems if p.key in results]
+            if on_abort:
+                on_abort()
+            deadline = time.monotonic() + 10.0  # loops in a verification end at once; model calls are not waited for
+            while time.monotonic() < deadline and any(t.is_alive() for t in threads):
+                collect(wait_all=False)
+            collect(wait_all=False)
+        raise Interrupted(ordered()) from None
+    return ordered()

@@ -35,3 +35,10 @@ def summary(outcomes: list[tuple[bool, float | None]]) -> dict[str, float | None
     out["geomean_speedup"] = geomean(s for c, s in outcomes if c)
     out["n"] = len(outcomes)
     return out
+
+
+def total_cost(costs: Iterable[float | None]) -> float | None:
+    """What the calls cost together: the sum of the known prices, None when no price is known
+    (a model litellm has no price for: empty in MLflow, not a misleading $0)."""
+    known = [c for c in costs if c is not None]
+    return sum(known) if known else None

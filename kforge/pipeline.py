@@ -13,10 +13,10 @@ from typing import Any
 
 from .agents import GenerationAgent, Prompts
 from .backends import Backend, get_backend
-from .llm import LLM, ModelConfig, make_model
-from .loop import LoopConfig, ProblemLoop, ProblemResult, run_problems
+from .llm import LLM, ModelConfig, make_model, replaying
+from .loop import Interrupted, LoopConfig, ProblemLoop, ProblemResult, run_problems
 from .problems import Problem, load_builtin, load_directory
-from .verify import Verifier, VerifyConfig, WorkerPool
+from .verify import BackendUnavailable, Verifier, VerifyConfig, WorkerPool
 
 
 class ConfigError(ValueError):
@@ -95,8 +95,9 @@ def resolve_profiler(kind: str, backend: Backend) -> str:
 
 
 def make_advisor(conf: dict[str, Any], llm: LLM, backend: Backend, pool: WorkerPool, prompts: Prompts,
-                 device_name: str, scratch: str, kind: str):
-    """What optimisation passes ask for a recommendation: profiler x analysis from the config."""
+                 device_name: str, scratch: str, kind: str, scope: str = ""):
+    """What optimisation passes ask for a recommendation: profiler x analysis from the config (``scope``:
+    the job's configuration hash, under which a separate analysis model's calls are replayed)."""
     from .agents import AnalysisAgent, ProfilingAdvisor
     from .profile import PROFILERS, Profiler
     pcfg, acfg = conf.get("profiler") or {}, conf.get("analysis") or {}
@@ -115,7 +116,8 @@ def make_advisor(conf: dict[str, Any], llm: LLM, backend: Backend, pool: WorkerP
     agent = None
     if akind == "llm":
         mcfg = acfg.get("model")
-        analysis_llm = make_model(ModelConfig(**{k: v for k, v in mcfg.items() if k in ModelConfig.__dataclass_fields__})) \
+        analysis_llm = replaying(make_model(ModelConfig(**{k: v for k, v in mcfg.items()
+                                                           if k in ModelConfig.__dataclass_fields__})), scope) \
             if mcfg else llm
         analysis_llm.check()
         try:
@@ -140,11 +142,13 @@ def _status_line(problem: Problem, record, n: int) -> str:
     if record.speedup_compile:
         sp += f", {record.speedup_compile:.2f}x compile"
     best = " *best*" if record.is_best else ""
-    return (f"{problem.key:34} it {record.iteration + 1}/{n} {record.phase:11} {record.state:20} {sp}{best}"
-            f"  ({record.wall_s:.1f} s)")
+    # The iteration's index as MLflow's step and iter_NNN/ have it (from 0), then how far the budget is spent.
+    return (f"{problem.key:34} iter_{record.iteration:03d} ({record.iteration + 1} of {n}) {record.phase:11} "
+            f"{record.state:20} {sp}{best}  ({record.wall_s:.1f} s)")
 
 
-def print_summary(results: list[ProblemResult], stats: dict[str, Any], out=sys.stdout) -> None:
+def print_summary(results: list[ProblemResult], stats: dict[str, Any], out=None) -> None:
+    out = out or sys.stdout  # looked up now: a caller may have redirected it
     print("\nproblem                            best state           iters  speedup(eager)  speedup(compile)", file=out)
     for r in results:
         state = "correct" if r.correct else (r.records[-1].state if r.records else ("error" if r.error else "-"))
@@ -154,8 +158,10 @@ def print_summary(results: list[ProblemResult], stats: dict[str, Any], out=sys.s
     g = stats.get("geomean_speedup")
     print(f"\ncorrect {stats['fast_0']:.0%} · fast_1 {stats['fast_1']:.0%} · fast_1.5 {stats['fast_1.5']:.0%} · "
           f"geomean speedup {g:.2f}x" if g else f"\ncorrect {stats['fast_0']:.0%} · no correct kernels", file=out)
+    cost = stats.get("total_cost_usd")
     print(f"tokens {stats['total_prompt_tokens']} in / {stats['total_completion_tokens']} out · "
-          f"cost ${stats['total_cost_usd']:.4f}", file=out)
+          + (f"cost ${cost:.4f}" if cost is not None else "cost unknown (litellm has no price for this model)"),
+          file=out)
 
 
 def run(cfg: Any, *, llm: LLM | None = None, tags: dict[str, str] | None = None,
@@ -168,6 +174,9 @@ def run(cfg: Any, *, llm: LLM | None = None, tags: dict[str, str] | None = None,
     model_cfg = ModelConfig(**{k: v for k, v in conf["model"].items() if k in ModelConfig.__dataclass_fields__})
     llm = llm or make_model(model_cfg)
     llm.check()  # a missing API key stops here, before any problem starts
+    from .resume import config_hash
+    chash = config_hash(conf)
+    llm = replaying(llm, chash)  # a rerun of this configuration replays its calls
     loop_cfg = LoopConfig(**conf["loop"])
     verify_cfg = VerifyConfig.from_dict(conf["verify"])
 
@@ -184,13 +193,19 @@ def run(cfg: Any, *, llm: LLM | None = None, tags: dict[str, str] | None = None,
         backend = make_backend(conf["backend"], pool)
         problems = load_problems(conf["problems"], backend.device)
         verifier = Verifier(verify_cfg, pool=pool)
-        kinds = verifier.device_kinds(backend)
+        try:
+            kinds = verifier.device_kinds(backend)
+        except BackendUnavailable:
+            raise ConfigError(f"backend={backend.name} runs on a CUDA GPU and none is visible here: use backend=cpu, "
+                              "or backend=triton backend.device=cpu for Triton's interpreter (correctness only)") \
+                from None
         pool.start(["build", *kinds])  # all workers at once, not one by one as the first loops need them
         info = pool.device_info(kinds[0], backend.spec())
         prompts = Prompts(conf.get("prompts_dir"))
         agent = GenerationAgent(llm, backend, prompts, device_phrase(info, backend))
         with tempfile.TemporaryDirectory(prefix="kforge-analysis-") as scratch:
-            advisor = make_advisor(conf, llm, backend, pool, prompts, device_phrase(info, backend), scratch, kinds[0])
+            advisor = make_advisor(conf, llm, backend, pool, prompts, device_phrase(info, backend), scratch, kinds[0],
+                                   chash)
             return _run_tracked(conf, OmegaConf.to_yaml(OmegaConf.create(conf)), problems, backend, agent, verifier,
                                 loop_cfg, llm, stop, tags or {}, pool, info, advisor)
     finally:
@@ -204,6 +219,7 @@ def _run_tracked(conf, conf_yaml, problems, backend, agent, verifier, loop_cfg, 
                  advisor=None):
     from tqdm import tqdm
 
+    from .firstrun import PCH_NOTICE, pch_pending
     from .tracking import Tracker
     tcfg = conf.get("tracking") or {}
     tracker = Tracker(tcfg.get("uri"), tcfg.get("experiment") or "kforge", tcfg.get("artifact_root"))
@@ -219,23 +235,35 @@ def _run_tracked(conf, conf_yaml, problems, backend, agent, verifier, loop_cfg, 
         ref_kind = f"{ref_kind}:{('triton' if backend.name == 'cuda' else 'cuda') if src == 'auto' else src}"
     prof_kind = resolve_profiler(conf.get("profiler", {}).get("kind", "none"), backend)
     analysis_kind = conf.get("analysis", {}).get("kind", "off")
-    common = {"analysis": analysis_kind, "model": llm.config.name, "model_label": model_label, "backend": backend.name,
-              "device": backend.device, "loop_mode": loop_cfg.mode, "reference": ref_kind,
+    # ``model`` is what answered: the litellm model string (not the config's short name) for a real model.
+    model = (llm.config.model or llm.config.name) if llm.config.kind == "litellm" else llm.config.name
+    common = {"analysis": analysis_kind, "model": model, "model_name": llm.config.name, "model_label": model_label,
+              "backend": backend.name, "device": backend.device, "loop_mode": loop_cfg.mode, "reference": ref_kind,
               "profiler": prof_kind, "problems_source": conf["problems"].get("source", "builtin")}
     from .reference import ReferenceError, load_references
     try:
         references = load_references(conf.get("reference") or {}, problems, backend.name, tracker.uri)
     except ReferenceError as exc:
         raise ConfigError(str(exc)) from None
-    from .resume import config_hash, previous_runs
+    from .resume import config_hash, previous_runs, stale_runs
     chash = config_hash(conf)
     common["kforge.config_hash"] = chash
     previous = previous_runs(tracker.client, tracker.experiment_id, chash, problems) if conf.get("resume", True) \
         else {}
+    continued = {prev.run_id for prev in previous.values()}
+    stale = [r for r in stale_runs(tracker.client, tracker.experiment_id, chash) if r.info.run_id not in continued]
+    for r in stale:
+        tracker.kill(r.info.run_id)
+    if stale:
+        print(f"kforge: {len(stale)} run(s) of this configuration were left RUNNING by a job that was killed; "
+              "marked KILLED", flush=True)
     done = [p for p in problems if p.key in previous and previous[p.key].finished]
     todo = [p for p in problems if p not in done]
+    hardware = {"device_name": info.get("device", "")}
+    if backend.device == "cuda":
+        hardware["gpu"] = info.get("device", "")
     parent = tracker.start_parent(f"{llm.config.name}-{backend.name}-{loop_cfg.mode}", conf, conf_yaml,
-                                  {**common, **tags, "gpu": info.get("device", "")})
+                                  {**common, **tags, **hardware})
     if previous:
         cut = [k for k, prev in previous.items() if not prev.finished]
         print(f"kforge: resuming: {len(done)} problem(s) finished earlier are skipped"
@@ -249,6 +277,8 @@ def _run_tracked(conf, conf_yaml, problems, backend, agent, verifier, loop_cfg, 
     print(f"kforge: {len(problems)} problem(s) · model {model_label} · backend {backend.describe()} · "
           f"{loop_cfg.mode} ({n_iter} iteration(s)) · MLflow {tracker.uri} (experiment {tracker.experiment})",
           flush=True)
+    if todo and pch_pending(backend, pool.build_cache):
+        print(f"kforge: {PCH_NOTICE}", flush=True)
     # The bar only where a person watches; logs (CI, nohup, Hydra multirun) get the lines alone.
     bar = tqdm(total=len(todo), desc="problems", unit="problem", dynamic_ncols=True, file=sys.stdout,
                disable=not sys.stdout.isatty())
@@ -275,34 +305,49 @@ def _run_tracked(conf, conf_yaml, problems, backend, agent, verifier, loop_cfg, 
                 result = super().run(problem, reference, start, prior, last_code, last_verdict)
             except Exception:  # noqa: BLE001 - a bug in kforge: record it where the user will look, go on
                 result = prior or ProblemResult(problem)
+                if self.stop.is_set():  # the pool closed under a verification (a second Ctrl-C): cut off
+                    result.stopped = True
+                    tracker.end_problem(rid, result, status="KILLED")
+                    return result
                 result.error = traceback.format_exc()
                 tracker.end_problem(rid, result, status="FAILED")
                 last = result.error.strip().splitlines()[-1]
                 bar.write(f"{problem.key:<34} kforge failed on this problem ({last}); the traceback is "
-                          f"error.txt in MLflow run {rid}, and a rerun retries it")
+                          f"error.txt in MLflow run {rid}, and a rerun continues it")
                 return result
             except BaseException:
                 tracker.kill(rid)
                 raise
-            tracker.end_problem(rid, result, status="KILLED" if self.stop.is_set() else "FINISHED")
+            tracker.end_problem(rid, result, status="KILLED" if result.stopped else "FINISHED")
             return result
+
+    def on_stop(in_flight: int) -> None:
+        bar.write(f"\nkforge: stopping: no new work; {in_flight} problem(s) in flight end after their current step, "
+                  "marked KILLED (Ctrl-C again to stop them now)")
 
     loop = TrackedLoop(agent, verifier, loop_cfg, advisor=advisor, on_iteration=on_iteration, stop=stop)
     interrupted = False
-    results: list[ProblemResult] = [previous[p.key].result for p in done]
     runs_before = pool.counters["run"]
     try:
-        results += run_problems(todo, loop, concurrency=loop_cfg.concurrency, references=references,
-                                on_done=lambda r: bar.update(1), on_interrupt=pool.close)
-    except KeyboardInterrupt:
-        interrupted = True
+        ended = run_problems(todo, loop, concurrency=loop_cfg.concurrency, references=references,
+                             on_done=lambda r: bar.update(1), on_stop=on_stop, on_abort=pool.close)
+    except Interrupted as exc:
+        interrupted, ended = True, exc.results
     finally:
         bar.close()
+    # Finished problems (earlier ones included) make the job's metrics; cut-off ones wait for a rerun.
+    results: list[ProblemResult] = [previous[p.key].result for p in done] + [r for r in ended if not r.stopped]
+    cut_off = [r for r in ended if r.stopped]
+    for key in set(run_ids) - {r.problem.key for r in ended}:
+        tracker.kill(run_ids[key])  # still in a model call after a second Ctrl-C
     tracker.client.log_metric(parent, "verifications", pool.counters["run"] - runs_before)
     tracker.client.log_metric(parent, "problems_skipped", len(done))
     stats = tracker.end_parent(parent, results, status="KILLED" if interrupted else "FINISHED",
                                speedup_vs=loop_cfg.speedup_vs)
     if interrupted:
-        print(f"\nkforge: interrupted; {len(results)} finished problem(s) are in MLflow (run {parent}).")
+        left = len(todo) - len(ended) + len(cut_off)
+        print(f"\nkforge: interrupted; {len(results)} finished problem(s) are in MLflow (parent run {parent}, "
+              f"KILLED); {left} problem(s) are cut off or not started: run the same command again to continue "
+              "them.")
     print_summary(results, stats)
     return JobResult(results, stats, parent, interrupted, extra={"verifier_time_s": dict(verifier.time_s)})

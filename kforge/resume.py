@@ -1,11 +1,13 @@
 """Resuming a sweep: what a previous run of the same job configuration already did, from MLflow.
 
-Every problem run carries ``kforge.config_hash`` (the job's configuration minus where it logs and
-which workers it uses). Started again with the same configuration, a job skips problems whose run
-finished, and continues a run that was cut off (SIGKILL, node loss, Ctrl-C) from its last recorded
-iteration in the same MLflow run, rebuilding the loop's state from that run's ``iter_NNN/`` files.
-Nothing is logged twice, so tables never double-count. The LLM response cache makes any replayed
-call free.
+Every run carries ``kforge.config_hash`` (the job's configuration minus where it logs and which
+workers it uses). Started again with the same configuration, a job skips problems whose run
+finished, and continues a run that did not (KILLED by Ctrl-C or SIGTERM, FAILED by a kforge error,
+left RUNNING by SIGKILL or a lost node) from its last recorded iteration in the same MLflow run,
+rebuilding the loop's state from that run's ``iter_NNN/`` files. Nothing is logged twice, so tables
+never double-count. Runs left RUNNING that nothing continues (an earlier job's parent run) are marked
+KILLED: a job started again assumes the one before it is gone. The model's replies are replayed
+(`kforge.llm.replay`), so a continued iteration costs no new call.
 """
 
 from __future__ import annotations
@@ -23,10 +25,15 @@ from .verify import Verdict
 
 #: Configuration keys that do not change what a job computes.
 IGNORED = ("tracking", "workers", "resume", "hydra")
+#: Model settings that say how to reach the model, not which one answers (a vLLM server restarted on
+#: another port serves the same sweep).
+IGNORED_MODEL = ("api_base", "api_key_env", "timeout_s", "retries", "backoff_s", "cache")
 
 
 def config_hash(conf: dict[str, Any]) -> str:
     kept = {k: v for k, v in conf.items() if k not in IGNORED}
+    if isinstance(kept.get("model"), dict):
+        kept["model"] = {k: v for k, v in kept["model"].items() if k not in IGNORED_MODEL}
     return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -83,7 +90,7 @@ def restore(client, run, problem: Problem) -> Previous:
 
 
 def previous_runs(client, experiment_id: str, chash: str, problems: list[Problem]) -> dict[str, Previous]:
-    """The newest run per problem of this configuration (finished ones and cut-off ones)."""
+    """The newest run per problem of this configuration (finished ones, and ones to continue)."""
     by_key = {p.key: p for p in problems}
     runs = client.search_runs([experiment_id], f"tags.`kforge.config_hash` = '{chash}' and "
                                                "tags.`kforge.kind` = 'problem'", max_results=50000,
@@ -91,7 +98,13 @@ def previous_runs(client, experiment_id: str, chash: str, problems: list[Problem
     out: dict[str, Previous] = {}
     for run in runs:
         key = run.data.tags.get("problem")
-        if key not in by_key or key in out or run.info.status == "FAILED":
+        if key not in by_key or key in out:
             continue
         out[key] = restore(client, run, by_key[key])
     return out
+
+
+def stale_runs(client, experiment_id: str, chash: str) -> list:
+    """Runs of this configuration still marked RUNNING: their job was killed (SIGKILL, a lost node)."""
+    return client.search_runs([experiment_id], f"tags.`kforge.config_hash` = '{chash}' and "
+                                               "attributes.status = 'RUNNING'", max_results=50000)

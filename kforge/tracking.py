@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .metrics import summary
+from .metrics import summary, total_cost
 from .verify import STATES
 
 STATE_CODES = {s: i for i, s in enumerate(STATES)}
@@ -186,7 +186,7 @@ class Tracker:
                   "first_correct_iteration": first_ok,
                   "total_prompt_tokens": sum(r.prompt_tokens for r in recs),
                   "total_completion_tokens": sum(r.completion_tokens for r in recs),
-                  "total_cost_usd": sum(r.cost_usd or 0.0 for r in recs)}
+                  "total_cost_usd": total_cost(r.cost_usd for r in recs)}
         with self._lock:
             self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in values.items()
                                                    if v is not None])
@@ -207,7 +207,7 @@ class Tracker:
         stats = summary(outcomes)
         stats["total_prompt_tokens"] = sum(x.prompt_tokens for r in results for x in r.records)
         stats["total_completion_tokens"] = sum(x.completion_tokens for r in results for x in r.records)
-        stats["total_cost_usd"] = sum(x.cost_usd or 0.0 for r in results for x in r.records)
+        stats["total_cost_usd"] = total_cost(x.cost_usd for r in results for x in r.records)
         with self._lock:
             self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in stats.items()
                                                    if v is not None])

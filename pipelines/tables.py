@@ -1,47 +1,17 @@
-"""The paper's ablation tables from MLflow: Markdown, CSV, LaTeX and plots under results/.
+"""The ablation tables from MLflow under results/: the checkout's form of ``kforge-tables``.
 
     python pipelines/tables.py                                # every ablation, from ./mlflow.db
     python pipelines/tables.py tracking_uri=http://host:5000 baseline=compile
-"""
 
-from __future__ import annotations
+kforge/apps/tables.py holds the code.
+"""
 
 import sys
 from pathlib import Path
 
-import hydra
-from omegaconf import DictConfig
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's kforge, installed or not
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from kforge.tables import ABLATIONS, build_all, to_markdown  # noqa: E402
-
-
-@hydra.main(config_path="../conf", config_name="tables", version_base="1.3")
-def main(cfg: DictConfig) -> None:
-    from kforge.tracking import default_uri, open_client
-    unknown = [a for a in cfg.ablations if a not in ABLATIONS]
-    if unknown:
-        print(f"kforge: unknown ablation(s) {unknown} (choose from {', '.join(ABLATIONS)})", file=sys.stderr)
-        sys.exit(2)
-    client = open_client(cfg.tracking_uri or default_uri())
-    results = build_all(client, cfg.out_dir, list(cfg.ablations), cfg.baseline)
-    for name, res in results.items():
-        if not res["runs"]:
-            print(f"{name}: no finished runs in experiment {res['experiment']} (run `make reproduce` first)")
-            continue
-        factor = ABLATIONS[name][1]
-        cols = ["model", "backend", "level", factor, "correct", "fast_1", "fast_1.5", "geomean_speedup"]
-        print(f"\n## {name} ({res['runs']} problem runs, experiment {res['experiment']})\n")
-        print(to_markdown(res["table"], cols))
-        print("files: " + ", ".join(str(p) for p in res["files"].values()))
-        if cfg.log_to_mlflow:
-            exp = client.get_experiment_by_name(res["experiment"])
-            run = client.create_run(exp.experiment_id, run_name=f"tables-{name}", tags={"kforge.kind": "tables"})
-            for path in res["files"].values():
-                client.log_artifact(run.info.run_id, str(path), "tables")
-            client.set_terminated(run.info.run_id)
-
+from kforge.apps.tables import main  # noqa: E402
 
 if __name__ == "__main__":
     main()

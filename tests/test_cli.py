@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from kforge.cli import main
 from tests.helpers import CANDIDATES
 
@@ -64,3 +66,17 @@ def test_usage_errors_exit_two(tmp_path, capsys):
     bad.write_text("class Model:\n    pass\n")
     assert main(["verify", str(bad), cand]) == 2
     assert "no `get_inputs()` function defined" in capsys.readouterr().err
+
+
+def test_first_build_says_it_compiles_torch_headers(tmp_path):
+    from kforge.backends import get_backend
+    from kforge.firstrun import _gcc, pch_pending
+    if not sys.platform.startswith("linux") or not _gcc():
+        pytest.skip("kforge precompiles torch's header with GCC on Linux only")
+    cpu = get_backend("cpu")
+    assert pch_pending(cpu, tmp_path)  # an empty build cache: the first build compiles the header
+    gch = tmp_path / "pch" / "0123" / "torch" / "extension.h.gch"
+    gch.parent.mkdir(parents=True)
+    gch.write_bytes(b"")
+    assert not pch_pending(cpu, tmp_path)
+    assert not pch_pending(get_backend("triton", device="cpu"), tmp_path / "other")  # Triton builds no C++

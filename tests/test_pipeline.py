@@ -6,14 +6,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from mlflow.tracking import MlflowClient
 
 from kforge import REPO_DIR
+from kforge.apps.hydra_conf import compose, model_strings
 from kforge.llm import ModelConfig, make_model
-from kforge.pipeline import run
+from kforge.pipeline import ConfigError, run
 from kforge.tracking import STATE_CODES
 from tests.helpers import candidate
+from tests.llm.stub_server import StubServer
 
 FAST = ["problems.names=[level1/1_ReLU]", "problems.overrides={BATCH:8,DIM:4096}", "verify.trials=2",
         "verify.compile_ref=false", "verify.timing.min_trials=3", "verify.timing.max_trials=6",
@@ -21,8 +22,7 @@ FAST = ["problems.names=[level1/1_ReLU]", "problems.overrides={BATCH:8,DIM:4096}
 
 
 def config(tmp_path: Path, *overrides: str):
-    with initialize_config_dir(config_dir=str(REPO_DIR / "conf"), version_base="1.3"):
-        return compose("synthesize", overrides=[f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", *FAST, *overrides])
+    return compose("synthesize", [f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", *FAST, *overrides])
 
 
 def fenced(name: str) -> str:
@@ -97,10 +97,61 @@ def test_litellm_mock_response_end_to_end_and_cache_replay(tmp_path, pool, monke
     assert rec2.cached_reply and rec2.state == "correct" and rec2.cost_usd == 0.0
 
 
+def test_rerun_with_resume_false_calls_no_model(tmp_path, pool, monkeypatch, capsys):
+    """A local OpenAI-compatible server counts the requests: the rerun sends none, although its
+    optimise prompt carries fresh timings (it is replayed by its place in the sweep)."""
+    monkeypatch.setenv("KFORGE_CACHE_DIR", str(tmp_path / "cache"))  # a fresh response cache
+    with StubServer([fenced("relu_ok.py")]) as server:
+        model = ["model=hosted_vllm/stub-coder", f"model.api_base={server.api_base}", "loop.iterations=2"]
+        first = run(config(tmp_path, *model), pool=pool)
+        assert len(server.requests) == 2 and "ms (speedup" in server.requests[1]["messages"][1]["content"]
+        again = run(config(tmp_path, *model, "resume=false"), pool=pool)
+        assert len(server.requests) == 2  # none more
+    assert [r.phase for r in first.results[0].records] == ["single_shot", "optimise"]
+    assert [(r.phase, r.cached_reply) for r in again.results[0].records] == [("single_shot", True), ("optimise", True)]
+    out = capsys.readouterr().out
+    # One numbering of iterations: iter_000 is MLflow's step 0 and the folder iter_000/.
+    assert "iter_000 (1 of 2) single_shot" in out and "iter_001 (2 of 2) optimise" in out
+    assert "cost unknown" in out  # litellm has no price for this model: no made-up $0
+    client, problems, parents = problem_runs(tmp_path)
+    assert len(problems) == 2 and len(parents) == 2
+    for r in problems:
+        assert r.data.tags["model"] == "hosted_vllm/stub-coder"  # what answered, not the config's name
+        assert sorted(m.step for m in client.get_metric_history(r.info.run_id, "state")) == [0, 1]
+        assert "total_cost_usd" not in r.data.metrics
+    for p in parents:
+        assert "gpu" not in p.data.tags and p.data.tags["device_name"].startswith("cpu")
+        assert "total_cost_usd" not in p.data.metrics
+
+
+def test_readme_model_overrides_and_any_litellm_model_string(tmp_path):
+    cfg = config(tmp_path, "model=gpt-5", "model.cache=false", "model.api_key_env=MY_KEY")
+    assert cfg.model.cache is False and cfg.model.api_key_env == "MY_KEY" and cfg.model.model == "openai/gpt-5"
+    assert set(cfg.model) == set(ModelConfig.__dataclass_fields__)  # every setting can be overridden
+    oracle = config(tmp_path, "model=oracle").model
+    defaults = ModelConfig(name="x")
+    assert all(oracle[k] == getattr(defaults, k) for k in ModelConfig.__dataclass_fields__ if k not in ("name", "kind"))
+    generic = config(tmp_path, "model=litellm", "model.name=anthropic/claude-opus-4-5").model
+    assert (generic.kind, generic.model) == ("litellm", "anthropic/claude-opus-4-5")
+    short = config(tmp_path, "model=ollama_chat/qwen2.5-coder:32b", "model.api_base=http://localhost:11434").model
+    assert (short.name, short.model, short.api_base) == ("ollama_chat/qwen2.5-coder:32b",) * 2 + ("http://localhost:11434",)
+    assert model_strings(["model=gpt-5,openai/gpt-4o,hosted_vllm/a/b", "loop=single_shot"]) == \
+        ["openai/gpt-4o", "hosted_vllm/a/b"]
+
+
+def test_cuda_without_a_gpu_suggests_the_hydra_override(tmp_path, pool):
+    from kforge.verify.gpus import detect_gpus
+    if detect_gpus():
+        pytest.skip("a GPU is visible")
+    with pytest.raises(ConfigError, match="use backend=cpu") as err:
+        run(config(tmp_path, "backend=cuda"), llm=scripted(fenced("relu_ok.py")), pool=pool)
+    assert "--backend" not in str(err.value)
+
+
 def test_missing_key_fails_before_any_problem(tmp_path, monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
-    res = subprocess.run([sys.executable, str(REPO_DIR / "pipelines" / "synthesize.py"), "model=gpt-5",
+    res = subprocess.run([sys.executable, str(REPO_DIR / "pipelines" / "synthesize.py"), "model=openai/gpt-5",
                           f"tracking.uri=sqlite:///{tmp_path}/mlflow.db"], capture_output=True, text=True,
                          env=env, cwd=tmp_path, timeout=300)
     assert res.returncode == 2 and "OPENAI_API_KEY" in res.stderr, res.stderr[-2000:]

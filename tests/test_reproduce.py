@@ -22,6 +22,15 @@ def test_missing_key_stops_at_once_and_suggests_the_oracle(tmp_path):
     assert not (tmp_path / "mlflow.db").exists()
 
 
+def test_make_reproduce_with_a_litellm_model_string_names_its_key(tmp_path):
+    # Any litellm model string: litellm says which variable its provider reads.
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "MAKEFLAGS")}
+    res = subprocess.run(["make", "-s", "-C", str(REPO_DIR), "reproduce", "MODELS=openai/gpt-5", f"PYTHON={sys.executable}"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode != 0 and "needs OPENAI_API_KEY" in res.stderr, res.stderr[-2000:]
+    assert "unknown model" not in res.stderr and not (REPO_DIR / "mlflow.db").exists()
+
+
 def test_oracle_dry_run_of_one_sweep_writes_tables(tmp_path):
     cmd = [sys.executable, str(REPO_DIR / "pipelines" / "reproduce.py"), "--models", "oracle", "--backends", "cpu",
            "--levels", "1", "--iterations", "2", "--ablations", "single_vs_iterative", "--",

@@ -1,11 +1,9 @@
-"""Scaling out on CPU: GPU splitting, joblib and Ray launchers, concurrent writers, resuming a killed sweep."""
+"""Scaling out on CPU: GPU splitting, joblib and Ray launchers, concurrent writers (resuming a killed sweep:
+tests/test_interrupt.py)."""
 
 import multiprocessing
-import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -100,55 +98,3 @@ def test_a_new_store_touched_by_several_processes_at_once(tmp_path):
     assert [p.exitcode for p in procs] == [0, 0, 0, 0]
     _, all_runs = runs(uri, "concurrent")
     assert {r.info.run_name for r in all_runs if r.data.tags.get("kforge.kind") == "problem"} == {"p0-0", "p2-0"}
-
-
-def test_sweep_killed_with_sigkill_resumes_without_repeating_work(tmp_path):
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
-    names = "problems.names=[level1/1_ReLU,level1/2_Softmax,level1/3_LayerNorm,level1/5_SumReduction]"
-    overrides = {"BATCH": 4, "DIM": 1024, "DIM1": 64, "DIM2": 32}
-    cmd = [sys.executable, SYNTH, "model=oracle", "loop.iterations=2", f"tracking.uri={uri}", names,
-           *[o for o in TINY if not o.startswith("problems.overrides")],
-           "problems.overrides={" + ",".join(f"{k}:{v}" for k, v in overrides.items()) + "}"]
-    # Constants a problem lacks would be an error: give each problem only its own.
-    cmd = [c for c in cmd if not c.startswith("problems.overrides")] + ["problems.size=cpu"]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-    deadline = time.monotonic() + 600
-    finished_before: list[str] = []
-    while time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.5)
-        if not (tmp_path / "mlflow.db").exists():
-            continue
-        try:
-            _, all_runs = runs(uri)
-        except Exception:
-            continue
-        problem_runs = [r for r in all_runs if r.data.tags.get("kforge.kind") == "problem"]
-        finished_before = [r.data.tags["problem"] for r in problem_runs if r.info.status == "FINISHED"]
-        if finished_before and len(problem_runs) > len(finished_before):
-            break
-    assert proc.poll() is None, "the sweep ended before it could be killed"
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    client, all_runs = runs(uri)
-    before = {r.data.tags["problem"]: r for r in all_runs if r.data.tags.get("kforge.kind") == "problem"}
-    done_iters = {k: len(client.get_metric_history(r.info.run_id, "state")) for k, r in before.items()}
-    assert any(r.info.status == "RUNNING" for r in before.values())  # cut off mid-problem
-
-    res = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=900)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    assert "resuming" in res.stdout
-    client, all_runs = runs(uri)
-    problems = [r for r in all_runs if r.data.tags.get("kforge.kind") == "problem"]
-    keys = [r.data.tags["problem"] for r in problems]
-    assert sorted(keys) == sorted(set(keys)) and len(keys) == 4  # every problem exactly once
-    assert all(r.info.status == "FINISHED" for r in problems)
-    for r in problems:  # every problem has exactly its two iterations, none logged twice
-        steps = [m.step for m in client.get_metric_history(r.info.run_id, "state")]
-        assert sorted(steps) == [0, 1], (r.data.tags["problem"], steps)
-    # The second job verified only what the first had not: no finished problem was re-verified.
-    parents = sorted((r for r in all_runs if r.data.tags.get("kforge.kind") == "sweep-job"),
-                     key=lambda r: r.info.start_time)
-    expected = sum(2 - n for k, n in done_iters.items() if k not in finished_before) + 2 * (4 - len(before))
-    assert parents[-1].data.metrics["verifications"] == expected
-    assert parents[-1].data.metrics["problems_skipped"] == len(finished_before)

@@ -92,9 +92,10 @@ class AnalysisAgent:
         return [{"role": "user", "content": content}]
 
     def analyse(self, problem: Problem, code: str, verdict: Verdict, digest: Digest | None,
-                png: Path | None = None) -> Recommendation:
+                png: Path | None = None, iteration: int = 0) -> Recommendation:
         messages = self.messages(problem, code, verdict, digest, png)
-        ctx = CallContext(problem_key=problem.key, backend=self.backend.name, phase="analysis", problem=problem)
+        ctx = CallContext(problem_key=problem.key, backend=self.backend.name, phase="analysis", iteration=iteration,
+                          problem=problem)
         try:
             resp = self.llm.complete(messages, ctx)
         except LLMError as exc:
@@ -122,7 +123,7 @@ class ProfilingAdvisor:
         self.ceilings = ceilings
         self.render = render
 
-    def recommend(self, problem: Problem, code: str, verdict: Verdict) -> Recommendation:
+    def recommend(self, problem: Problem, code: str, verdict: Verdict, iteration: int = 0) -> Recommendation:
         profile, notes = None, []
         if self.profiler is not None:
             try:
@@ -146,7 +147,7 @@ class ProfilingAdvisor:
         (out / "digest.json").write_text(json.dumps(digest.to_dict(), indent=1, default=str))
         files["digest"] = str(out / "digest.json")
         if self.analysis == "llm":
-            rec = self.agent.analyse(problem, code, verdict, digest, png)
+            rec = self.agent.analyse(problem, code, verdict, digest, png, iteration=iteration)
         elif self.analysis == "rules":
             f = classify(digest)
             rec = Recommendation(action=f.action, bottleneck=f.bottleneck, evidence=f.evidence, source=f"rules:{f.rule}")

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .. import REPO_DIR
+from .. import DATA_DIR
 
-PROMPTS_DIR = REPO_DIR / "prompts"
+PROMPTS_DIR = DATA_DIR / "prompts"
 
 
 class Prompts:

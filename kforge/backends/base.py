@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from .. import REPO_DIR
+from .. import DATA_DIR
 
-EXAMPLES_DIR = REPO_DIR / "prompts" / "examples"
+EXAMPLES_DIR = DATA_DIR / "prompts" / "examples"
 
 
 @dataclass

@@ -9,6 +9,7 @@ from .. import cache_dir
 from .base import CallContext, LLM, LLMError, LLMResponse, MissingAPIKey, ModelConfig
 from .cache import ResponseCache
 from .offline import OracleModel, ScriptedModel
+from .replay import ReplayingModel, replaying
 
 
 def make_model(config: ModelConfig | dict[str, Any], cache_root: str | Path | None = None) -> LLM:
@@ -28,4 +29,4 @@ def make_model(config: ModelConfig | dict[str, Any], cache_root: str | Path | No
 
 
 __all__ = ["CallContext", "LLM", "LLMError", "LLMResponse", "MissingAPIKey", "ModelConfig", "ResponseCache",
-           "OracleModel", "ScriptedModel", "make_model"]
+           "OracleModel", "ReplayingModel", "ScriptedModel", "make_model", "replaying"]

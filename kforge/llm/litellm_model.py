@@ -5,6 +5,7 @@ litellm is imported lazily: the verifier and its workers never need it.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from typing import Any
@@ -15,6 +16,20 @@ from .cache import ResponseCache
 # Worth retrying: the next attempt may well succeed.
 _TRANSIENT = ("RateLimitError", "InternalServerError", "ServiceUnavailableError", "BadGatewayError",
               "APIConnectionError", "Timeout", "APIError")
+
+
+def _litellm():
+    """litellm, imported once and quietened: no help banners on errors, and no INFO line per call (kforge
+    prints its own per iteration; through Hydra's root handler each also came out twice)."""
+    import litellm
+    if not getattr(litellm, "_kforge_quiet", False):
+        litellm.suppress_debug_info = True
+        for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy"):
+            logger = logging.getLogger(name)
+            logger.setLevel(logging.WARNING)
+            logger.propagate = False  # its own handler prints what is left, once
+        litellm._kforge_quiet = True
+    return litellm
 
 
 class LiteLLMModel:
@@ -42,21 +57,29 @@ class LiteLLMModel:
         return p
 
     def check(self) -> None:
-        """Fail before any problem starts when the key is missing (local servers need none)."""
+        """Fail before any problem starts on a provider litellm does not know or a missing key (litellm knows
+        which variables each provider reads; local servers need none)."""
         c = self.config
+        litellm = _litellm()
+        try:
+            litellm.get_llm_provider(c.model, api_base=c.api_base)
+        except Exception as exc:  # noqa: BLE001 - litellm raises its BadRequestError for an unknown provider
+            raise LLMError(f"litellm does not know the provider of model {c.model!r}: write PROVIDER/MODEL with one "
+                           "of https://docs.litellm.ai/docs/providers (e.g. openai/gpt-5, anthropic/claude-opus-4-5, "
+                           f"hosted_vllm/NAME with model.api_base=URL) ({type(exc).__name__})") from None
+        label = c.model if c.name == c.model else f"{c.name} ({c.model})"
         if c.api_key_env:
             if not os.environ.get(c.api_key_env):
-                raise MissingAPIKey(f"model {c.name} ({c.model}) needs an API key: set {c.api_key_env} in the "
-                                    f"environment, or pick an offline model: model=oracle")
+                raise MissingAPIKey(f"model {label} needs an API key: set {c.api_key_env} in the environment, or "
+                                    "pick an offline model: model=oracle")
             return
         if c.api_base or "mock_response" in c.extra:
             return
-        import litellm
         env = litellm.validate_environment(model=c.model)
         if not env.get("keys_in_environment", False):
-            missing = ", ".join(env.get("missing_keys") or ["the provider's API key"])
-            raise MissingAPIKey(f"model {c.name} ({c.model}) needs {missing} set in the environment "
-                                f"(e.g. export {missing.split(',')[0]}=...), or pick an offline model: model=oracle")
+            missing = env.get("missing_keys") or ["the provider's API key"]
+            raise MissingAPIKey(f"model {label} needs {', '.join(missing)} set in the environment (e.g. export "
+                                f"{missing[0]}=...), or pick an offline model: model=oracle")
 
     def complete(self, messages: list[dict[str, Any]], context: CallContext | None = None) -> LLMResponse:
         c = self.config
@@ -66,7 +89,7 @@ class LiteLLMModel:
             hit = self.cache.get(key)
             if hit is not None:
                 return hit
-        import litellm
+        litellm = _litellm()
         kwargs = dict(params, model=c.model, messages=messages, timeout=c.timeout_s)
         if c.api_key_env:
             kwargs["api_key"] = os.environ.get(c.api_key_env)

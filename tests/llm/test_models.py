@@ -94,3 +94,42 @@ def test_oracle_answers_from_the_builtin_suite():
     assert "oracle, not an LLM" in r.text and "load_inline" in r.text and r.note is None
     missing = m.complete(MESSAGES, CallContext(problem_key=p.key, backend="metal", problem=p))
     assert missing.note and "no solution for level1/1_ReLU on the metal backend" in missing.note
+
+
+def test_replay_by_place_ignores_measured_numbers_in_the_prompt(tmp_path, monkeypatch):
+    from kforge.llm import ReplayingModel, replaying
+    ctx = CallContext(problem_key="level1/1_ReLU", backend="cpu", phase="optimise", iteration=1)
+    first = replaying(mock_model(tmp_path), scope="sweep-a")
+    assert isinstance(first, ReplayingModel)
+    r1 = first.complete([{"role": "user", "content": "your kernel: 1.2345 ms"}], ctx)
+    import litellm
+    monkeypatch.setattr(litellm, "completion", lambda **kw: pytest.fail("the model was called on a replay"))
+    again = replaying(mock_model(tmp_path), scope="sweep-a")  # a rerun: a new process, the same cache
+    r2 = again.complete([{"role": "user", "content": "your kernel: 1.1987 ms"}], ctx)
+    assert r2.cached and r2.text == r1.text and again.replayed == 1 and again.calls == 0
+    # Another place, or another sweep configuration, is a new call.
+    other = [replaying(mock_model(tmp_path), scope="sweep-a").complete, replaying(mock_model(tmp_path), "sweep-b").complete]
+    with pytest.raises(BaseException, match="the model was called"):
+        other[0]([{"role": "user", "content": "x"}], CallContext(problem_key="level1/1_ReLU", phase="fix", iteration=1))
+    with pytest.raises(BaseException, match="the model was called"):
+        other[1]([{"role": "user", "content": "x"}], ctx)
+    # Offline models and models without a cache are left as they are.
+    oracle = make_model(ModelConfig(name="oracle", kind="oracle"))
+    assert replaying(oracle, "s") is oracle and replaying(mock_model(tmp_path, cache=False), "s").__class__ is not \
+        ReplayingModel
+
+
+def test_unknown_provider_is_refused_before_any_call():
+    with pytest.raises(LLMError, match="does not know the provider of model 'nosuchprovider/x'"):
+        make_model(ModelConfig(name="x", model="nosuchprovider/x")).check()
+
+
+def test_litellm_prints_no_info_lines_and_no_banners(tmp_path, capsys, caplog):
+    import logging
+    caplog.set_level(logging.INFO)  # a root handler at INFO, as Hydra installs one
+    mock_model(tmp_path, cache=False).complete(MESSAGES)
+    with pytest.raises(LLMError):
+        mock_model(tmp_path, reply="litellm.RateLimitError", retries=0, cache=False).complete(MESSAGES)
+    out = capsys.readouterr()
+    assert not [r for r in caplog.records if r.name.startswith("LiteLLM")]
+    assert "LiteLLM" not in out.out + out.err and "Give Feedback" not in out.out + out.err

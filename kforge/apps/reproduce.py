@@ -1,0 +1,102 @@
+"""``kforge-reproduce`` (``make reproduce``): the paper's three ablation sweeps, then the tables.
+
+    kforge-reproduce --models gpt-5,claude-opus --backends cuda --levels 1,2,3
+    kforge-reproduce --models openai/gpt-5,anthropic/claude-opus-4-5     # any litellm model strings
+    kforge-reproduce --models oracle --backends cpu            # offline dry run
+    kforge-reproduce ... -- loop.concurrency=4                 # extra Hydra overrides
+
+Every model's API key is checked before anything runs. Each sweep is a Hydra multirun of
+kforge-synthesize into its own MLflow experiment; kforge-tables then writes the tables.
+(``python pipelines/reproduce.py ...`` in a checkout is the same command.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from .. import PACKAGE_DIR
+from .hydra_conf import CONF_DIR, generic_model
+
+OFFLINE = ("oracle", "scripted")
+
+
+def model_config(name: str) -> dict[str, Any]:
+    """A ``--models`` entry: a conf/model name, or a litellm model string with its provider."""
+    from omegaconf import OmegaConf
+    path = CONF_DIR / "model" / f"{name}.yaml"
+    if path.is_file():
+        return OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    if "/" in name:
+        return generic_model(name)
+    known = sorted(p.stem for p in (CONF_DIR / "model").glob("*.yaml") if p.stem != "litellm")
+    raise SystemExit(f"kforge: unknown model {name!r}: choose from {', '.join(known)}, or give a litellm model "
+                     "string with its provider (e.g. openai/gpt-5, anthropic/claude-opus-4-5)")
+
+
+def check_models(models: list[str]) -> None:
+    """Stop at once, naming the variable, if a model cannot be called."""
+    from ..llm import LLMError, ModelConfig, make_model
+    for name in models:
+        cfg = model_config(name)
+        try:
+            make_model(ModelConfig(**{k: v for k, v in cfg.items() if k in ModelConfig.__dataclass_fields__})).check()
+        except LLMError as exc:
+            raise SystemExit(f"kforge: {exc}\nkforge: set the key and run again, or pass MODELS=oracle for an offline "
+                             "dry run (hand-written kernels, not an LLM)") from None
+
+
+def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The sweeps' environment: this kforge importable by ``python -m`` whether installed or a checkout."""
+    env = dict(os.environ, **(extra or {}))
+    env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_DIR.parent)] + [p for p in env.get("PYTHONPATH", "").split(
+        os.pathsep) if p])
+    return env
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ..tables import ABLATIONS
+    ap = argparse.ArgumentParser(prog="kforge-reproduce", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default="gpt-5", help="comma-separated conf/model names or litellm model strings")
+    ap.add_argument("--backends", default="cpu", help="comma-separated backends")
+    ap.add_argument("--levels", default="1,2,3", help="comma-separated levels")
+    ap.add_argument("--kernelbench", help="a KernelBench checkout (default: the built-in suite)")
+    ap.add_argument("--iterations", type=int, default=None,
+                    help="iterations per problem in iterative sweeps (default 5; 2 when every model is offline)")
+    ap.add_argument("--ablations", default=",".join(ABLATIONS), help="which sweeps to run")
+    ap.add_argument("--tracking-uri", help="MLflow URI (default: sqlite:///mlflow.db here)")
+    ap.add_argument("--out", default="results", help="where the tables and plots go")
+    ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for every sweep (after --)")
+    args = ap.parse_args(argv)
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    check_models(models)
+    if args.iterations is None:
+        # The oracle answers the same kernel every time: more iterations only re-verify it.
+        args.iterations = 2 if all(m in OFFLINE for m in models) else 5
+    prefix = "kernelbench_l" if args.kernelbench else "builtin_l"
+    groups = ",".join(f"{prefix}{lvl.strip()}" for lvl in args.levels.split(",") if lvl.strip())
+    env = _env({"KERNELBENCH_DIR": str(Path(args.kernelbench).expanduser().resolve())} if args.kernelbench else None)
+    uri = args.tracking_uri or f"sqlite:///{Path.cwd() / 'mlflow.db'}"
+    for ablation in [a for a in args.ablations.split(",") if a]:
+        if ablation not in ABLATIONS:
+            raise SystemExit(f"kforge: unknown ablation {ablation!r} (choose from {', '.join(ABLATIONS)})")
+        cmd = [sys.executable, "-m", "kforge.apps.synthesize", "-m", f"experiment={ablation}",
+               f"model={','.join(models)}", f"backend={args.backends}", f"problems={groups}",
+               f"loop.iterations={args.iterations}", f"tracking.uri={uri}", *args.overrides]
+        print(f"\n=== {ablation}: kforge-synthesize {' '.join(cmd[3:])}", flush=True)
+        if subprocess.run(cmd, env=env).returncode != 0:
+            print(f"kforge: the {ablation} sweep failed; finished problems are in MLflow. Fix the cause and run "
+                  "`make reproduce` again with the same settings.", file=sys.stderr)
+            return 1
+    cmd = [sys.executable, "-m", "kforge.apps.tables", f"tracking_uri={uri}", f"out_dir={args.out}",
+           f"ablations=[{args.ablations}]"]
+    return subprocess.run(cmd, env=env).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""``kforge-synthesize``: synthesis sweeps (models x backends x problems x reference transfer x loop
+settings) into MLflow, through Hydra.
+
+    kforge-synthesize model=oracle backend=cpu problems=builtin_l1
+    kforge-synthesize model=openai/gpt-5 backend=cuda problems=builtin_l2      # any litellm model string
+    kforge-synthesize -m loop=single_shot,iterative model=gpt-5,claude-opus
+    kforge-synthesize --help        # every config group and its choices
+
+Each Hydra job is one MLflow parent run; each problem a nested run; each iteration a step.
+(``python pipelines/synthesize.py ...`` in a checkout is the same command.)
+"""
+
+from __future__ import annotations
+
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+from .hydra_conf import CONF_DIR, register_model_strings
+
+
+@hydra.main(config_path=str(CONF_DIR), config_name="synthesize", version_base="1.3")
+def _job(cfg: DictConfig) -> float:
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
+
+    from ..llm import LLMError
+    from ..pipeline import ConfigError, run, split_gpus
+    from ..problems import ProblemError
+    from ..verify.gpus import detect_gpus
+    hc = HydraConfig.get()
+    tags = {"hydra.job": hc.job.name, "hydra.output_dir": hc.runtime.output_dir}
+    if hc.mode.name == "MULTIRUN":
+        tags["hydra.job_num"] = str(hc.job.num)
+        tags["hydra.sweep_dir"] = hc.sweep.dir
+        launcher = str(hc.launcher.get("_target_", ""))
+        if "joblib" in launcher.lower() and cfg.workers.gpus is None:
+            # Jobs run side by side on this host: give each its own GPUs.
+            import os
+            n_jobs = int(hc.launcher.get("n_jobs") or 1)
+            n_jobs = (os.cpu_count() or 1) if n_jobs < 0 else n_jobs
+            with open_dict(cfg):
+                cfg.workers.gpus = split_gpus(detect_gpus(), hc.job.num, n_jobs)
+            tags["gpus"] = ",".join(map(str, cfg.workers.gpus))
+    try:
+        result = run(cfg, tags=tags)
+    except (LLMError, ConfigError, ProblemError) as exc:
+        print(f"kforge: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:  # before the problems started, or while the job was being closed
+        print("kforge: interrupted; finished problems are in MLflow: run the same command again to continue",
+              file=sys.stderr)
+        sys.exit(130)
+    if result.interrupted:
+        sys.exit(130)
+    # The return value lets Hydra's optimisation sweepers use the job's correctness rate.
+    return float(result.stats.get("fast_0") or 0.0)
+
+
+def main() -> None:
+    register_model_strings(sys.argv[1:])
+    _job()
+
+
+if __name__ == "__main__":
+    main()
