@@ -27,16 +27,18 @@ KIND_TAG = "mlflow.experimentKind"
 VIEW_ID = "kforge"
 VIEW_TAG = f"mlflow.sharedViewState.{VIEW_ID}"
 
-#: The runs table's columns in the saved view: problem runs fill the first ones, sweep jobs the last.
-VIEW_COLUMNS = ("tags.`state`", "metrics.`best_speedup_vs_eager`", "metrics.`best_speedup_vs_compile`",
-                "metrics.`iterations`", "tags.`model`", "tags.`backend`", "tags.`loop_mode`",
-                "metrics.`problems`", "metrics.`correctness_rate`", "metrics.`fast_1`",
-                "metrics.`geomean_speedup_vs_eager`", "metrics.`total_cost_usd`")
+#: The runs table's columns in the saved view, in order: a problem's state and best speedup first, then
+#: what its job summarises, then the configuration.
+VIEW_COLUMNS = ("tags.`state`", "metrics.`best_speedup_vs_eager`", "metrics.`iterations`", "metrics.`problems`",
+                "metrics.`correctness_rate`", "metrics.`fast_1`", "metrics.`geomean_speedup_vs_eager`",
+                "tags.`model`", "tags.`backend`", "tags.`loop_mode`", "tags.`reference`", "tags.`analysis`",
+                "metrics.`best_speedup_vs_compile`", "metrics.`total_cost_usd`")
 
 
 def view_state() -> dict[str, Any]:
     """The saved view's state, in the shape MLflow's runs table keeps (MLflow 3.17)."""
-    return {"selectedColumns": list(VIEW_COLUMNS),
+    return {"selectedColumns": list(VIEW_COLUMNS), "columnOrder": ["run_name", *VIEW_COLUMNS],
+            "columnWidths": {c: 120 if c.startswith("tags") else 170 for c in VIEW_COLUMNS},
             "groupBy": {"aggregateFunction": "average",
                         "groupByKeys": [{"mode": "tag", "groupByData": "kforge.kind"}]},
             "groupsExpanded": {}, "searchFilter": "", "orderByKey": "attributes.start_time", "orderByAsc": False}

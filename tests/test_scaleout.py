@@ -132,7 +132,7 @@ def test_sweep_killed_with_sigkill_resumes_without_repeating_work(tmp_path):
     proc.wait()
     client, all_runs = runs(uri)
     before = {r.data.tags["problem"]: r for r in all_runs if r.data.tags.get("kforge.kind") == "problem"}
-    done_iters = {k: len(client.get_metric_history(r.info.run_id, "state")) for k, r in before.items()}
+    done_iters = {k: len(client.get_metric_history(r.info.run_id, "state_index")) for k, r in before.items()}
     assert any(r.info.status == "RUNNING" for r in before.values())  # cut off mid-problem
 
     res = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=900)
@@ -144,7 +144,7 @@ def test_sweep_killed_with_sigkill_resumes_without_repeating_work(tmp_path):
     assert sorted(keys) == sorted(set(keys)) and len(keys) == 4  # every problem exactly once
     assert all(r.info.status == "FINISHED" for r in problems)
     for r in problems:  # every problem has exactly its two iterations, none logged twice
-        steps = [m.step for m in client.get_metric_history(r.info.run_id, "state")]
+        steps = [m.step for m in client.get_metric_history(r.info.run_id, "state_index")]
         assert sorted(steps) == [0, 1], (r.data.tags["problem"], steps)
     # The second job verified only what the first had not: no finished problem was re-verified.
     parents = sorted((r for r in all_runs if r.data.tags.get("kforge.kind") == "sweep-job"),
