@@ -107,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     base = argv[1] if len(argv) > 1 else LOCAL_UI
     client = open_client(uri)
     found = [e for e in client.search_experiments() if VIEW_TAG in e.tags]
+    if found:
+        print("kforge experiments, each opening on its runs table:")
     for e in found:
         print(f"  {e.name:32} {runs_url(base, e.experiment_id)}")
     if not found:

@@ -305,4 +305,5 @@ def _run_tracked(conf, conf_yaml, problems, backend, agent, verifier, loop_cfg, 
     if interrupted:
         print(f"\nkforge: interrupted; {len(results)} finished problem(s) are in MLflow (run {parent}).")
     print_summary(results, stats)
+    print(f"runs table: {tracker.view_url()}" + ("" if tracker.uri.startswith("http") else "  (after `make ui`)"))
     return JobResult(results, stats, parent, interrupted, extra={"verifier_time_s": dict(verifier.time_s)})
