@@ -86,7 +86,7 @@ def to_latex(heads: list[str], rows: list[list[Cell]], text: str, label: str) ->
     return "\n".join([
         r"% kforge ablation table; needs \usepackage{booktabs,graphicx}",
         r"\begin{table}[htbp]", r"\centering", r"\small", rf"\caption{{{latex_escape(text)}}}",
-        rf"\label{{tab:{label}}}", r"\resizebox{\ifdim\width>\linewidth\linewidth\else\width\fi}{!}{%",
+        rf"\label{{tab:{label}}}", r"\smallskip", r"\resizebox{\ifdim\width>\linewidth\linewidth\else\width\fi}{!}{%",
         rf"\begin{{tabular}}{{{'l' * len(heads)}}}", r"\toprule", head, r"\midrule", *body, r"\bottomrule",
         r"\end{tabular}}", r"\end{table}", ""])
 
