@@ -350,4 +350,5 @@ def _run_tracked(conf, conf_yaml, problems, backend, agent, verifier, loop_cfg, 
               f"KILLED); {left} problem(s) are cut off or not started: run the same command again to continue "
               "them.")
     print_summary(results, stats)
+    print(f"runs table: {tracker.view_url()}" + ("" if tracker.uri.startswith("http") else "  (after `make ui`)"))
     return JobResult(results, stats, parent, interrupted, extra={"verifier_time_s": dict(verifier.time_s)})

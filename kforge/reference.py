@@ -49,7 +49,7 @@ def _from_mlflow(rcfg: dict[str, Any], problems: list[Problem], source: str, lan
     import tempfile
     from pathlib import Path
 
-    from .tracking import default_uri, open_client
+    from .tracking import default_uri, metric, open_client
     client = open_client(rcfg.get("tracking_uri") or uri or default_uri())
     filters = [f"tags.backend = '{source}'", "tags.`kforge.kind` = 'problem'", "metrics.best_correct = 1"]
     if rcfg.get("run_id"):
@@ -68,8 +68,8 @@ def _from_mlflow(rcfg: dict[str, Any], problems: list[Problem], source: str, lan
     best: dict[str, Any] = {}
     for r in runs:
         key = r.data.tags.get("problem")
-        s = r.data.metrics.get("best_speedup_eager") or 0.0
-        if key and (key not in best or s > (best[key].data.metrics.get("best_speedup_eager") or 0.0)):
+        s = metric(r.data.metrics, "best_speedup_vs_eager") or 0.0
+        if key and (key not in best or s > (metric(best[key].data.metrics, "best_speedup_vs_eager") or 0.0)):
             best[key] = r
     out: dict[str, Reference | None] = {}
     with tempfile.TemporaryDirectory() as tmp:

@@ -21,6 +21,7 @@ from typing import Any
 
 from .loop import IterationRecord, ProblemResult
 from .problems import Problem
+from .tracking import metric_history
 from .verify import Verdict
 
 #: Configuration keys that do not change what a job computes.
@@ -70,7 +71,7 @@ def restore(client, run, problem: Problem) -> Previous:
     finished = run.info.status == "FINISHED"
     result = ProblemResult(problem)
     last_code = last_verdict = None
-    steps = sorted({m.step for m in client.get_metric_history(run.info.run_id, "state")})
+    steps = sorted({m.step for m in metric_history(client, run.info.run_id, "state_index")})
     with tempfile.TemporaryDirectory() as tmp:
         for step in steps:
             d = f"iter_{step:03d}"

@@ -1,22 +1,29 @@
 """The paper's ablation tables, from MLflow runs, with pandas.
 
-One row per (model, backend, level, factor): correctness rate, fast_1, fast_1.5 (each with k/n) and
-the geometric-mean speedup over correct kernels; written as Markdown, CSV and LaTeX. Plots: fast_p
-curves (p from 0 to 3) per configuration, and correctness and speedup by iteration.
+One row per (model, backend, level, factor), plus an ``all`` level per (model, backend, factor); its
+columns are `COLUMNS`, the one list to extend: problems n, correctness rate, fast_1 and fast_1.5 (k/n
+with a bootstrap interval over problems), the geometric-mean speedup of correct kernels (with its
+interval), and its timing range: what the geomean would be if every best kernel had taken its slowest
+or its fastest timing recorded for the same source anywhere in the experiment (another iteration,
+another arm, a rerun), which is how far timing noise alone moves it. `table_render` writes Markdown,
+CSV and LaTeX; `plots` draws fast_p curves and correctness and speedup by iteration.
 
 Runs are deduplicated: for one configuration and problem only the newest finished run counts, so a
-resumed or repeated sweep never counts a problem twice.
+resumed or repeated sweep never counts a problem twice (its older runs' timings still feed the range).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
+import numpy as np
 import pandas as pd
 
 from .metrics import geomean
+from .tracking import metric, metric_history
 
 #: Ablation name -> (MLflow experiment, the tag that holds its factor).
 ABLATIONS: dict[str, tuple[str, str]] = {
@@ -25,10 +32,178 @@ ABLATIONS: dict[str, tuple[str, str]] = {
     "profiling_ablation": ("kforge-profiling_ablation", "analysis"),
 }
 CONFIG_TAGS = ("model", "backend", "loop_mode", "reference", "profiler", "analysis", "size", "problems_source")
+#: What the models that are not LLMs are (their rows are marked, and the caption says so).
+NOT_LLMS = {"oracle": "kforge's hand-written solutions", "scripted": "replies fixed in advance"}
+#: Where a timing of one kernel can be compared with another timing of it.
+TIMING_KEYS = ("backend", "device", "size", "problem")
 
 
-def load_runs(client, experiment: str) -> pd.DataFrame:
-    """Problem runs of one experiment as a DataFrame (empty when the experiment does not exist)."""
+@dataclass(frozen=True)
+class Context:
+    """What every cell of one table is computed with."""
+
+    baseline: str = "eager"
+    """The speedup the table reports: over PyTorch ``eager`` or ``compile``."""
+    timings: dict[tuple, list[float]] = field(default_factory=dict)
+    """(backend, device, size, problem, kernel hash) -> every speedup recorded for that kernel."""
+    resamples: int = 2000
+    """Bootstrap resamples over problems."""
+    confidence: float = 0.95
+    """Coverage of the bootstrap interval."""
+    seed: int = 0
+    """Seed of the resampling (the same runs give the same table)."""
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A rate (k of n) or a geomean, with its bootstrap interval over problems."""
+
+    value: float | None
+    lo: float | None
+    hi: float | None
+    n: int
+    k: int | None = None
+    """Problems counted, for a rate."""
+
+    def parts(self) -> tuple[str, str]:
+        """The value, and its interval."""
+        if self.value is None:
+            return "-", ""
+        head = f"{self.k}/{self.n}" if self.k is not None else f"{self.value:.2f}"
+        return head, f"[{self.lo:.2f}, {self.hi:.2f}]"
+
+    def text(self) -> str:
+        return " ".join(p for p in self.parts() if p)
+
+    def flat(self, key: str) -> dict[str, Any]:
+        out = {key: self.value, f"{key}_lo": self.lo, f"{key}_hi": self.hi}
+        return {f"{key}_k": self.k, **out} if self.k is not None else out
+
+
+@dataclass(frozen=True)
+class TimingRange:
+    """The geomean under the slowest and the fastest recorded timing of each best kernel."""
+
+    lo: float | None
+    hi: float | None
+    retimed: int
+    """Problems whose best kernel was timed more than once."""
+    n: int
+    """Problems with a correct kernel."""
+
+    def parts(self) -> tuple[str, str]:
+        """The range, and how many problems' best kernels were timed more than once."""
+        if self.lo is None:
+            return "-", ""
+        return f"{self.lo:.2f}–{self.hi:.2f}", f"({self.retimed}/{self.n})"
+
+    def text(self) -> str:
+        return " ".join(p for p in self.parts() if p)
+
+    def flat(self, key: str) -> dict[str, Any]:
+        return {f"{key}_lo": self.lo, f"{key}_hi": self.hi, f"{key}_retimed": self.retimed}
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of the ablation tables."""
+
+    key: str
+    """Its name in code and in the CSV."""
+    header: str
+    """Its heading in Markdown and LaTeX."""
+    value: Callable[[pd.DataFrame, Context], Any]
+    """Its value for one cell's runs (one row per problem)."""
+    caption: str
+    """What the caption says it is (``{baseline}`` and ``{confidence}`` are filled in)."""
+
+
+def _speed(group: pd.DataFrame, ctx: Context) -> np.ndarray:
+    """Each problem's best speedup over the baseline, NaN where it has no correct, timed kernel."""
+    col = "speedup_compile" if ctx.baseline == "compile" else "speedup_eager"
+    s = pd.to_numeric(group[col], errors="coerce").to_numpy(dtype=float)
+    return np.where(group["correct"].to_numpy(dtype=bool) & (s > 0), s, np.nan)
+
+
+def _interval(stats: np.ndarray, ctx: Context) -> tuple[float | None, float | None]:
+    stats = stats[~np.isnan(stats)]
+    if not len(stats):
+        return None, None
+    tail = (1 - ctx.confidence) / 2
+    lo, hi = np.quantile(stats, [tail, 1 - tail])
+    return float(lo), float(hi)
+
+
+def _resample(n: int, ctx: Context) -> np.ndarray:
+    return np.random.default_rng(ctx.seed).integers(0, n, size=(ctx.resamples, n))
+
+
+def rate(counted: Callable[[pd.DataFrame, Context], np.ndarray]) -> Callable[[pd.DataFrame, Context], Estimate]:
+    """A column's value: the share of problems ``counted`` marks, with its bootstrap interval."""
+    def value(group: pd.DataFrame, ctx: Context) -> Estimate:
+        x = np.asarray(counted(group, ctx), dtype=float)
+        if not len(x):
+            return Estimate(None, None, None, 0, 0)
+        return Estimate(float(x.mean()), *_interval(x[_resample(len(x), ctx)].mean(axis=1), ctx), len(x),
+                        int(x.sum()))
+    return value
+
+
+def faster(p: float) -> Callable[[pd.DataFrame, Context], np.ndarray]:
+    """Correct and more than ``p`` times faster than the baseline (KernelBench's fast_p)."""
+    return lambda group, ctx: np.nan_to_num(_speed(group, ctx), nan=0.0) > p
+
+
+def geomean_speedup(group: pd.DataFrame, ctx: Context) -> Estimate:
+    logs = np.log(_speed(group, ctx))
+    if np.isnan(logs).all():
+        return Estimate(None, None, None, len(logs))
+    resampled = logs[_resample(len(logs), ctx)]
+    has = ~np.isnan(resampled).all(axis=1)  # a resample of incorrect problems only has no geomean
+    sums, counts = np.nansum(resampled[has], axis=1), (~np.isnan(resampled[has])).sum(axis=1)
+    lo, hi = _interval(np.exp(sums / counts), ctx)
+    return Estimate(float(np.exp(np.nanmean(logs))), lo, hi, len(logs))
+
+
+def timing_range(group: pd.DataFrame, ctx: Context) -> TimingRange:
+    slow, fast, retimed = [], [], 0
+    for (_, row), s in zip(group.iterrows(), _speed(group, ctx)):
+        if math.isnan(s):
+            continue
+        seen = ctx.timings.get((*(row[k] for k in TIMING_KEYS), row["best_kernel"]), []) if row["best_kernel"] else []
+        retimed += len(seen) > 1
+        slow.append(min([s, *seen]))
+        fast.append(max([s, *seen]))
+    return TimingRange(geomean(slow), geomean(fast), retimed, len(slow))
+
+
+#: The table's columns, in order. A new column is one entry here (and its caption sentence).
+COLUMNS: list[Column] = [
+    Column("n", "n", lambda g, ctx: len(g), "n: problems (the newest finished run of each)."),
+    Column("correct", "correct", rate(lambda g, ctx: g["correct"].to_numpy(dtype=bool)),
+           "correct, fast_1, fast_1.5: k of n problems, then the {confidence} bootstrap interval of the rate "
+           "over problems in brackets."),
+    Column("fast_1", "fast_1", rate(faster(1.0)), "fast_p: correct and more than p times faster than {baseline}."),
+    Column("fast_1.5", "fast_1.5", rate(faster(1.5)), ""),
+    Column("geomean_speedup", "geomean speedup", geomean_speedup,
+           "geomean speedup: over correct kernels, with its {confidence} bootstrap interval over problems."),
+    Column("timing_range", "timing range", timing_range,
+           "timing range: the geomean if every best kernel took its slowest or its fastest recorded timing of the "
+           "same source in this experiment (other iterations, arms, reruns), then how many of the problems with a "
+           "correct kernel had it timed more than once; geomeans inside this range differ by timing noise alone."),
+]
+
+
+def _history(client, run_id: str, name: str) -> dict[int, float]:
+    return {m.step: m.value for m in metric_history(client, run_id, name)}
+
+
+def load_runs(client, experiment: str, baseline: str = "eager", iterations: bool = True) -> pd.DataFrame:
+    """Problem runs of one experiment (any status), one row each; empty when the experiment does not exist.
+
+    With ``iterations``, column ``steps`` holds each run's iterations as (step, correct, speedup over the
+    baseline, kernel hash) in step order.
+    """
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
         return pd.DataFrame()
@@ -38,9 +213,15 @@ def load_runs(client, experiment: str) -> pd.DataFrame:
         row = {k: t.get(k, "") for k in CONFIG_TAGS}
         row.update(run_id=r.info.run_id, status=r.info.status, start_time=r.info.start_time,
                    problem=t.get("problem", ""), level=t.get("level", ""), parent=t.get("mlflow.parentRunId", ""),
-                   correct=bool(m.get("best_correct", 0.0)), speedup_eager=m.get("best_speedup_eager"),
-                   speedup_compile=m.get("best_speedup_compile"), iterations=m.get("iterations"),
+                   device=t.get("device", ""), model_label=t.get("model_label", ""),
+                   best_kernel=t.get("best_kernel", ""), correct=bool(m.get("best_correct", 0.0)),
+                   speedup_eager=metric(m, "best_speedup_vs_eager"),
+                   speedup_compile=metric(m, "best_speedup_vs_compile"), iterations=m.get("iterations"),
                    cost_usd=m.get("total_cost_usd"))
+        if iterations:
+            correct = _history(client, r.info.run_id, "correct")
+            speed = _history(client, r.info.run_id, f"speedup_vs_{baseline}")
+            row["steps"] = [(s, bool(correct[s]), speed.get(s), t.get(f"kernel.{s}", "")) for s in sorted(correct)]
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -54,155 +235,133 @@ def dedupe(df: pd.DataFrame) -> pd.DataFrame:
     return done.sort_values("start_time").groupby(keys, dropna=False, as_index=False).tail(1).reset_index(drop=True)
 
 
-def _speedup(row: pd.Series, baseline: str) -> float | None:
-    s = row["speedup_compile"] if baseline == "compile" else row["speedup_eager"]
-    return None if s is None or (isinstance(s, float) and math.isnan(s)) else float(s)
+def kernel_timings(runs: pd.DataFrame) -> dict[tuple, list[float]]:
+    """Every recorded speedup of each kernel (correct iterations with a kernel hash), any run's."""
+    out: dict[tuple, list[float]] = {}
+    for _, row in runs.iterrows():
+        for _, ok, speed, kernel in row.get("steps") or []:
+            if ok and kernel and speed:
+                out.setdefault((*(row[k] for k in TIMING_KEYS), kernel), []).append(speed)
+    return out
 
 
-def summarise(group: pd.DataFrame, baseline: str = "eager") -> dict[str, Any]:
-    n = len(group)
-    speed = [_speedup(r, baseline) if r["correct"] else None for _, r in group.iterrows()]
-    k_correct = int(group["correct"].sum())
-    k1 = sum(1 for s in speed if s is not None and s > 1.0)
-    k15 = sum(1 for s in speed if s is not None and s > 1.5)
-    g = geomean(speed)
-    return {"n": n, "correct": f"{k_correct}/{n}", "correct_rate": k_correct / n if n else 0.0,
-            "fast_1": f"{k1}/{n}", "fast_1_rate": k1 / n if n else 0.0, "fast_1.5": f"{k15}/{n}",
-            "fast_1.5_rate": k15 / n if n else 0.0, "geomean_speedup": g}
+def summarise(group: pd.DataFrame, ctx: Context) -> dict[str, Any]:
+    return {c.key: c.value(group, ctx) for c in COLUMNS}
 
 
-def ablation_table(df: pd.DataFrame, factor: str, baseline: str = "eager") -> pd.DataFrame:
-    """Rows by model x backend x level x factor, plus an ``all`` level row per model x backend x factor."""
+def ablation_table(df: pd.DataFrame, factor: str, ctx: Context | None = None) -> pd.DataFrame:
+    """Rows by model x backend x level x factor, plus an ``all`` level row per model x backend x factor.
+
+    Each `COLUMNS` entry is a column of values (`Estimate`, `TimingRange`, ...) with ``text()``.
+    """
+    ctx = ctx or Context()
+    keys = ["model", "backend", "level", factor]
     if df.empty:
-        return pd.DataFrame(columns=["model", "backend", "level", factor, "n", "correct", "fast_1", "fast_1.5",
-                                     "geomean_speedup"])
+        return pd.DataFrame(columns=[*keys, *(c.key for c in COLUMNS)])
     rows = []
-    for keys, group in df.groupby(["model", "backend", "level", factor], dropna=False):
-        rows.append(dict(zip(["model", "backend", "level", factor], keys), **summarise(group, baseline)))
-    for keys, group in df.groupby(["model", "backend", factor], dropna=False):
-        rows.append(dict(zip(["model", "backend", factor], keys), level="all", **summarise(group, baseline)))
+    for values, group in df.groupby(keys, dropna=False):
+        rows.append(dict(zip(keys, values), **summarise(group, ctx)))
+    for values, group in df.groupby(["model", "backend", factor], dropna=False):
+        rows.append(dict(zip(["model", "backend", factor], values), level="all", **summarise(group, ctx)))
     out = pd.DataFrame(rows)
     out["level"] = out["level"].astype(str)
-    return out.sort_values(["model", "backend", "level", factor], key=lambda s: s.map(str)).reset_index(drop=True)
+    return out.sort_values(keys, key=lambda s: s.map(str)).reset_index(drop=True)
 
 
 def fast_p_curve(df: pd.DataFrame, factor: str, ps=None, baseline: str = "eager") -> pd.DataFrame:
-    """fast_p for p in [0, 3] per configuration (model, backend, factor)."""
+    """fast_p for p in [0, 3] per configuration (model, backend, factor), with its n."""
     ps = ps if ps is not None else [round(0.1 * i, 2) for i in range(31)]
+    ctx = Context(baseline)
     rows = []
     for keys, group in df.groupby(["model", "backend", factor], dropna=False):
-        speed = [_speedup(r, baseline) if r["correct"] else None for _, r in group.iterrows()]
-        n = len(group)
+        speed, n = np.nan_to_num(_speed(group, ctx), nan=0.0), len(group)
         for p in ps:
             # fast_0 is the correctness rate (an untimed correct kernel counts there only)
-            k = int(group["correct"].sum()) if p == 0 else sum(1 for s in speed if s is not None and s > p)
-            rows.append({"model": keys[0], "backend": keys[1], factor: keys[2], "p": p, "fast_p": k / n if n else 0.0})
+            k = int(group["correct"].sum()) if p == 0 else int((speed > p).sum())
+            rows.append({"model": keys[0], "backend": keys[1], factor: keys[2], "p": p, "fast_p": k / n if n else 0.0,
+                         "n": n})
     return pd.DataFrame(rows)
 
 
-def by_iteration(client, df: pd.DataFrame, factor: str) -> pd.DataFrame:
-    """Correctness rate and geomean best-so-far speedup after each iteration, per configuration."""
-    rows = []
-    for _, r in df.iterrows():
-        correct = {m.step: m.value for m in client.get_metric_history(r["run_id"], "correct")}
-        speed = {m.step: m.value for m in client.get_metric_history(r["run_id"], "speedup_eager")}
-        best = None
-        for step in range(int(r["iterations"] or 0)):
-            if correct.get(step) and speed.get(step):
-                best = max(best or 0.0, speed[step])
-            rows.append({"model": r["model"], "backend": r["backend"], factor: r[factor], "problem": r["problem"],
-                         "iteration": step, "correct": best is not None, "best_speedup": best})
-    hist = pd.DataFrame(rows)
-    if hist.empty:
-        return hist
+def by_iteration(df: pd.DataFrame, factor: str) -> pd.DataFrame:
+    """Correctness rate and geomean best-so-far speedup after each iteration, per configuration.
+
+    ``iteration`` counts from 1. A problem that stopped early (its target reached) keeps its best
+    through the configuration's last iteration, so n stays the number of problems.
+    """
+    keys = ["model", "backend", factor]
     agg = []
-    for keys, g in hist.groupby(["model", "backend", factor, "iteration"], dropna=False):
-        agg.append(dict(zip(["model", "backend", factor, "iteration"], keys), correct_rate=g["correct"].mean(),
-                        geomean_speedup=geomean(g["best_speedup"].tolist()), n=len(g)))
+    for values, g in df.groupby(keys, dropna=False):
+        last = max((len(s) for s in g["steps"]), default=0)
+        best_by_it: list[list[float | None]] = [[] for _ in range(last)]
+        for steps in g["steps"]:
+            best = None
+            for i in range(last):
+                if i < len(steps) and steps[i][1] and steps[i][2]:
+                    best = max(best or 0.0, steps[i][2])
+                best_by_it[i].append(best)
+        for i, bests in enumerate(best_by_it):
+            agg.append(dict(zip(keys, values), iteration=i + 1, n=len(bests),
+                            correct_rate=sum(b is not None for b in bests) / len(bests), geomean_speedup=geomean(bests)))
     return pd.DataFrame(agg)
 
 
-def to_markdown(df: pd.DataFrame, columns: list[str]) -> str:
-    def cell(v):
-        if isinstance(v, float):
-            return "-" if math.isnan(v) else f"{v:.2f}"
-        return "-" if v is None else str(v)
-    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
-    for _, r in df.iterrows():
-        lines.append("| " + " | ".join(cell(r[c]) for c in columns) + " |")
-    return "\n".join(lines) + "\n"
+def not_llms(runs: pd.DataFrame) -> dict[str, str]:
+    """The models among ``runs`` that are not LLMs, with what they are."""
+    out = {}
+    for model, label in runs[["model", "model_label"]].drop_duplicates().itertuples(index=False):
+        if model in NOT_LLMS or "not an LLM" in (label or ""):
+            out[model] = NOT_LLMS.get(model, label)
+    return out
 
 
-def write_table(table: pd.DataFrame, factor: str, out_dir: Path, name: str) -> dict[str, Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    cols = ["model", "backend", "level", factor, "correct", "fast_1", "fast_1.5", "geomean_speedup"]
-    shown = table[cols] if not table.empty else table
-    paths = {"md": out_dir / f"{name}.md", "csv": out_dir / f"{name}.csv", "tex": out_dir / f"{name}.tex"}
-    paths["md"].write_text(f"### {name}\n\n" + to_markdown(shown, cols))
-    table.to_csv(paths["csv"], index=False)
-    paths["tex"].write_text(shown.to_latex(index=False, float_format="%.2f", na_rep="-"))
-    return paths
-
-
-def plot_fast_p(curve: pd.DataFrame, factor: str, path: Path, title: str) -> Path:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(6.5, 4), dpi=110)
-    for keys, g in curve.groupby(["model", "backend", factor], dropna=False):
-        ax.plot(g["p"], g["fast_p"], marker=".", label=f"{keys[0]} · {keys[1]} · {factor}={keys[2]}")
-    ax.set_xlabel("speedup threshold p (over PyTorch eager)")
-    ax.set_ylabel("fast_p: correct and faster than p")
-    ax.set_ylim(0, 1.02)
-    ax.axvline(1.0, color="0.7", lw=0.8)
-    ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
-
-
-def plot_iterations(hist: pd.DataFrame, factor: str, path: Path, title: str) -> Path:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.8), dpi=110)
-    for keys, g in hist.groupby(["model", "backend", factor], dropna=False):
-        label = f"{keys[0]} · {keys[1]} · {factor}={keys[2]}"
-        g = g.sort_values("iteration")
-        a1.plot(g["iteration"] + 1, g["correct_rate"], marker="o", label=label)
-        a2.plot(g["iteration"] + 1, g["geomean_speedup"], marker="o", label=label)
-    a1.set_xlabel("iteration")
-    a1.set_ylabel("correct so far")
-    a1.set_ylim(0, 1.02)
-    a2.set_xlabel("iteration")
-    a2.set_ylabel("geomean best speedup (correct)")
-    a1.set_title(title, fontsize=10)
-    a2.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
-
-
-def build_all(client, out_dir: str | Path, ablations: list[str] | None = None,
-              baseline: str = "eager") -> dict[str, dict[str, Any]]:
+def build_all(client, out_dir: str | Path, ablations: list[str] | None = None, baseline: str = "eager",
+              resamples: int = 2000, confidence: float = 0.95) -> dict[str, dict[str, Any]]:
     """Every ablation's table and plots under ``out_dir``; returns what was written per ablation."""
+    from .plots import plot_fast_p, plot_iterations
+    from .table_render import write_table
     out = Path(out_dir)
     results = {}
     for name in ablations or list(ABLATIONS):
         experiment, factor = ABLATIONS[name]
-        runs = dedupe(load_runs(client, experiment))
+        every = load_runs(client, experiment, baseline)
+        runs = dedupe(every)
         if runs.empty:
             results[name] = {"experiment": experiment, "runs": 0}
             continue
-        table = ablation_table(runs, factor, baseline)
-        files = write_table(table, factor, out, name)
-        files["fast_p"] = plot_fast_p(fast_p_curve(runs, factor, baseline=baseline), factor, out / f"{name}_fast_p.png",
-                                      f"{name}: fast_p")
-        hist = by_iteration(client, runs, factor)
+        ctx = Context(baseline, kernel_timings(every), resamples, confidence)
+        table = ablation_table(runs, factor, ctx)
+        files = write_table(table, factor, out, name, ctx, not_llms(runs))
+        files["fast_p"] = plot_fast_p(fast_p_curve(runs, factor, baseline=baseline), factor,
+                                      out / f"{name}_fast_p.png", name, baseline)
+        hist = by_iteration(runs, factor)
         if not hist.empty:
-            files["iterations"] = plot_iterations(hist, factor, out / f"{name}_by_iteration.png", name)
+            files["iterations"] = plot_iterations(hist, factor, out / f"{name}_by_iteration.png", name, baseline)
         results[name] = {"experiment": experiment, "runs": len(runs), "table": table, "files": files}
     return results
+
+
+@dataclass(frozen=True)
+class TimingNoise:
+    """How much the timings of one kernel varied, over the kernels timed more than once."""
+
+    kernels: int
+    """Kernels timed more than once."""
+    median: float | None
+    """Median over those kernels of (fastest / slowest timing - 1)."""
+    worst: float | None
+    """The largest such spread."""
+
+
+def timing_noise(timings: dict[tuple, list[float]]) -> TimingNoise:
+    spreads = [max(v) / min(v) - 1 for v in timings.values() if len(v) > 1 and min(v) > 0]
+    if not spreads:
+        return TimingNoise(0, None, None)
+    return TimingNoise(len(spreads), float(np.median(spreads)), max(spreads))
+
+
+def timings_frame(timings: dict[tuple, list[float]]) -> pd.DataFrame:
+    """One row per kernel timed more than once: its timings' count, range and spread."""
+    rows = [dict(zip((*TIMING_KEYS, "kernel"), key), timings=len(v), min=min(v), median=float(np.median(v)),
+                 max=max(v), spread=max(v) / min(v) - 1) for key, v in timings.items() if len(v) > 1]
+    return pd.DataFrame(rows, columns=[*TIMING_KEYS, "kernel", "timings", "min", "median", "max", "spread"])

@@ -4,8 +4,11 @@ Everything goes through one `MlflowClient` with explicit run ids (problem loops 
 a lock, so one tracker is safe to share. A problem's run is finished as soon as the problem is, so a
 sweep killed later loses none of it.
 
-Per-iteration metric ``state`` holds the index of the verdict state in `STATE_CODES` (MLflow metrics
-are numbers); the state's name is in the iteration's ``verdict.json`` and in the run's tags.
+Per-iteration metric ``state_index`` holds the index of the verdict state in `STATE_CODES` (MLflow
+metrics are numbers); its name is the tag ``state.N`` beside it, and in the iteration's ``verdict.json``.
+A problem run's tag ``state`` is its outcome (``correct`` once any iteration was correct). Metrics were
+renamed to read at a glance (`RENAMED` keeps the old names, so runs logged before still read).
+What the MLflow UI shows first (runs table, saved view, the job's summary) is in `mlflow_view`.
 """
 
 from __future__ import annotations
@@ -17,10 +20,27 @@ import time
 from pathlib import Path
 from typing import Any
 
+from . import mlflow_view
 from .metrics import summary, total_cost
 from .verify import STATES
 
 STATE_CODES = {s: i for i, s in enumerate(STATES)}
+
+#: Metric name -> the name it had before issue 22, for runs logged by an older kforge.
+RENAMED = {"state_index": "state", "speedup_vs_eager": "speedup_eager", "speedup_vs_compile": "speedup_compile",
+           "best_speedup_vs_eager": "best_speedup_eager", "best_speedup_vs_compile": "best_speedup_compile"}
+
+
+def metric(metrics: dict[str, float], name: str) -> float | None:
+    """A run's metric by its name, or by its old name in a run logged before the rename."""
+    value = metrics.get(name)
+    return metrics.get(RENAMED[name]) if value is None and name in RENAMED else value
+
+
+def metric_history(client, run_id: str, name: str) -> list:
+    """``client.get_metric_history`` that also reads a run logged under the metric's old name."""
+    history = client.get_metric_history(run_id, name)
+    return history or (client.get_metric_history(run_id, RENAMED[name]) if name in RENAMED else [])
 
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, str]:
@@ -80,6 +100,9 @@ def open_client(uri: str):
     migration and one dies. A lock file next to the database serialises the first touch.
     """
     from mlflow.tracking import MlflowClient
+    # MLflow draws a "Downloading artifacts" bar per download; resume and reference transfer download a
+    # few small files per problem, hundreds of bars for nothing. An explicit setting is kept.
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     db = _sqlite_path(uri)
     if db is None:
         return _Retrying(MlflowClient(tracking_uri=uri))
@@ -107,18 +130,31 @@ class Tracker:
         # Keep artifacts next to a SQLite database, not in whatever directory the run started from.
         location = artifact_root or (db.parent.joinpath("mlartifacts").as_uri() if db is not None else None)
         self.experiment_id = self._experiment_id(location)
+        self._titles: dict[str, dict[str, str]] = {}
+        """Parent run id -> the tags its summary is titled with."""
+        self._solved: set[str] = set()
+        """Problem runs with a correct iteration (their ``state`` tag stays ``correct``)."""
 
     def _experiment_id(self, location: str | None) -> str:
         exp = self.client.get_experiment_by_name(self.experiment)
+        if exp is None:
+            try:
+                eid = self.client.create_experiment(self.experiment, artifact_location=location,
+                                                    tags=mlflow_view.experiment_tags())
+            except Exception:  # noqa: BLE001 - another job created it first
+                exp = self.client.get_experiment_by_name(self.experiment)
+                if exp is None:
+                    raise
         if exp is not None:
-            return exp.experiment_id
-        try:
-            return self.client.create_experiment(self.experiment, artifact_location=location)
-        except Exception:  # noqa: BLE001 - another job created it first
-            exp = self.client.get_experiment_by_name(self.experiment)
-            if exp is None:
-                raise
-            return exp.experiment_id
+            eid = exp.experiment_id
+            for key, value in mlflow_view.experiment_tags(exp.tags).items():  # an experiment made before
+                self.client.set_experiment_tag(eid, key, value)
+        return eid
+
+    def view_url(self, ui: str = mlflow_view.LOCAL_UI) -> str:
+        """Where the MLflow UI shows this experiment's runs table with kforge's columns."""
+        base = self.uri if self.uri.startswith(("http://", "https://")) else ui
+        return mlflow_view.runs_url(base, self.experiment_id)
 
     # -- runs ----------------------------------------------------------------------------------------
     def start_parent(self, name: str, config: dict[str, Any], config_yaml: str, tags: dict[str, str]) -> str:
@@ -126,6 +162,7 @@ class Tracker:
         with self._lock:
             run = self.client.create_run(self.experiment_id, run_name=name, tags={**tags, "kforge.kind": "sweep-job"})
             rid = run.info.run_id
+            self._titles[rid] = {**tags, "run_name": name}
             params = [Param(k[:250], v[:6000]) for k, v in flatten(config).items()]
             for i in range(0, len(params), 100):
                 self.client.log_batch(rid, params=params[i:i + 100])
@@ -139,11 +176,11 @@ class Tracker:
         return run.info.run_id
 
     def log_iteration(self, run_id: str, record, attempt, verdict, recommendation=None) -> None:
-        """Metrics at ``step=iteration`` and the iteration's files under ``iter_NNN/``."""
-        from mlflow.entities import Metric
+        """Metrics at ``step=iteration``, tags ``state``/``state.N``/``kernel.N``, files under ``iter_NNN/``."""
+        from mlflow.entities import Metric, RunTag
         it = record.iteration
-        values = {"state": STATE_CODES[record.state], "correct": float(record.correct),
-                  "speedup_eager": record.speedup_eager, "speedup_compile": record.speedup_compile,
+        values = {"state_index": STATE_CODES[record.state], "correct": float(record.correct),
+                  "speedup_vs_eager": record.speedup_eager, "speedup_vs_compile": record.speedup_compile,
                   "runtime_ms": record.runtime_ms, "speed_of_light": record.speed_of_light,
                   "prompt_tokens": record.prompt_tokens, "completion_tokens": record.completion_tokens,
                   "cost_usd": record.cost_usd, "llm_s": record.llm_s, "verify_s": record.verify_s,
@@ -171,18 +208,23 @@ class Tracker:
                 digest = recommendation.artifacts.get("digest") or {}
                 if digest.get("speed_of_light") is not None and record.speed_of_light is None:
                     metrics.append(Metric("speed_of_light", float(digest["speed_of_light"]), now, it))
+            if record.correct:
+                self._solved.add(run_id)
+            tags = [RunTag(f"state.{it}", record.state),
+                    RunTag("state", "correct" if run_id in self._solved else record.state)]
+            if verdict.source_hash:  # which kernel was timed: the tables compare timings of one kernel
+                tags.append(RunTag(f"kernel.{it}", verdict.source_hash))
             # The metrics go last: a step that has them is complete, which is what a resumed job relies on
             # (an iteration cut off before this point is run again, overwriting its files).
-            self.client.log_batch(run_id, metrics=metrics)
-            self.client.set_tag(run_id, f"state.{it}", record.state)
+            self.client.log_batch(run_id, metrics=metrics, tags=tags)
 
     def end_problem(self, run_id: str, result, status: str = "FINISHED") -> None:
         from mlflow.entities import Metric
         now = int(time.time() * 1000)
         recs = result.records
         first_ok = next((r.iteration for r in recs if r.correct), None)
-        values = {"best_correct": float(result.correct), "best_speedup_eager": result.speedup_eager,
-                  "best_speedup_compile": result.speedup_compile, "iterations": len(recs),
+        values = {"best_correct": float(result.correct), "best_speedup_vs_eager": result.speedup_eager,
+                  "best_speedup_vs_compile": result.speedup_compile, "iterations": len(recs),
                   "first_correct_iteration": first_ok,
                   "total_prompt_tokens": sum(r.prompt_tokens for r in recs),
                   "total_completion_tokens": sum(r.completion_tokens for r in recs),
@@ -190,8 +232,9 @@ class Tracker:
         with self._lock:
             self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in values.items()
                                                    if v is not None])
-            self.client.set_tag(run_id, "best_state", "correct" if result.correct else
-                                (recs[-1].state if recs else "none"))
+            self.client.set_tag(run_id, "state", mlflow_view.outcome(result))
+            if result.best_verdict is not None and result.best_verdict.source_hash:
+                self.client.set_tag(run_id, "best_kernel", result.best_verdict.source_hash)
             if result.best_code:
                 self.client.log_text(run_id, result.best_code, "best/kernel.py")
                 self.client.log_dict(run_id, result.best_verdict.to_dict(), "best/verdict.json")
@@ -200,7 +243,8 @@ class Tracker:
             self.client.set_terminated(run_id, status="FAILED" if result.error else status)
 
     def end_parent(self, run_id: str, results: list, status: str = "FINISHED", speedup_vs: str = "eager") -> dict:
-        from mlflow.entities import Metric
+        """Summary metrics, and the job's table of problems as the run's description."""
+        from mlflow.entities import Metric, RunTag
         now = int(time.time() * 1000)
         outcomes = [(r.correct, r.speedup_compile if speedup_vs == "compile" and r.speedup_compile is not None
                      else r.speedup_eager) for r in results]
@@ -208,9 +252,13 @@ class Tracker:
         stats["total_prompt_tokens"] = sum(x.prompt_tokens for r in results for x in r.records)
         stats["total_completion_tokens"] = sum(x.completion_tokens for r in results for x in r.records)
         stats["total_cost_usd"] = total_cost(x.cost_usd for r in results for x in r.records)
+        # Logged under names that say what they count and against what; `stats` keeps summary()'s keys.
+        names = {"n": "problems", "geomean_speedup": f"geomean_speedup_vs_{speedup_vs}"}
+        note = mlflow_view.job_summary(self._titles.get(run_id, {}), results, stats, speedup_vs, status)
         with self._lock:
-            self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in stats.items()
-                                                   if v is not None])
+            self.client.log_batch(run_id, metrics=[Metric(names.get(k, k), float(v), now, 0)
+                                                   for k, v in stats.items() if v is not None],
+                                  tags=[RunTag("speedup_vs", speedup_vs), RunTag(mlflow_view.NOTE, note)])
             self.client.set_terminated(run_id, status=status)
         return stats
 
@@ -218,6 +266,8 @@ class Tracker:
         """Mark a run that was cut off as running again (a resumed job continues it)."""
         with self._lock:
             self.client.update_run(run_id, status="RUNNING")
+            if self.client.get_run(run_id).data.tags.get("state") == "correct":
+                self._solved.add(run_id)
 
     def kill(self, run_id: str) -> None:
         with self._lock:

@@ -2,6 +2,7 @@
 
     python pipelines/tables.py                                # every ablation, from ./mlflow.db
     python pipelines/tables.py tracking_uri=http://host:5000 baseline=compile
+    python pipelines/tables.py resamples=10000 confidence=0.99   # the bootstrap intervals
 
 kforge/apps/tables.py holds the code.
 """

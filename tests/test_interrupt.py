@@ -68,7 +68,7 @@ def test_interrupted_sweep_then_the_same_command_finishes_every_problem_once(tmp
     first_log = (tmp_path / "first.log").read_text()
     client, before, parents = problem_runs(uri)
     states = {r.data.tags["problem"]: r.info.status for r in before}
-    done_iters = {r.data.tags["problem"]: len(client.get_metric_history(r.info.run_id, "state")) for r in before}
+    done_iters = {r.data.tags["problem"]: len(client.get_metric_history(r.info.run_id, "state_index")) for r in before}
     assert "FAILED" not in states.values(), first_log[-3000:]
     if sig == "SIGKILL":
         assert rc == -signal.SIGKILL and "RUNNING" in states.values()
@@ -95,7 +95,7 @@ def test_interrupted_sweep_then_the_same_command_finishes_every_problem_once(tmp
         key = r.data.tags["problem"]
         if key in cut_off:
             assert r.info.run_id == cut_off[key]
-        steps = sorted(m.step for m in client.get_metric_history(r.info.run_id, "state"))
+        steps = sorted(m.step for m in client.get_metric_history(r.info.run_id, "state_index"))
         assert steps == [0, 1], (key, steps)
     # The rerun verified only what the first job had not recorded.
     newest = max(parents, key=lambda p: p.info.start_time)

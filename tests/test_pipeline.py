@@ -52,7 +52,7 @@ def test_iterative_fixes_compile_error_then_mismatch(tmp_path, pool):
     client, problems, parents = problem_runs(tmp_path)
     assert len(problems) == 1 and len(parents) == 1
     run_id = problems[0].info.run_id
-    history = sorted(client.get_metric_history(run_id, "state"), key=lambda m: m.step)
+    history = sorted(client.get_metric_history(run_id, "state_index"), key=lambda m: m.step)
     assert [(m.step, m.value) for m in history] == [(0, STATE_CODES["compilation_failure"]),
                                                     (1, STATE_CODES["numerical_mismatch"]), (2, STATE_CODES["correct"])]
     files = {f.path for d in ("iter_000", "iter_001", "iter_002") for f in client.list_artifacts(run_id, d)}
@@ -64,8 +64,14 @@ def test_iterative_fixes_compile_error_then_mismatch(tmp_path, pool):
     assert tags["problem"] == "level1/1_ReLU" and tags["backend"] == "cpu" and tags["loop_mode"] == "iterative"
     assert tags["model"] == "scripted" and tags["reference"] == "none" and tags["profiler"] == "none"
     assert problems[0].data.metrics["best_correct"] == 1.0 and problems[0].info.status == "FINISHED"
+    # The state reads as a word beside its index: per iteration, and the problem's outcome.
+    assert [tags[f"state.{i}"] for i in range(3)] == states and tags["state"] == "correct"
+    assert tags["best_kernel"] == tags["kernel.2"] != tags["kernel.0"]
+    assert problems[0].data.metrics["best_speedup_vs_eager"] > 0 and "speedup_vs_eager" in problems[0].data.metrics
     parent = parents[0].data
     assert parent.metrics["fast_0"] == 1.0 and parent.metrics["correctness_rate"] == 1.0
+    assert parent.metrics["problems"] == 1 and parent.metrics["geomean_speedup_vs_eager"] > 0
+    assert "| level1/1_ReLU | correct |" in parent.tags["mlflow.note.content"]
     assert "loop.mode" in parent.params and parent.params["model.name"] == "scripted"
 
 
@@ -117,7 +123,7 @@ def test_rerun_with_resume_false_calls_no_model(tmp_path, pool, monkeypatch, cap
     assert len(problems) == 2 and len(parents) == 2
     for r in problems:
         assert r.data.tags["model"] == "hosted_vllm/stub-coder"  # what answered, not the config's name
-        assert sorted(m.step for m in client.get_metric_history(r.info.run_id, "state")) == [0, 1]
+        assert sorted(m.step for m in client.get_metric_history(r.info.run_id, "state_index")) == [0, 1]
         assert "total_cost_usd" not in r.data.metrics
     for p in parents:
         assert "gpu" not in p.data.tags and p.data.tags["device_name"].startswith("cpu")

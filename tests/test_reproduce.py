@@ -38,7 +38,10 @@ def test_oracle_dry_run_of_one_sweep_writes_tables(tmp_path):
     res = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=900)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     table = (tmp_path / "results" / "single_vs_iterative.md").read_text()
-    assert "| oracle | cpu | 1 | iterative | 1/1 |" in table and "| oracle | cpu | 1 | single_shot | 1/1 |" in table
+    assert "| oracle† | cpu | 1 | iterative | 1 | 1/1 [1.00, 1.00] |" in table
+    assert "| oracle† | cpu | 1 | single_shot | 1 | 1/1 [1.00, 1.00] |" in table
+    # One oracle kernel timed in both arms (three timings): the caption says how much its timings varied.
+    assert "† not an LLM: oracle" in table and "Kernels timed more than once in this experiment (1)" in table
     assert (tmp_path / "results" / "single_vs_iterative_fast_p.png").is_file()
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
     exp = client.get_experiment_by_name("kforge-single_vs_iterative")

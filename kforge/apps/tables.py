@@ -2,6 +2,7 @@
 
     kforge-tables                                # every ablation, from ./mlflow.db
     kforge-tables tracking_uri=http://host:5000 baseline=compile
+    kforge-tables resamples=10000 confidence=0.99   # the bootstrap intervals
 
 (``python pipelines/tables.py ...`` in a checkout is the same command.)
 """
@@ -18,22 +19,24 @@ from .hydra_conf import CONF_DIR
 
 @hydra.main(config_path=str(CONF_DIR), config_name="tables", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    from ..tables import ABLATIONS, build_all, to_markdown
+    from ..tables import ABLATIONS, build_all
     from ..tracking import default_uri, open_client
     unknown = [a for a in cfg.ablations if a not in ABLATIONS]
     if unknown:
         print(f"kforge: unknown ablation(s) {unknown} (choose from {', '.join(ABLATIONS)})", file=sys.stderr)
         sys.exit(2)
+    if cfg.baseline not in ("eager", "compile") or not 0 < cfg.confidence < 1 or cfg.resamples < 1:
+        print(f"kforge: baseline must be eager or compile (not {cfg.baseline!r}), confidence between 0 and 1 "
+              f"(not {cfg.confidence}), resamples at least 1 (not {cfg.resamples})", file=sys.stderr)
+        sys.exit(2)
     client = open_client(cfg.tracking_uri or default_uri())
-    results = build_all(client, cfg.out_dir, list(cfg.ablations), cfg.baseline)
+    results = build_all(client, cfg.out_dir, list(cfg.ablations), cfg.baseline, cfg.resamples, cfg.confidence)
     for name, res in results.items():
         if not res["runs"]:
             print(f"{name}: no finished runs in experiment {res['experiment']} (run `make reproduce` first)")
             continue
-        factor = ABLATIONS[name][1]
-        cols = ["model", "backend", "level", factor, "correct", "fast_1", "fast_1.5", "geomean_speedup"]
         print(f"\n## {name} ({res['runs']} problem runs, experiment {res['experiment']})\n")
-        print(to_markdown(res["table"], cols))
+        print(res["files"]["md"].read_text())
         print("files: " + ", ".join(str(p) for p in res["files"].values()))
         if cfg.log_to_mlflow:
             exp = client.get_experiment_by_name(res["experiment"])
