@@ -220,7 +220,7 @@ def test_eval_command_end_to_end(tmp_path, cache_dir):
     states = {k: r["state"] for k, r in rows.items()}
     assert states == {(1, 0): "correct", (1, 1): "runtime_error", (1, 2): "generation_failure",
                       (1, 3): "cheat_detected", (2, 0): "correct", (7, 0): "error"}, rows
-    assert "SIGSEGV" in rows[(1, 1)]["message"] and rows[(1, 3)]["rule"] == "no_kernel"
+    assert "SIGSEGV" in rows[(1, 1)]["message"] and rows[(1, 3)]["rule"] == "kernel_not_run"
     for key in ("state", "correct", "speedup_eager", "speedup_compile", "runtime_ms", "ref_runtime_ms", "rule",
                 "message", "level", "problem_id", "sample_id", "candidate", "candidate_hash", "backend"):
         assert key in rows[(1, 0)], key

@@ -79,7 +79,7 @@ def test_interrupted_sweep_then_the_same_command_finishes_every_problem_once(tmp
         assert "KILLED" in states.values() and "RUNNING" not in states.values(), (states, first_log[-3000:])
         finished = sum(s == "FINISHED" for s in states.values())
         assert [p.info.status for p in parents] == ["KILLED"]
-        assert parents[0].data.metrics["n"] == finished
+        assert parents[0].data.metrics["problems"] == finished
         assert f"interrupted; {finished} finished problem(s) are in MLflow" in first_log
     cut_off = {k: r.info.run_id for k, r in ((r.data.tags["problem"], r) for r in before) if states[k] != "FINISHED"}
 
@@ -102,4 +102,4 @@ def test_interrupted_sweep_then_the_same_command_finishes_every_problem_once(tmp
     expected = sum(2 - done_iters.get(k, 0) for k in PROBLEMS if states.get(k) != "FINISHED")
     assert newest.data.metrics["verifications"] == expected
     assert newest.data.metrics["problems_skipped"] == sum(s == "FINISHED" for s in states.values())
-    assert newest.data.metrics["n"] == len(PROBLEMS)
+    assert newest.data.metrics["problems"] == len(PROBLEMS)
