@@ -77,6 +77,10 @@ class IterationRecord:
     speedup_compile: float | None = None
     runtime_ms: float | None = None
     speed_of_light: float | None = None
+    kernel_share: float | None = None
+    """Share of the forward's device time in the candidate's own kernels (the verdict's attribution)."""
+    problem_flags: list[str] = field(default_factory=list)
+    """The problem audit's flags (stochastic, degenerate, launch_bound)."""
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float | None = None
@@ -115,6 +119,15 @@ class ProblemResult:
     @property
     def speedup_compile(self) -> float | None:
         return self.best_verdict.speedup_compile if self.best_verdict else None
+
+    @property
+    def kernel_share(self) -> float | None:
+        return self.best_verdict.kernel_share if self.best_verdict else None
+
+    @property
+    def problem_flags(self) -> list[str]:
+        """The audit's flags, from any iteration's verdict (an iteration that never ran a candidate has none)."""
+        return next((r.problem_flags for r in reversed(self.records) if r.problem_flags), [])
 
 
 IterationCallback = Callable[[Problem, IterationRecord, Attempt, Verdict, "Recommendation | None"], None]
@@ -187,7 +200,8 @@ class ProblemLoop:
                 message=verdict.message, speedup_eager=verdict.speedup_eager,
                 speedup_compile=verdict.speedup_compile,
                 runtime_ms=verdict.runtime.median_ms if verdict.runtime else None,
-                speed_of_light=verdict.speed_of_light,
+                speed_of_light=verdict.speed_of_light, kernel_share=verdict.kernel_share,
+                problem_flags=list(verdict.problem_flags),
                 prompt_tokens=resp.prompt_tokens if resp else 0, completion_tokens=resp.completion_tokens if resp else 0,
                 cost_usd=resp.cost_usd if resp else None, llm_s=llm_s, verify_s=verify_s, analysis_s=analysis_s,
                 wall_s=time.monotonic() - t0, cached_reply=bool(resp and resp.cached), is_best=is_best,

@@ -2,8 +2,9 @@
 
 One row per (model, backend, level, factor), plus an ``all`` level per (model, backend, factor); its
 columns are `COLUMNS`, the one list to extend: problems n, correctness rate, fast_1 and fast_1.5 (k/n
-with a bootstrap interval over problems), the geometric-mean speedup of correct kernels (with its
-interval), and its timing range: what the geomean would be if every best kernel had taken its slowest
+with a bootstrap interval over problems), the mean kernel share of the best kernels, how many problems
+the audit flags degenerate (left out of fast_p, the geomean and the kernel share), the geometric-mean
+speedup of correct kernels (with its interval), and its timing range: what the geomean would be if every best kernel had taken its slowest
 or its fastest timing recorded for the same source anywhere in the experiment (another iteration,
 another arm, a rerun), which is how far timing noise alone moves it. `table_render` writes Markdown,
 CSV and LaTeX; `plots` draws fast_p curves and correctness and speedup by iteration.
@@ -52,6 +53,8 @@ class Context:
     """Coverage of the bootstrap interval."""
     seed: int = 0
     """Seed of the resampling (the same runs give the same table)."""
+    include_degenerate: bool = False
+    """Count problems the audit flags ``degenerate`` (a constant output passes) in fast_p and the geomean."""
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,13 @@ class Column:
     """What the caption says it is (``{baseline}`` and ``{confidence}`` are filled in)."""
 
 
+def _fair(group: pd.DataFrame, ctx: Context) -> pd.DataFrame:
+    """The problems a speedup means something on: not those whose tolerance a constant output passes."""
+    if ctx.include_degenerate or "degenerate" not in group:
+        return group
+    return group[~group["degenerate"].astype(bool)]
+
+
 def _speed(group: pd.DataFrame, ctx: Context) -> np.ndarray:
     """Each problem's best speedup over the baseline, NaN where it has no correct, timed kernel."""
     col = "speedup_compile" if ctx.baseline == "compile" else "speedup_eager"
@@ -150,12 +160,24 @@ def rate(counted: Callable[[pd.DataFrame, Context], np.ndarray]) -> Callable[[pd
 
 
 def faster(p: float) -> Callable[[pd.DataFrame, Context], np.ndarray]:
-    """Correct and more than ``p`` times faster than the baseline (KernelBench's fast_p)."""
-    return lambda group, ctx: np.nan_to_num(_speed(group, ctx), nan=0.0) > p
+    """Correct and more than ``p`` times faster than the baseline (KernelBench's fast_p), over the problems
+    that are not degenerate."""
+    return lambda group, ctx: np.nan_to_num(_speed(_fair(group, ctx), ctx), nan=0.0) > p
+
+
+def kernel_share(group: pd.DataFrame, ctx: Context) -> Estimate:
+    """The mean share of the best correct kernels' device time spent in their own kernels (not PyTorch's or a
+    library's), with its bootstrap interval."""
+    fair = _fair(group, ctx)
+    x = pd.to_numeric(fair.get("kernel_share", pd.Series(dtype=float)), errors="coerce").to_numpy(dtype=float)
+    x = x[fair["correct"].to_numpy(dtype=bool) & ~np.isnan(x)] if len(x) else x
+    if not len(x):
+        return Estimate(None, None, None, 0)
+    return Estimate(float(x.mean()), *_interval(x[_resample(len(x), ctx)].mean(axis=1), ctx), len(x))
 
 
 def geomean_speedup(group: pd.DataFrame, ctx: Context) -> Estimate:
-    logs = np.log(_speed(group, ctx))
+    logs = np.log(_speed(_fair(group, ctx), ctx))
     if np.isnan(logs).all():
         return Estimate(None, None, None, len(logs))
     resampled = logs[_resample(len(logs), ctx)]
@@ -167,6 +189,7 @@ def geomean_speedup(group: pd.DataFrame, ctx: Context) -> Estimate:
 
 def timing_range(group: pd.DataFrame, ctx: Context) -> TimingRange:
     slow, fast, retimed = [], [], 0
+    group = _fair(group, ctx)
     for (_, row), s in zip(group.iterrows(), _speed(group, ctx)):
         if math.isnan(s):
             continue
@@ -185,6 +208,12 @@ COLUMNS: list[Column] = [
            "over problems in brackets."),
     Column("fast_1", "fast_1", rate(faster(1.0)), "fast_p: correct and more than p times faster than {baseline}."),
     Column("fast_1.5", "fast_1.5", rate(faster(1.5)), ""),
+    Column("kernel_share", "kernel share", kernel_share,
+           "kernel share: the mean share of the best correct kernels' device time spent in their own kernels rather "
+           "than PyTorch's or a library's (cuBLAS, cuDNN), with its {confidence} bootstrap interval."),
+    Column("degenerate", "degenerate", lambda g, ctx: int(g["degenerate"].sum()) if "degenerate" in g else 0,
+           "degenerate: problems the audit flags so (a constant output passes their tolerance); fast_p, the geomean, "
+           "its timing range and the kernel share leave them out, correct counts them."),
     Column("geomean_speedup", "geomean speedup", geomean_speedup,
            "geomean speedup: over correct kernels, with its {confidence} bootstrap interval over problems."),
     Column("timing_range", "timing range", timing_range,
@@ -217,7 +246,8 @@ def load_runs(client, experiment: str, baseline: str = "eager", iterations: bool
                    best_kernel=t.get("best_kernel", ""), correct=bool(m.get("best_correct", 0.0)),
                    speedup_eager=metric(m, "best_speedup_vs_eager"),
                    speedup_compile=metric(m, "best_speedup_vs_compile"), iterations=m.get("iterations"),
-                   cost_usd=m.get("total_cost_usd"))
+                   cost_usd=m.get("total_cost_usd"), kernel_share=m.get("best_kernel_share"),
+                   degenerate="degenerate" in t.get("problem_flags", "").split(","))
         if iterations:
             correct = _history(client, r.info.run_id, "correct")
             speed = _history(client, r.info.run_id, f"speedup_vs_{baseline}")
@@ -274,6 +304,7 @@ def fast_p_curve(df: pd.DataFrame, factor: str, ps=None, baseline: str = "eager"
     ctx = Context(baseline)
     rows = []
     for keys, group in df.groupby(["model", "backend", factor], dropna=False):
+        group = _fair(group, ctx)
         speed, n = np.nan_to_num(_speed(group, ctx), nan=0.0), len(group)
         for p in ps:
             # fast_0 is the correctness rate (an untimed correct kernel counts there only)

@@ -182,6 +182,7 @@ class Tracker:
         values = {"state_index": STATE_CODES[record.state], "correct": float(record.correct),
                   "speedup_vs_eager": record.speedup_eager, "speedup_vs_compile": record.speedup_compile,
                   "runtime_ms": record.runtime_ms, "speed_of_light": record.speed_of_light,
+                  "kernel_share": record.kernel_share,
                   "prompt_tokens": record.prompt_tokens, "completion_tokens": record.completion_tokens,
                   "cost_usd": record.cost_usd, "llm_s": record.llm_s, "verify_s": record.verify_s,
                   "analysis_s": record.analysis_s}
@@ -224,7 +225,8 @@ class Tracker:
         recs = result.records
         first_ok = next((r.iteration for r in recs if r.correct), None)
         values = {"best_correct": float(result.correct), "best_speedup_vs_eager": result.speedup_eager,
-                  "best_speedup_vs_compile": result.speedup_compile, "iterations": len(recs),
+                  "best_speedup_vs_compile": result.speedup_compile, "best_kernel_share": result.kernel_share,
+                  "iterations": len(recs),
                   "first_correct_iteration": first_ok,
                   "total_prompt_tokens": sum(r.prompt_tokens for r in recs),
                   "total_completion_tokens": sum(r.completion_tokens for r in recs),
@@ -233,6 +235,7 @@ class Tracker:
             self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in values.items()
                                                    if v is not None])
             self.client.set_tag(run_id, "state", mlflow_view.outcome(result))
+            self.client.set_tag(run_id, "problem_flags", ",".join(result.problem_flags))
             if result.best_verdict is not None and result.best_verdict.source_hash:
                 self.client.set_tag(run_id, "best_kernel", result.best_verdict.source_hash)
             if result.best_code:

@@ -68,6 +68,9 @@ def test_iterative_fixes_compile_error_then_mismatch(tmp_path, pool):
     assert [tags[f"state.{i}"] for i in range(3)] == states and tags["state"] == "correct"
     assert tags["best_kernel"] == tags["kernel.2"] != tags["kernel.0"]
     assert problems[0].data.metrics["best_speedup_vs_eager"] > 0 and "speedup_vs_eager" in problems[0].data.metrics
+    # Whose code did the work, per iteration and for the best kernel; the audit's flags as a tag.
+    assert 0 < problems[0].data.metrics["kernel_share"] <= 1 and 0 < problems[0].data.metrics["best_kernel_share"] <= 1
+    assert "problem_flags" in problems[0].data.tags
     parent = parents[0].data
     assert parent.metrics["fast_0"] == 1.0 and parent.metrics["correctness_rate"] == 1.0
     assert parent.metrics["problems"] == 1 and parent.metrics["geomean_speedup_vs_eager"] > 0

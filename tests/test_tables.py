@@ -187,3 +187,25 @@ def test_latex_compiles_with_pdflatex(store, tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout[-3000:]
     assert (tmp_path / "doc.pdf").stat().st_size > 1000 and "Overfull" not in out.stdout
+
+
+def test_kernel_share_column_and_degenerate_problems_apart(tmp_path):
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    exp = client.create_experiment("kforge-single_vs_iterative", artifact_location=(tmp_path / "art").as_uri())
+    parent = client.create_run(exp).info.run_id
+    runs = {"level1/a": (2.0, 0.9, ""), "level1/b": (0.5, 0.3, ""),
+            # the audit says a constant passes this one: its 100x means nothing
+            "level1/z": (100.0, 1.0, "degenerate,launch_bound")}
+    for problem, (speedup, share, flags) in runs.items():
+        rid = make_run(client, exp, parent, problem, 1, "iterative", True, speedup)
+        client.log_batch(rid, metrics=[Metric("best_kernel_share", share, 0, 0)],
+                         tags=[RunTag("problem_flags", flags)])
+    df = dedupe(load_runs(client, "kforge-single_vs_iterative"))
+    row = ablation_table(df, "loop_mode").query("level == '1'").iloc[0]
+    assert row["n"] == 3 and row["correct"].k == 3 and row["degenerate"] == 1
+    assert (row["fast_1"].k, row["fast_1"].n) == (1, 2)  # level1/z is left out
+    assert row["geomean_speedup"].value == pytest.approx(1.0) and row["kernel_share"].value == pytest.approx(0.6)
+    everything = ablation_table(df, "loop_mode", Context(include_degenerate=True)).query("level == '1'").iloc[0]
+    assert everything["fast_1"].k == 2 and everything["geomean_speedup"].value == pytest.approx(100 ** (1 / 3))
+    curve = fast_p_curve(df, "loop_mode")
+    assert set(curve["n"]) == {2}
