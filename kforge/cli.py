@@ -333,6 +333,24 @@ def cmd_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def _verify_options(p: argparse.ArgumentParser) -> None:
+    """The verifier's options, the same for `kforge verify` and `kforge eval` (read by `_verify_config`)."""
+    p.add_argument("--backend", default="cpu", help="cpu, cuda or triton (default: cpu)")
+    p.add_argument("--device", choices=("cpu", "cuda"), help="override the backend's device "
+                   "(triton on cpu runs Triton's interpreter: correctness only)")
+    p.add_argument("--size", choices=SIZES, help="size preset (default: cpu for the cpu device, gpu for GPUs)")
+    p.add_argument("--trials", type=int, default=5, help="correctness trials (default 5; 2 more measure whose "
+                   "code did the work)")
+    p.add_argument("--timeout", type=float, default=300.0, help="run-phase wall-clock limit per candidate, seconds")
+    p.add_argument("--atol", type=float, help="absolute tolerance (default: by dtype, 1e-4 for fp32)")
+    p.add_argument("--rtol", type=float, help="relative tolerance (default: by dtype, 1e-4 for fp32)")
+    p.add_argument("--seed", type=int, help="fix the secret seed (debugging only)")
+    p.add_argument("--no-compile-ref", action="store_true", help="skip timing torch.compile of the reference")
+    p.add_argument("--no-kernel-check", action="store_true",
+                   help="accept candidates without a kernel of their own (attribution is still reported)")
+    p.add_argument("--no-timing", action="store_true", help="check correctness only (no speedups)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kforge", description="kforge: LLM agents write compute kernels; kforge verifies and times them.",
@@ -360,19 +378,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "Exits 0 whatever the verdict; 2 for usage errors.")
     v.add_argument("problem", help="a problem file, or a built-in problem name (level1/1_ReLU, 1_ReLU, ReLU)")
     v.add_argument("candidate", help="the candidate program (.py) or a reply (.md/.txt) to extract it from")
-    v.add_argument("--backend", default="cpu", help="cpu, cuda or triton (default: cpu)")
-    v.add_argument("--device", choices=("cpu", "cuda"), help="override the backend's device "
-                   "(triton on cpu runs Triton's interpreter: correctness only)")
-    v.add_argument("--size", choices=SIZES, help="size preset (default: cpu for the cpu device, gpu for GPUs)")
+    _verify_options(v)
     v.add_argument("--set", action="append", metavar="NAME=VALUE", help="override a module constant (repeatable)")
-    v.add_argument("--trials", type=int, default=5, help="correctness trials (default 5)")
-    v.add_argument("--timeout", type=float, default=300.0, help="run-phase wall-clock limit in seconds")
-    v.add_argument("--atol", type=float, help="absolute tolerance (default: by dtype, 1e-4 for fp32)")
-    v.add_argument("--rtol", type=float, help="relative tolerance (default: by dtype, 1e-4 for fp32)")
-    v.add_argument("--seed", type=int, help="fix the secret seed (debugging only)")
-    v.add_argument("--no-compile-ref", action="store_true", help="skip timing torch.compile of the reference")
-    v.add_argument("--no-kernel-check", action="store_true", help="accept candidates without a kernel")
-    v.add_argument("--no-timing", action="store_true", help="check correctness only")
     v.add_argument("--json", action="store_true", help="print the verdict as one JSON object")
     v.add_argument("-v", "--verbose", action="store_true", help="also print where the time went (stderr)")
     v.set_defaults(func=cmd_verify)
@@ -385,19 +392,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a folder of level_L_problem_ID_sample_S_kernel.py files")
     e.add_argument("--manifest", metavar="FILE", help="a CSV or JSONL of problem,candidate[,backend] instead")
     e.add_argument("--out", metavar="FILE.jsonl", help="results rows (default: see above); the summary goes beside it")
-    e.add_argument("--backend", default="cpu", help="cpu, cuda or triton (default: cpu)")
-    e.add_argument("--device", choices=("cpu", "cuda"), help="override the backend's device")
-    e.add_argument("--size", choices=SIZES, help="size preset (default: cpu for the cpu device, gpu for GPUs)")
     e.add_argument("--level", help="only these levels of a generations folder, e.g. 1 or 1,2")
     e.add_argument("--ids", help="only these problem ids of a generations folder, e.g. 1-10,19")
-    e.add_argument("--trials", type=int, default=5, help="correctness trials (default 5)")
-    e.add_argument("--timeout", type=float, default=300.0, help="run-phase wall-clock limit per file, seconds")
-    e.add_argument("--atol", type=float, help="absolute tolerance (default: by dtype, 1e-4 for fp32)")
-    e.add_argument("--rtol", type=float, help="relative tolerance (default: by dtype, 1e-4 for fp32)")
-    e.add_argument("--seed", type=int, help="fix the secret seed (debugging only)")
-    e.add_argument("--no-compile-ref", action="store_true", help="skip timing torch.compile of the reference")
-    e.add_argument("--no-kernel-check", action="store_true", help="accept candidates without a kernel")
-    e.add_argument("--no-timing", action="store_true", help="check correctness only (no speedups, no fast_p > 0)")
+    _verify_options(e)
     e.add_argument("--baseline", choices=("eager", "compile"), default="eager",
                    help="speedup that fast_p and the geomean use (default: eager, as KernelBench)")
     e.add_argument("--jobs", type=int, default=_default_jobs(),
