@@ -109,11 +109,7 @@ class Harness:
         self.recorder.install()
 
     def device_name(self) -> str:
-        if self.device.type == "cuda":
-            return self.torch.cuda.get_device_name(0)
-        import os
-        import platform
-        return f"cpu ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
+        return self.torch.cuda.get_device_name(0) if self.device.type == "cuda" else cpu_name()
 
     def load_reference(self) -> None:
         torch = self.torch
@@ -219,6 +215,12 @@ class Harness:
             return out
         except BaseException as exc:  # noqa: BLE001
             raise self._fail_exception(exc, where) from None
+
+
+def cpu_name() -> str:
+    import os
+    import platform
+    return f"cpu ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
 
 
 def first_line(exc: BaseException) -> str:

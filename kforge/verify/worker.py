@@ -16,13 +16,12 @@ output cache keyed by pointer or shape fails.
 from __future__ import annotations
 
 import contextlib
-import os
 import traceback
 from typing import Any
 
 from ..backends import WorkerContext, from_spec
 from .compare import as_outputs
-from .harness import HarnessVerdict, first_line, import_file, phase, phase_times, tail
+from .harness import HarnessVerdict, cpu_name, first_line, import_file, phase, phase_times, tail
 from .settings import Swap
 from .timing import Sampler
 from .trials import Trials
@@ -77,9 +76,7 @@ def _probe(req: dict[str, Any]) -> dict[str, Any]:
         return {"device": props.name, "capability": [major, minor], "sms": props.multi_processor_count,
                 "l2_bytes": getattr(props, "L2_cache_size", None), "memory_bytes": props.total_memory,
                 "torch": torch.__version__}
-    import platform
-    return {"device": f"cpu ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)",
-            "torch": torch.__version__}
+    return {"device": cpu_name(), "torch": torch.__version__}
 
 
 class _Run(Trials):
