@@ -173,6 +173,8 @@ class ProblemLoop:
                 if result.best_verdict is not None:
                     fixes_in_opt += 1
                 attempt = self.agent.fix(problem, last_code, last_verdict, iteration=it)
+            elif result.best_verdict is not None and result.best_verdict.runtime is None:
+                break  # verified without timing (verify.skip_timing): no speed to optimise against
             else:
                 fixes_in_opt = 0
                 a0 = time.monotonic()

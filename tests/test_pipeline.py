@@ -220,3 +220,11 @@ def test_a_kforge_bug_fails_that_problem_loudly_and_keeps_its_record(tmp_path, p
     assert problems[0].info.status == "FAILED"
     error = client.download_artifacts(problems[0].info.run_id, "error.txt", str(tmp_path))
     assert "boom inside kforge" in Path(error).read_text()
+
+
+def test_without_timing_the_loop_stops_at_the_first_correct_kernel(tmp_path, pool):
+    """verify.skip_timing leaves nothing to optimise against: no optimisation pass is asked for."""
+    model = scripted(fenced("relu_wrong_math.py"), fenced("relu_ok.py"), fenced("relu_ok.py"))
+    result = run(config(tmp_path, "loop.iterations=3", "verify.skip_timing=true"), llm=model, pool=pool)
+    assert [r.state for r in result.results[0].records] == ["numerical_mismatch", "correct"] and model.calls == 2
+    assert result.results[0].correct and not result.results[0].error
