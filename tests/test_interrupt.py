@@ -1,7 +1,7 @@
 """Ctrl-C, SIGTERM and SIGKILL in the middle of a sweep, then the same command again.
 
 A real `pipelines/synthesize.py` process on the cpu backend with the oracle model (hand-written
-kernels, not an LLM; each call waits half a second, like a model, so the signal lands mid-problem).
+kernels, not an LLM; each call waits a second, like a model, so the signal lands mid-problem).
 After the rerun every problem has exactly one run, FINISHED, and no run is FAILED or RUNNING.
 """
 
@@ -21,7 +21,7 @@ PROBLEMS = ["level1/1_ReLU", "level1/2_Softmax", "level1/3_LayerNorm"]
 
 
 def sweep(uri: str) -> list[str]:
-    return [sys.executable, SYNTH, "model=oracle", "model.latency_s=0.5", "loop.iterations=2", f"tracking.uri={uri}",
+    return [sys.executable, SYNTH, "model=oracle", "model.latency_s=1.0", "loop.iterations=2", f"tracking.uri={uri}",
             f"problems.names=[{','.join(PROBLEMS)}]", "problems.size=cpu",
             *[o for o in TINY if not o.startswith("problems.overrides")]]
 
@@ -44,7 +44,9 @@ def wait_until_mid_problem(proc, uri: str, db) -> None:
         except Exception:  # noqa: BLE001 - the store is still being created
             continue
         finished = [r for r in problems if r.info.status == "FINISHED"]
-        if finished and len(problems) > len(finished):
+        # Mid-way through a problem that is not the last: when the last one is, the sweep may end before
+        # the signal arrives (seen in a CI-class run, where polling the store took most of that time).
+        if finished and len(finished) < len(problems) < len(PROBLEMS):
             return
     pytest.fail(f"the sweep ended (rc {proc.poll()}) or stalled before it could be interrupted")
 
