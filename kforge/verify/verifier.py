@@ -207,8 +207,10 @@ class Verifier:
         A problem without declared FLOPs/bytes gets them from its audit, for speed of light; its check uses the
         one part no implementation can skip, writing the outputs, and a degenerate problem gets none.
         """
-        from ..profile.ceilings import floor_ms
+        from ..profile.ceilings import CPU_FLOOR_MIN_BYTES, floor_ms
         measured = problem if declared else replace(problem, flops=audit.get("flops"), bytes=audit.get("bytes"))
+        if backend.device == "cpu" and (measured.bytes or 0) < CPU_FLOOR_MIN_BYTES:
+            return  # no floor is claimed on a CPU for data that fits its caches: do not measure the ceilings
         bound = problem if declared else replace(problem, flops=None, bytes=audit.get("out_bytes"))
         median = verdict.runtime.median_ms
         floor = [None]
