@@ -44,8 +44,7 @@ def wait_until_mid_problem(proc, uri: str, db) -> None:
         except Exception:  # noqa: BLE001 - the store is still being created
             continue
         finished = [r for r in problems if r.info.status == "FINISHED"]
-        # Mid-way through a problem that is not the last: when the last one is, the sweep may end before
-        # the signal arrives (seen in a CI-class run, where polling the store took most of that time).
+        # Mid-way through a problem that is not the last, so the signal always lands before the sweep ends.
         if finished and len(finished) < len(problems) < len(PROBLEMS):
             return
     pytest.fail(f"the sweep ended (rc {proc.poll()}) or stalled before it could be interrupted")
@@ -57,7 +56,10 @@ def test_interrupted_sweep_then_the_same_command_finishes_every_problem_once(tmp
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     cmd = sweep(uri)
     out = open(tmp_path / "first.log", "w")
-    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    # As a terminal would: SIGINT delivered, even when this test itself runs in a background job (a shell
+    # starts those with SIGINT ignored, and a child inherits that; Python then never raises KeyboardInterrupt).
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     wait_until_mid_problem(proc, uri, tmp_path / "mlflow.db")
     if sig == "SIGINT":
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the whole foreground group
