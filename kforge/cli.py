@@ -140,7 +140,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         print(f"verifying {problem.key} ({problem.size} size) on {backend.describe()} ...", file=sys.stderr)
     started = time.monotonic()
     try:
-        with WorkerPool(build_workers=1) as pool, Verifier(cfg, pool=pool) as verifier:
+        with WorkerPool(build_workers=1, light=True) as pool, Verifier(cfg, pool=pool) as verifier:
             if candidate.source and pch_pending(backend, verifier.pool.build_cache):
                 print(f"kforge: {PCH_NOTICE}", file=sys.stderr, flush=True)
             # One verification needs one build worker and a device worker: start both now, side by side,

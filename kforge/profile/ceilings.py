@@ -9,11 +9,12 @@ count the device's time alone: a ceiling that reads low makes honest kernels loo
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from pathlib import Path
 from typing import Any
+
+from ..cachefile import read_json, write_json
 
 
 def _timed(fn, reps: int, cuda: bool) -> float:
@@ -79,10 +80,7 @@ class CeilingCache:
         self.path = Path(path)
 
     def _all(self) -> dict[str, Any]:
-        try:
-            return json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            return {}
+        return read_json(self.path) or {}
 
     def get(self, key: str) -> dict[str, Any] | None:
         return self._all().get(key)
@@ -96,10 +94,7 @@ class CeilingCache:
             if (old.get(rate) or 0) > (value.get(rate) or 0):
                 value[rate] = old[rate]
         data[key] = value
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=1))
-        tmp.replace(self.path)
+        write_json(self.path, data)
         return value
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import statistics
 from pathlib import Path
 from typing import Any
@@ -32,20 +31,6 @@ VERSION = 1
 def cache_path(cache_dir: str, problem_source: str, device: str, torch_version: str) -> Path:
     key = hashlib.sha256(json.dumps([VERSION, problem_source, device, torch_version]).encode()).hexdigest()[:24]
     return Path(cache_dir) / "audit" / f"{key}.json"
-
-
-def load_cached(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def store(path: Path, audit: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(audit))
-    os.replace(tmp, path)
 
 
 def _nbytes(torch, items) -> int:

@@ -29,7 +29,7 @@ from typing import Any, Iterator
 
 from .. import PACKAGE_DIR, cache_dir
 from .gpus import detect_gpus, mps_control_pipe
-from .zygote import SPARE_ENV
+from .zygote import LIGHT_LEVEL, PRELOAD_ENV, SPARE_ENV
 
 # Variables whose names look like credentials never reach candidate code.
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE|CERT", re.I)
@@ -133,7 +133,7 @@ class WorkerPool:
 
     def __init__(self, *, gpus: list[int] | None = None, build_workers: int | None = None, cpu_workers: int = 1,
                  root: str | os.PathLike | None = None, build_cache: str | os.PathLike | None = None,
-                 keep_workdirs: bool = False, spare: bool = True):
+                 keep_workdirs: bool = False, spare: bool = True, light: bool = False):
         cpus = os.cpu_count() or 2
         self.build_workers = build_workers or max(1, min(4, cpus // 4))
         self.cpu_workers = cpu_workers
@@ -145,6 +145,10 @@ class WorkerPool:
         self.keep_workdirs = keep_workdirs
         self.spare = spare
         """GPU workers keep one child ahead with its CUDA context made (see `kforge.verify.zygote`)."""
+        self.light = light
+        """Workers import torch and its extension builder only, not the compiler stack (dynamo, inductor,
+        Triton): they start seconds sooner, and each child imports what it needs. For one verification
+        (``kforge verify``); a sweep forks many children and wants them preloaded."""
         self._lock = threading.Lock()
         self._returned = threading.Condition(self._lock)
         self._free: dict[str, list[tuple[str, Zygote | None]]] = {}
@@ -176,6 +180,12 @@ class WorkerPool:
         return ["cpu"]
 
     def _env(self, kind: str) -> dict[str, str]:
+        env = self._kind_env(kind)
+        if self.light:
+            env[PRELOAD_ENV] = str(LIGHT_LEVEL)
+        return env
+
+    def _kind_env(self, kind: str) -> dict[str, str]:
         cpus = os.cpu_count() or 2
         if kind == "build":
             return scrubbed_env({"CUDA_VISIBLE_DEVICES": "", "TRITON_INTERPRET": "1",

@@ -9,18 +9,25 @@ import hashlib
 import json
 import threading
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 from ..backends import Backend, get_backend
 from ..candidate import Candidate
 from ..problems import Problem
+from ..cachefile import read_json, write_json
 from .config import VerifyConfig
 from .gpus import arch_of
 from .pool import WorkerLost, WorkerPool
 from .static import StaticConfig, check
 from .verdict import Attribution, Evidence, State, TimingStats, Verdict
 
+
+#: A compile-reference median kept on disk is timed anew after this long (drivers, clocks and the machine move on).
+COMPILE_REF_MAX_AGE_S = 7 * 24 * 3600
 
 #: Static rules whose question (did the candidate's kernels do the work?) the run answers by measurement.
 MEASURED = frozenset({"no_kernel", "kernel_not_called", "try_fallback", "forbidden_op"})
@@ -146,8 +153,7 @@ class Verifier:
                            evidence=Evidence(findings=[f.to_dict() for f in findings]))
         files = {"problem.py": problem.source, "candidate.py": candidate.source}
         ref_key = self._compile_ref_key(problem, backend, kinds, cfg)
-        with self._lock:
-            known_ref = self._compile_refs.get(ref_key) if ref_key else None
+        known_ref, ref_note = self._known_compile_ref(ref_key)
         run_cfg = replace(cfg, compile_ref=False) if known_ref else cfg
         request = {"problem": problem.to_dict(), "backend": backend.spec(), "config": run_cfg.to_dict(),
                    "arch": self.arch(backend, kinds), "soft_findings": soft}
@@ -185,11 +191,9 @@ class Verifier:
             verdict.evidence.findings = [f.to_dict() for f in findings]
         if known_ref and verdict.runtime:
             verdict.compile_ref = known_ref
-            verdict.evidence.notes.append("torch.compile reference: the median timed in this problem's first "
-                                          "verification on this GPU model (verify.compile_ref_reuse)")
+            verdict.evidence.notes.append(ref_note)
         elif ref_key and verdict.compile_ref:
-            with self._lock:
-                self._compile_refs.setdefault(ref_key, verdict.compile_ref)
+            self._keep_compile_ref(ref_key, verdict.compile_ref)
         audit = (reply.get("result") or {}).get("audit") or {}
         verdict.problem_flags = list(audit.get("flags") or [])
         declared = bool(problem.flops or problem.bytes)
@@ -236,9 +240,44 @@ class Verifier:
         devices = {self.pool.device_info(k, backend.spec()).get("device") for k in kinds}
         if len(devices) != 1:
             return None
-        blob = json.dumps([problem.to_dict(), devices.pop(), cfg.compile_mode, cfg.to_dict()["timing"]],
-                          sort_keys=True, default=str)
+        blob = json.dumps([problem.to_dict(), devices.pop(), metadata.version("torch"), cfg.compile_mode,
+                           cfg.to_dict()["timing"]], sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()
+
+    def _compile_ref_path(self, key: str) -> Path:
+        return Path(self.pool.build_cache).parent / "compile_ref" / f"{key[:32]}.json"
+
+    def _known_compile_ref(self, key: str | None) -> tuple[TimingStats | None, str]:
+        """A median timed earlier: in this process, or in another one on this machine (on disk), so that a
+        one-shot ``kforge verify`` need not compile the reference again, nor even import the compiler."""
+        if not key:
+            return None, ""
+        with self._lock:
+            known = self._compile_refs.get(key)
+        if known:
+            return known, ("torch.compile reference: the median timed in this problem's first verification on "
+                           "this GPU model (verify.compile_ref_reuse)")
+        entry = read_json(self._compile_ref_path(key))
+        if not entry or time.time() - entry.get("at", 0) > COMPILE_REF_MAX_AGE_S:
+            return None, ""
+        try:
+            known = TimingStats(**entry["stats"])
+        except (KeyError, TypeError):
+            return None, ""
+        with self._lock:
+            self._compile_refs.setdefault(key, known)
+        when = datetime.fromtimestamp(entry["at"], timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        return known, (f"torch.compile reference: the median timed for this problem on this GPU model and torch on "
+                       f"{when}, kept in {self._compile_ref_path(key).parent} (verify.compile_ref_reuse=false "
+                       "times it anew)")
+
+    def _keep_compile_ref(self, key: str, stats: TimingStats) -> None:
+        with self._lock:
+            self._compile_refs.setdefault(key, stats)
+        try:
+            write_json(self._compile_ref_path(key), {"at": time.time(), "stats": asdict(stats)})
+        except OSError:  # a read-only cache costs a compile next time, nothing else
+            pass
 
     def _from_reply(self, reply: dict[str, Any], cfg: VerifyConfig) -> Verdict:
         tail = reply.get("output_tail") or None

@@ -20,6 +20,7 @@ import traceback
 from typing import Any
 
 from ..backends import WorkerContext, from_spec
+from ..cachefile import read_json, write_json
 from .compare import as_outputs
 from .harness import HarnessVerdict, cpu_name, first_line, import_file, phase, phase_times, tail
 from .settings import Swap
@@ -145,7 +146,7 @@ class _Run(Trials):
         from . import audit
         path = audit.cache_path(str(Path(self.req["cache_dir"]).parent), self.problem.source, self.device_name(),
                                 self.torch.__version__)
-        found = audit.load_cached(path)
+        found = read_json(path)
         if found is None:
             try:
                 found = audit.run(self)
@@ -153,7 +154,7 @@ class _Run(Trials):
                 raise HarnessVerdict("runtime_error", f"the reference program fails when run on its own "
                                      f"({type(exc).__name__}: {first_line(exc)}); this is a bug in the problem, "
                                      "not in the candidate", evidence={"traceback": tail(traceback.format_exc())})
-            audit.store(path, found)
+            write_json(path, found)
         return found
 
     # -- timing ------------------------------------------------------------------------------------

@@ -42,9 +42,13 @@ QUIET_WAIT_S = 10.0
 
 
 # What a zygote imports before forking, most first. A GPU zygote falls back down this list when a level
-# leaves its forked children unable to use CUDA (see _preload).
+# leaves its forked children unable to use CUDA (see _preload). A pool started for one verification
+# begins at LIGHT_LEVEL: the compiler stack costs seconds to import and one candidate may never need it.
 PRELOAD_LEVELS = (("torch.utils.cpp_extension", "torch._dynamo", "torch._inductor.compile_fx", "triton"),
-                  ("torch.utils.cpp_extension", "torch._dynamo"), ())
+                  ("torch.utils.cpp_extension", "torch._dynamo"), ("torch.utils.cpp_extension",), ())
+LIGHT_LEVEL = 2
+PRELOAD_ENV = "KFORGE_ZYGOTE_PRELOAD"
+"""The zygote's first preload level (an index into ``PRELOAD_LEVELS``)."""
 
 
 def _preload(level: int) -> bool:
@@ -369,13 +373,13 @@ def main() -> None:
     proto = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # anything printed by imports goes to the log, never into the protocol
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C in the caller's terminal is the caller's to handle
-    level = int(os.environ.get("KFORGE_ZYGOTE_PRELOAD", "0"))
+    level = int(os.environ.get(PRELOAD_ENV, "0"))
     if not _preload(level) and level + 1 < len(PRELOAD_LEVELS):
         # Start again importing less: slower children, but children that can use the GPU.
         print(f"kforge zygote: preload level {level} poisons CUDA in forked children; trying {level + 1}",
               file=sys.stderr)
         os.dup2(proto.fileno(), 1)
-        os.environ["KFORGE_ZYGOTE_PRELOAD"] = str(level + 1)
+        os.environ[PRELOAD_ENV] = str(level + 1)
         os.execv(sys.executable, [sys.executable, "-m", "kforge.verify.zygote"])
     global _spare
     if _keeps_spare():

@@ -82,6 +82,11 @@ def test_compile_reference_is_timed(verifier, relu):
     fresh = verifier.verify(relu, candidate("cpu", "relu_ok.py"), "cpu",
                             config=fast_config(compile_ref=True, compile_ref_reuse=False))
     assert fresh.compile_ref is not None and fresh.compile_ref != v.compile_ref
+    # A later process (a one-shot `kforge verify`) finds it on disk and need not compile the reference at all.
+    later = Verifier(fast_config(), pool=verifier.pool)
+    third = later.verify(relu, candidate("cpu", "relu_ok.py"), "cpu", config=fast_config(compile_ref=True))
+    assert third.compile_ref == v.compile_ref and "compile reference" not in third.phases, third.phases
+    assert any("times it anew" in n for n in third.evidence.notes), third.evidence.notes
 
 
 @pytest.mark.parametrize("name,state,needle", [

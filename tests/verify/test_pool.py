@@ -81,3 +81,12 @@ def test_gpu_workers_warn_when_a_cuda_mps_daemon_would_serve_them(tmp_path, monk
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             pool._env("cuda:0")  # no spare to lose
+
+
+def test_a_light_pool_leaves_the_compiler_stack_to_the_children_and_still_verifies(tmp_path):
+    # `kforge verify` runs one candidate: its workers skip importing dynamo, inductor and Triton up front.
+    with WorkerPool(gpus=[], build_workers=1, build_cache=tmp_path / "cache", light=True) as pool:
+        relu = resolve_problem("level1/1_ReLU", size="cpu")
+        v = Verifier(fast_config(compile_ref=True), pool=pool).verify(relu, candidate("cpu", "relu_ok.py"), "cpu")
+        assert v.state is State.CORRECT and v.compile_ref is not None, v.summary()
+        assert pool.preloads() == {"build-0": ["torch.utils.cpp_extension"], "cpu-0": ["torch.utils.cpp_extension"]}
