@@ -61,6 +61,21 @@ def tail(text: str, n: int = TAIL) -> str:
     return text if len(text) <= n else "..." + text[-n:]
 
 
+def _as_if_dynamo_imported(torch) -> None:
+    """Importing ``torch._dynamo`` rebinds ``torch.manual_seed`` (its one change to what the tripwire watches).
+    Do it before the tripwire's snapshot, so that a candidate or the compile reference importing dynamo later
+    changes nothing: the way torch itself does it, which costs nothing, where importing dynamo costs seconds
+    (5 s in a worker on an H100) that a light worker (`WorkerPool.light`) saves."""
+    if "torch._dynamo" in sys.modules or torch.manual_seed is not torch.random.manual_seed:
+        return
+    if not hasattr(torch, "_disable_dynamo"):
+        import torch._dynamo  # noqa: F401
+        return
+    import torch.jit._builtins
+    torch.manual_seed = torch._disable_dynamo(torch.manual_seed)
+    torch.jit._builtins._register_builtin(torch.manual_seed, "aten::manual_seed")
+
+
 class HarnessVerdict(Exception):
     """Raised inside a run to stop with a verdict."""
 
@@ -87,7 +102,7 @@ class Harness:
     def setup(self, flush_l2: bool = True) -> None:
         """Numerics, device, trusted clock, backend — all before any candidate code is imported."""
         import torch
-        import torch._dynamo  # noqa: F401 - importing it rebinds torch.manual_seed & co; do it before the tripwire
+        _as_if_dynamo_imported(torch)
         self.torch = torch
         warnings.filterwarnings("ignore", message=".*[Dd]eterministic.*")
         from .settings import Settings

@@ -278,16 +278,20 @@ class _Run(Trials):
                 "compile_ref": _stats(sampler.stats("compile")), "ref_strict": _stats(sampler.stats("ref_strict"))}
 
     def _check_unsynchronized(self, sampler) -> None:
-        """Event time far below host time (with a full device synchronize) means work left the timed stream."""
+        """Event time far below host time (with a full device synchronize) means work left the timed stream.
+
+        Host times are taken at their minimum: work on another stream makes every host wait long, while a
+        busy machine (16 builds beside the worker in a cold ``kforge eval``) only makes some of them long."""
         if self.device.type != "cuda":
             return
         cand, ref = sampler.stats("cand"), sampler.stats("ref")
-        gap = cand.host_median_ms - cand.median_ms
-        ref_gap = ref.host_median_ms - ref.median_ms
-        if cand.median_ms < 0.5 * cand.host_median_ms and gap - ref_gap > max(0.05, 0.5 * cand.median_ms):
+        cand_host, ref_host = min(sampler.host["cand"]), min(sampler.host["ref"])
+        gap = cand_host - cand.median_ms
+        ref_gap = ref_host - ref.median_ms
+        if cand.median_ms < 0.5 * cand_host and gap - ref_gap > max(0.05, 0.5 * cand.median_ms):
             raise HarnessVerdict("cheat_detected", f"the candidate's work is not on the timed stream: events see "
-                           f"{cand.median_ms:.4f} ms, the host waits {cand.host_median_ms:.4f} ms for the device "
-                           f"(the reference: {ref.median_ms:.4f} vs {ref.host_median_ms:.4f} ms)",
+                           f"{cand.median_ms:.4f} ms, the host waits at least {cand_host:.4f} ms for the device "
+                           f"(the reference: {ref.median_ms:.4f} vs {ref_host:.4f} ms)",
                            rule="unsynchronized_work")
 
     def _protected_ptrs(self, sets, model) -> set[int]:

@@ -87,6 +87,12 @@ def test_a_light_pool_leaves_the_compiler_stack_to_the_children_and_still_verifi
     # `kforge verify` runs one candidate: its workers skip importing dynamo, inductor and Triton up front.
     with WorkerPool(gpus=[], build_workers=1, build_cache=tmp_path / "cache", light=True) as pool:
         relu = resolve_problem("level1/1_ReLU", size="cpu")
-        v = Verifier(fast_config(compile_ref=True), pool=pool).verify(relu, candidate("cpu", "relu_ok.py"), "cpu")
+        verifier = Verifier(fast_config(compile_ref=True), pool=pool)
+        v = verifier.verify(relu, candidate("cpu", "relu_ok.py"), "cpu")
         assert v.state is State.CORRECT and v.compile_ref is not None, v.summary()
         assert pool.preloads() == {"build-0": ["torch.utils.cpp_extension"], "cpu-0": ["torch.utils.cpp_extension"]}
+        # With the audit cached, nothing imports torch._dynamo before the tripwire's snapshot; the compile
+        # reference then imports it mid-verification, and what that import rebinds must not read as a patch.
+        again = verifier.verify(relu, candidate("cpu", "relu_ok.py"), "cpu",
+                                config=fast_config(compile_ref=True, compile_ref_reuse=False))
+        assert again.state is State.CORRECT and "compile reference" in again.phases, again.summary()
