@@ -44,7 +44,8 @@ class VerifyConfig:
     """Everything the verifier needs besides the problem, the candidate and the backend."""
 
     trials: int = 5
-    """Correctness trials, each on fresh random inputs from a seed the candidate cannot see."""
+    """Correctness trials, each on fresh random inputs from a seed the candidate cannot see. With ``attribution``
+    the last two run after timing and also measure whose code did the work (with fewer asked: one before, two after)."""
     atol: float | None = None
     """Absolute tolerance override (None: the dtype default, or the problem's own)."""
     rtol: float | None = None

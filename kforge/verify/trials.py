@@ -1,8 +1,8 @@
 """Correctness trials in a worker, and the run-time judgement of whose kernels did the work.
 
 Each trial draws fresh inputs from the secret seed, runs the reference on them (strict fp32, the
-harness's settings) and the candidate on its own copy, and compares. Two more trials, after timing and in
-random order, are also measured (`kforge.verify.attribution`, `kforge.verify.dataflow`):
+harness's settings) and the candidate on its own copy, and compares. The last two trials, after timing and
+in random order, are also measured (`kforge.verify.attribution`, `kforge.verify.dataflow`):
 
 * the *profile* trial runs both under ``torch.profiler``: kernel share, top kernels by origin, and the
   PyTorch operators each side ran;
@@ -27,6 +27,8 @@ from .harness import Harness, HarnessVerdict, first_line
 from .settings import Swap
 from .verdict import Attribution
 
+MEASURED_TRIALS = 2
+"""Correctness trials that also measure (one profiled, one traced); more run when fewer are asked for."""
 
 
 class Trials(Harness):
@@ -43,14 +45,17 @@ class Trials(Harness):
 
     # -- the trials -----------------------------------------------------------------------------------
     def correctness(self, model) -> None:
-        for trial in range(self.cfg.trials):
+        """The trials before timing: all that were asked for, less the measured ones (at least one)."""
+        plain = self.cfg.trials - MEASURED_TRIALS if self.cfg.attribution else self.cfg.trials
+        for trial in range(max(plain, min(1, self.cfg.trials))):
             self.trials_done = trial + 1
             self.trial(model, trial)
 
     def measured(self, model) -> None:
-        """Two more correctness trials, in random order, that also measure whose code did the work; then
-        the policy. They run after timing: the profiler's CUPTI hooks stay in the process once used and
-        slowed every later launch (seen on an H100: a launch-bound network's eager time 2.4x longer)."""
+        """The last two correctness trials, in random order, also measure whose code did the work; then the
+        policy. They run after timing: the profiler's CUPTI hooks stay in the process once used and slowed
+        every later launch (seen on an H100: a launch-bound network's eager time 2.4x longer). Counting them
+        among the trials asked for keeps attribution's cost to the measuring itself."""
         if not self.cfg.attribution or self.cfg.trials <= 0:  # no trials asked (a build check): nothing to measure
             return
         self.attribution = Attribution()
