@@ -8,6 +8,8 @@ to optimising the best kernel. The best correct kernel is kept. Problems run con
 verifier's worker pool, so model calls overlap builds and timing.
 
 Iterations are numbered from 0 (``IterationRecord.iteration``, MLflow's step, ``iter_NNN/``).
+What a loop does is told to its `LoopObserver`s (MLflow tracking, the console); a job cut off earlier
+continues from the `LoopState` it was left in.
 """
 
 from __future__ import annotations

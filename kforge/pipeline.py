@@ -1,5 +1,9 @@
 """One synthesis job: config → model, backend, problems, verifier, loop, MLflow. Called by
-``pipelines/synthesize.py`` (Hydra) and by the tests (with a composed config)."""
+``pipelines/synthesize.py`` (Hydra) and by the tests (with a composed config).
+
+It only composes: it builds the objects, hands earlier work (`tracking.resume`) to `run_problems`,
+lets the loop's observers (`tracking.observer.MlflowObserver`, `console.Progress`) record and show
+each problem, and summarises."""
 
 from __future__ import annotations
 

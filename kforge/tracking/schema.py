@@ -97,10 +97,14 @@ def _is_number(annotation: str) -> bool:
     return set(str(annotation).replace(" ", "").split("|")) <= {"int", "float", "bool", "None"}
 
 
-#: Per-iteration metric name -> the IterationRecord field it holds (``state_index`` comes first, from ``state``).
-ITERATION_METRICS: dict[str, str] = {ITERATION_METRIC_NAMES.get(f.name, f.name): f.name
-                                     for f in fields(IterationRecord)
-                                     if _is_number(f.type) and f.name not in NOT_ITERATION_METRICS}
+def metrics_of(record_type: type = IterationRecord) -> dict[str, str]:
+    """Per-iteration metric name -> the record field it holds: every number field but the listed ones."""
+    return {ITERATION_METRIC_NAMES.get(f.name, f.name): f.name for f in fields(record_type)
+            if _is_number(f.type) and f.name not in NOT_ITERATION_METRICS}
+
+
+#: The per-iteration metrics besides ``state_index`` (logged first, from the record's ``state``).
+ITERATION_METRICS = metrics_of(IterationRecord)
 
 
 def iteration_values(record: IterationRecord) -> dict[str, float]:
