@@ -48,7 +48,7 @@ class Tags:
     NOTE = "mlflow.note.content"
     """What MLflow shows as a run's description (Markdown): a job's table of problems."""
     RUN_NAME = "run_name"
-    # What a job ran with, on its parent run and each problem run (`JOB_LABELS`, in this order).
+    # What a job ran with, on its parent run and each problem run (`kforge.pipeline.job_labels`).
     ANALYSIS, MODEL, MODEL_NAME, MODEL_LABEL = "analysis", "model", "model_name", "model_label"
     BACKEND, DEVICE, LOOP_MODE, REFERENCE = "backend", "device", "loop_mode", "reference"
     PROFILER, PROBLEMS_SOURCE = "profiler", "problems_source"
@@ -77,8 +77,6 @@ class Tags:
         return f"kernel.{iteration}"
 
 
-JOB_LABELS = (Tags.ANALYSIS, Tags.MODEL, Tags.MODEL_NAME, Tags.MODEL_LABEL, Tags.BACKEND, Tags.DEVICE,
-              Tags.LOOP_MODE, Tags.REFERENCE, Tags.PROFILER, Tags.PROBLEMS_SOURCE)
 #: The tags that tell one configuration from another in the tables.
 CONFIG_TAGS = (Tags.MODEL, Tags.BACKEND, Tags.LOOP_MODE, Tags.REFERENCE, Tags.PROFILER, Tags.ANALYSIS, Tags.SIZE,
                Tags.PROBLEMS_SOURCE)
