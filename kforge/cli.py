@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
+from .metrics import BASELINES
 from .problems import SIZES, ProblemError, load_builtin, load_directory, resolve_problem
 
 
@@ -221,11 +222,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
               f"{args.jobs} build worker(s), run slots {', '.join(sorted(slots))}; rows to {out}", file=sys.stderr)
         if args.mlflow is not None:
             from .tracking import Tracker, default_uri
+            from .tracking.schema import Tags
             tracker = Tracker(args.mlflow or default_uri(), experiment=args.experiment)
             parent = tracker.start_eval(f"eval {Path(source).name}", params={
                 "source": str(Path(source).resolve()), "problems_dir": args.problems_dir, "out": str(out),
                 "backends": ",".join(backends), "size": args.size, "baseline": args.baseline,
-                "verify": _verify_config(args).to_dict()}, tags={"kforge.source": str(source)})
+                "verify": _verify_config(args).to_dict()}, tags={Tags.SOURCE: str(source)})
         try:
             result = run_eval(jobs, verifier, backends, size_of=size_of, out=out, threads=args.jobs + 2 * len(slots),
                               progress=False if args.no_progress else None,
@@ -395,7 +397,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--level", help="only these levels of a generations folder, e.g. 1 or 1,2")
     e.add_argument("--ids", help="only these problem ids of a generations folder, e.g. 1-10,19")
     _verify_options(e)
-    e.add_argument("--baseline", choices=("eager", "compile"), default="eager",
+    e.add_argument("--baseline", choices=BASELINES, default="eager",
                    help="speedup that fast_p and the geomean use (default: eager, as KernelBench)")
     e.add_argument("--jobs", type=int, default=_default_jobs(),
                    help=f"parallel build workers (default: half the cores, at most 16; here {_default_jobs()})")

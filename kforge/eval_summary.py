@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable
 
-from .metrics import fast_p, geomean
+from .metrics import fast_p, geomean, speedup_over
 
 FAST = (0.0, 1.0, 1.5, 2.0)
 """The fast_p thresholds reported (KernelBench's fast_0 is the correctness rate over counted candidates)."""
@@ -23,7 +23,7 @@ ERROR_STATE = "error"
 
 
 def _speedup(row: dict[str, Any], baseline: str) -> float | None:
-    return row.get("speedup_compile" if baseline == "compile" else "speedup_eager")
+    return speedup_over(baseline, row.get("speedup_eager"), row.get("speedup_compile"))
 
 
 def group_stats(rows: list[dict[str, Any]], baseline: str = "eager",

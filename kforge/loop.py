@@ -8,6 +8,8 @@ to optimising the best kernel. The best correct kernel is kept. Problems run con
 verifier's worker pool, so model calls overlap builds and timing.
 
 Iterations are numbered from 0 (``IterationRecord.iteration``, MLflow's step, ``iter_NNN/``).
+What a loop does is told to its `LoopObserver`s (MLflow tracking, the console); a job cut off earlier
+continues from the `LoopState` it was left in.
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ import threading
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, Sequence
 
 from .agents import Attempt, GenerationAgent, Recommendation, Reference
 from .agents.analysis import GENERIC_RECOMMENDATION
+from .metrics import BASELINES, speedup_over
 from .problems import Problem
 from .verify import Verdict, Verifier
 
@@ -32,7 +35,7 @@ class LoopConfig:
     mode: str = "iterative"
     """``single_shot`` (one generation per problem) or ``iterative`` (fix, then optimise)."""
     iterations: int = 5
-    """Generation calls per problem at most, the first included."""
+    """Generation calls per problem at most, the first included (`budget`: single_shot makes one)."""
     target_speedup: float | None = None
     """Stop a problem early once its best speedup reaches this (None: use every iteration)."""
     speedup_vs: str = "eager"
@@ -45,10 +48,15 @@ class LoopConfig:
     def __post_init__(self) -> None:
         if self.mode not in ("single_shot", "iterative"):
             raise ValueError(f"loop.mode must be single_shot or iterative, not {self.mode!r}")
-        if self.speedup_vs not in ("eager", "compile"):
-            raise ValueError(f"loop.speedup_vs must be eager or compile, not {self.speedup_vs!r}")
+        if self.speedup_vs not in BASELINES:
+            raise ValueError(f"loop.speedup_vs must be {' or '.join(BASELINES)}, not {self.speedup_vs!r}")
         if self.iterations < 1:
             raise ValueError("loop.iterations must be at least 1")
+
+    @property
+    def budget(self) -> int:
+        """Iterations a problem gets: single_shot means one, whatever ``iterations`` says."""
+        return 1 if self.mode == "single_shot" else self.iterations
 
 
 class Advisor(Protocol):
@@ -130,39 +138,97 @@ class ProblemResult:
         return next((r.problem_flags for r in reversed(self.records) if r.problem_flags), [])
 
 
-IterationCallback = Callable[[Problem, IterationRecord, Attempt, Verdict, "Recommendation | None"], None]
+@dataclass
+class LoopState:
+    """Where a problem's loop stands between iterations; a resumed job passes the state its earlier run
+    was cut off in (`kforge.tracking.resume` rebuilds it from MLflow)."""
+
+    result: ProblemResult
+    next_iteration: int = 0
+    last_code: str | None = None
+    last_verdict: Verdict | None = None
 
 
-def _speedup(verdict: Verdict, vs: str) -> float:
-    s = verdict.speedup_compile if vs == "compile" else verdict.speedup_eager
-    if s is None:
-        s = verdict.speedup_eager
-    return s or 0.0
+@dataclass
+class Step:
+    """One recorded iteration, as observers get it."""
+
+    record: IterationRecord
+    attempt: Attempt
+    verdict: Verdict
+    recommendation: Recommendation | None = None
+
+
+class LoopObserver(Protocol):
+    """What a problem loop tells while it runs (MLflow tracking, the progress lines). Called from the
+    loop's thread, in the order the observers were given; an error raised here fails that problem."""
+
+    def problem_started(self, problem: Problem, reference: Reference | None, resume: LoopState | None) -> None:
+        """Before the first iteration; ``resume`` is the state a continued run starts from."""
+
+    def iteration_done(self, problem: Problem, step: Step) -> None:
+        """After each iteration's verification."""
+
+    def problem_ended(self, problem: Problem, result: ProblemResult) -> None:
+        """The problem ended: finished, ``stopped`` (Ctrl-C, SIGTERM) or with an ``error`` of kforge's."""
+
+    def problem_abandoned(self, problem: Problem) -> None:
+        """Left without a result (a BaseException other than a kforge error went through the loop)."""
+
+
+def rank_speedup(verdict: Verdict, vs: str) -> float:
+    """What ranks correct kernels and meets ``target_speedup``."""
+    return speedup_over(vs, verdict.speedup_eager, verdict.speedup_compile, or_eager=True) or 0.0
 
 
 class ProblemLoop:
     """Runs one problem to completion; `run_problems` runs many."""
 
     def __init__(self, agent: GenerationAgent, verifier: Verifier, config: LoopConfig,
-                 advisor: Advisor | None = None, on_iteration: IterationCallback | None = None,
+                 advisor: Advisor | None = None, observers: Sequence[LoopObserver] = (),
                  stop: threading.Event | None = None):
         self.agent, self.verifier, self.config = agent, verifier, config
         self.advisor = advisor or GenericAdvisor()
-        self.on_iteration = on_iteration
+        self.observers = list(observers)
         self.stop = stop or threading.Event()
 
-    def run(self, problem: Problem, reference: Reference | None = None, start: int = 0,
-            prior: ProblemResult | None = None, last_code: str | None = None,
-            last_verdict: Verdict | None = None) -> ProblemResult:
-        """Run iterations ``start``..; ``prior`` and the last attempt carry the state of a resumed run."""
+    def _tell(self, event: str, *args: Any) -> None:
+        for observer in self.observers:
+            getattr(observer, event)(*args)
+
+    def run(self, problem: Problem, reference: Reference | None = None,
+            resume: LoopState | None = None) -> ProblemResult:
+        """Run ``problem`` to its end, from ``resume`` where an earlier run was cut off.
+
+        A kforge error ends the problem with ``result.error`` (or ``stopped``, when the stop event is set,
+        e.g. the pool closed under a verification by a second Ctrl-C) instead of going up: one broken
+        problem must not take the sweep down.
+        """
+        state = resume or LoopState(ProblemResult(problem))
+        self._tell("problem_started", problem, reference, resume)
+        try:
+            self._iterate(problem, reference, state)
+        except Exception:  # noqa: BLE001 - recorded where the user will look (observers), then go on
+            if self.stop.is_set():
+                state.result.stopped = True
+            else:
+                state.result.error = traceback.format_exc()
+        except BaseException:
+            self._tell("problem_abandoned", problem)
+            raise
+        self._tell("problem_ended", problem, state.result)
+        return state.result
+
+    def _iterate(self, problem: Problem, reference: Reference | None, state: LoopState) -> None:
+        """Iterations ``state.next_iteration``.. of the budget, updating ``state`` after each."""
         cfg = self.config
-        result = prior or ProblemResult(problem)
+        result = state.result
         fixes_in_opt = 0
-        n = 1 if cfg.mode == "single_shot" else cfg.iterations
-        for it in range(start, n):
+        for it in range(state.next_iteration, cfg.budget):
             if self.stop.is_set():
                 result.stopped = True
                 break
+            last_code, last_verdict = state.last_code, state.last_verdict
             t0 = time.monotonic()
             recommendation: Recommendation | None = None
             analysis_s = 0.0
@@ -191,8 +257,8 @@ class ProblemLoop:
             verdict = self.verifier.verify(problem, attempt.candidate, self.agent.backend)
             verify_s = time.monotonic() - v0
             is_best = verdict.correct and (result.best_verdict is None or
-                                           _speedup(verdict, cfg.speedup_vs) > _speedup(result.best_verdict,
-                                                                                        cfg.speedup_vs))
+                                           rank_speedup(verdict, cfg.speedup_vs) > rank_speedup(result.best_verdict,
+                                                                                               cfg.speedup_vs))
             if is_best:
                 result.best_code, result.best_verdict, result.best_iteration = \
                     attempt.candidate.source, verdict, it
@@ -214,13 +280,11 @@ class ProblemLoop:
             if usage.get("cost_usd") is not None:
                 record.cost_usd = (record.cost_usd or 0.0) + usage["cost_usd"]
             result.records.append(record)
-            if self.on_iteration:
-                self.on_iteration(problem, record, attempt, verdict, recommendation)
-            last_code, last_verdict = attempt.candidate.source, verdict
+            self._tell("iteration_done", problem, Step(record, attempt, verdict, recommendation))
+            state.next_iteration, state.last_code, state.last_verdict = it + 1, attempt.candidate.source, verdict
             if cfg.target_speedup and result.best_verdict is not None and \
-                    _speedup(result.best_verdict, cfg.speedup_vs) >= cfg.target_speedup:
+                    rank_speedup(result.best_verdict, cfg.speedup_vs) >= cfg.target_speedup:
                 break
-        return result
 
 
 class Interrupted(KeyboardInterrupt):
@@ -236,8 +300,9 @@ def run_problems(problems: list[Problem], loop: ProblemLoop, *, concurrency: int
                  on_done: Callable[[ProblemResult], None] | None = None,
                  on_stop: Callable[[int], None] | None = None,
                  on_abort: Callable[[], None] | None = None,
-                 starts: dict[str, tuple[int, ProblemResult | None]] | None = None) -> list[ProblemResult]:
-    """Run problem loops, ``concurrency`` at a time, and return their results in ``problems`` order.
+                 resumes: dict[str, LoopState] | None = None) -> list[ProblemResult]:
+    """Run problem loops, ``concurrency`` at a time, and return their results in ``problems`` order;
+    ``resumes`` holds the state of each problem an earlier job was cut off in.
 
     A KeyboardInterrupt (Ctrl-C; the pipeline turns SIGTERM into one) stops new work: problems not yet
     started are dropped, ``on_stop(n)`` is told how many are in flight, and those end after their
@@ -245,8 +310,7 @@ def run_problems(problems: list[Problem], loop: ProblemLoop, *, concurrency: int
     KeyboardInterrupt while waiting calls ``on_abort`` (e.g. closing the worker pool, so verifications
     in flight end at once) and stops waiting for loops still blocked in a model call.
     """
-    references = references or {}
-    starts = starts or {}
+    references, resumes = references or {}, resumes or {}
     todo = list(problems)
     lock = threading.Lock()
     ended: queue.Queue[ProblemResult] = queue.Queue()
@@ -254,12 +318,12 @@ def run_problems(problems: list[Problem], loop: ProblemLoop, *, concurrency: int
     in_flight: set[str] = set()
 
     def one(p: Problem) -> ProblemResult:
-        start, prior = starts.get(p.key, (0, None))
+        resume = resumes.get(p.key)
         try:
-            return loop.run(p, references.get(p.key), start=start, prior=prior)
-        except Exception:  # noqa: BLE001 - one broken problem must not take the sweep down
-            r = prior or ProblemResult(p)
-            if loop.stop.is_set():  # e.g. the pool closed under a verification by a second Ctrl-C
+            return loop.run(p, references.get(p.key), resume)
+        except Exception:  # noqa: BLE001 - an observer failed outside the loop's own guard (e.g. starting a run)
+            r = resume.result if resume else ProblemResult(p)
+            if loop.stop.is_set():
                 r.stopped = True
             else:
                 r.error = traceback.format_exc()

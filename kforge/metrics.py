@@ -6,6 +6,24 @@ import math
 from typing import Iterable
 
 FAST_P = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
+#: What a speedup is measured against: PyTorch eager, or torch.compile of the reference.
+BASELINES = ("eager", "compile")
+#: The attribute (Verdict, IterationRecord, ProblemResult) or column (eval rows, the tables' frame) holding each.
+SPEEDUP_FIELD = {"eager": "speedup_eager", "compile": "speedup_compile"}
+
+
+def speedup_over(baseline: str, eager: float | None, compile: float | None, *,
+                 or_eager: bool = False) -> float | None:
+    """The speedup over ``baseline`` (``eager`` or ``compile``), None where it was not timed.
+
+    ``or_eager``: eager's speedup where torch.compile's was not timed (``verify.compile_ref=false``), so a
+    job that asks for compile still ranks its kernels and has a geomean; the loop's ranking and a job's
+    summary metrics read speedups so, reports of one baseline (tables, eval summaries) do not.
+    """
+    if baseline not in BASELINES:
+        raise ValueError(f"a speedup's baseline is one of {', '.join(BASELINES)}, not {baseline!r}")
+    s = compile if baseline == "compile" else eager
+    return eager if s is None and or_eager else s
 
 
 def fast_p(outcomes: Iterable[tuple[bool, float | None]], p: float) -> float:

@@ -1,26 +1,51 @@
 """One synthesis job: config → model, backend, problems, verifier, loop, MLflow. Called by
-``pipelines/synthesize.py`` (Hydra) and by the tests (with a composed config)."""
+``pipelines/synthesize.py`` (Hydra) and by the tests (with a composed config).
+
+It only composes: it builds the objects, hands earlier work (`tracking.resume`) to `run_problems`,
+lets the loop's observers (`tracking.observer.MlflowObserver`, `console.Progress`) record and show
+each problem, and summarises."""
 
 from __future__ import annotations
 
 import signal
-import sys
 import tempfile
 import threading
-import traceback
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .agents import GenerationAgent, Prompts
 from .backends import Backend, get_backend
+from .console import Progress, print_summary
 from .llm import LLM, ModelConfig, make_model, replaying
-from .loop import Interrupted, LoopConfig, ProblemLoop, ProblemResult, run_problems
+from .loop import Advisor, Interrupted, LoopConfig, ProblemLoop, ProblemResult, run_problems
 from .problems import Problem, load_builtin, load_directory
+from .reference import ReferenceError, load_references, reference_backend
+from .tracking.schema import Metrics, Tags
 from .verify import BackendUnavailable, Verifier, VerifyConfig, WorkerPool
 
 
 class ConfigError(ValueError):
     """The configuration cannot work; the message says which key and what to set."""
+
+
+@dataclass
+class Job:
+    """What `run` built for one job."""
+
+    conf: dict[str, Any]
+    problems: list[Problem]
+    backend: Backend
+    agent: GenerationAgent
+    verifier: Verifier
+    loop_cfg: LoopConfig
+    llm: LLM
+    pool: WorkerPool
+    info: dict[str, Any]
+    """The device's facts (``device``: its name)."""
+    advisor: Advisor | None
+    stop: threading.Event
+    tags: dict[str, str]
+    """Extra tags of the parent run."""
 
 
 @dataclass
@@ -137,44 +162,16 @@ def device_phrase(info: dict[str, Any], backend: Backend) -> str:
     return f"a {name}" if backend.device == "cpu" else f"an {name} GPU"
 
 
-def _status_line(problem: Problem, record, n: int) -> str:
-    sp = f"{record.speedup_eager:.2f}x eager" if record.speedup_eager else ""
-    if record.speedup_compile:
-        sp += f", {record.speedup_compile:.2f}x compile"
-    best = " *best*" if record.is_best else ""
-    # The iteration's index as MLflow's step and iter_NNN/ have it (from 0), then how far the budget is spent.
-    return (f"{problem.key:34} iter_{record.iteration:03d} ({record.iteration + 1} of {n}) {record.phase:11} "
-            f"{record.state:20} {sp}{best}  ({record.wall_s:.1f} s)")
-
-
-def print_summary(results: list[ProblemResult], stats: dict[str, Any], out=None) -> None:
-    out = out or sys.stdout  # looked up now: a caller may have redirected it
-    print("\nproblem                            best state           iters  speedup(eager)  speedup(compile)", file=out)
-    for r in results:
-        state = "correct" if r.correct else (r.records[-1].state if r.records else ("error" if r.error else "-"))
-        fmt = lambda x: f"{x:.2f}x" if x else "-"  # noqa: E731
-        print(f"{r.problem.key:34} {state:20} {len(r.records):5}  {fmt(r.speedup_eager):>14}  "
-              f"{fmt(r.speedup_compile):>16}", file=out)
-    g = stats.get("geomean_speedup")
-    print(f"\ncorrect {stats['fast_0']:.0%} · fast_1 {stats['fast_1']:.0%} · fast_1.5 {stats['fast_1.5']:.0%} · "
-          f"geomean speedup {g:.2f}x" if g else f"\ncorrect {stats['fast_0']:.0%} · no correct kernels", file=out)
-    cost = stats.get("total_cost_usd")
-    print(f"tokens {stats['total_prompt_tokens']} in / {stats['total_completion_tokens']} out · "
-          + (f"cost ${cost:.4f}" if cost is not None else "cost unknown (litellm has no price for this model)"),
-          file=out)
-
-
 def run(cfg: Any, *, llm: LLM | None = None, tags: dict[str, str] | None = None,
         pool: WorkerPool | None = None) -> JobResult:
     """Run one job. ``llm`` replaces the configured model (tests pass a scripted one they inspect)."""
-    from omegaconf import OmegaConf
     conf = _plain(cfg)
     if llm is not None:  # record the model actually used, not the config's default
         conf["model"] = {k: v for k, v in asdict(llm.config).items() if k != "replies"}
     model_cfg = ModelConfig(**{k: v for k, v in conf["model"].items() if k in ModelConfig.__dataclass_fields__})
     llm = llm or make_model(model_cfg)
     llm.check()  # a missing API key stops here, before any problem starts
-    from .resume import config_hash
+    from .tracking.resume import config_hash
     chash = config_hash(conf)
     llm = replaying(llm, chash)  # a rerun of this configuration replays its calls
     loop_cfg = LoopConfig(**conf["loop"])
@@ -206,8 +203,8 @@ def run(cfg: Any, *, llm: LLM | None = None, tags: dict[str, str] | None = None,
         with tempfile.TemporaryDirectory(prefix="kforge-analysis-") as scratch:
             advisor = make_advisor(conf, llm, backend, pool, prompts, device_phrase(info, backend), scratch, kinds[0],
                                    chash)
-            return _run_tracked(conf, OmegaConf.to_yaml(OmegaConf.create(conf)), problems, backend, agent, verifier,
-                                loop_cfg, llm, stop, tags or {}, pool, info, advisor)
+            return _run_tracked(Job(conf, problems, backend, agent, verifier, loop_cfg, llm, pool, info, advisor,
+                                    stop, tags or {}))
     finally:
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, previous_term)
@@ -215,12 +212,30 @@ def run(cfg: Any, *, llm: LLM | None = None, tags: dict[str, str] | None = None,
             pool.close()
 
 
-def _run_tracked(conf, conf_yaml, problems, backend, agent, verifier, loop_cfg, llm, stop, tags, pool, info,
-                 advisor=None):
-    from tqdm import tqdm
+def job_labels(job: Job) -> dict[str, str]:
+    """What the job ran with: tags of its parent run and of every problem run."""
+    conf, llm, backend = job.conf, job.llm, job.backend
+    ref_kind = conf.get("reference", {}).get("kind", "none")
+    if ref_kind != "none":
+        ref_kind = f"{ref_kind}:{reference_backend(conf['reference'], backend.name)}"
+    # ``model`` is what answered: the litellm model string (not the config's short name) for a real model.
+    model = (llm.config.model or llm.config.name) if llm.config.kind == "litellm" else llm.config.name
+    return {Tags.ANALYSIS: conf.get("analysis", {}).get("kind", "off"), Tags.MODEL: model,
+            Tags.MODEL_NAME: llm.config.name, Tags.MODEL_LABEL: llm.config.label, Tags.BACKEND: backend.name,
+            Tags.DEVICE: backend.device, Tags.LOOP_MODE: job.loop_cfg.mode, Tags.REFERENCE: ref_kind,
+            Tags.PROFILER: resolve_profiler(conf.get("profiler", {}).get("kind", "none"), backend),
+            Tags.PROBLEMS_SOURCE: conf["problems"].get("source", "builtin")}
+
+
+def _run_tracked(job: Job) -> JobResult:
+    """Resume what earlier jobs left, run the problems with MLflow and the progress lines observing, summarise."""
+    from omegaconf import OmegaConf
 
     from .firstrun import PCH_NOTICE, pch_pending
     from .tracking import Tracker
+    from .tracking.observer import MlflowObserver
+    from .tracking.resume import config_hash, take_over
+    conf, backend, loop_cfg, pool = job.conf, job.backend, job.loop_cfg, job.pool
     tcfg = conf.get("tracking") or {}
     tracker = Tracker(tcfg.get("uri"), tcfg.get("experiment") or "kforge", tcfg.get("artifact_root"))
     if tcfg.get("autolog_llm"):
@@ -228,120 +243,59 @@ def _run_tracked(conf, conf_yaml, problems, backend, agent, verifier, loop_cfg, 
         mlflow.set_tracking_uri(tracker.uri)
         mlflow.set_experiment(tracker.experiment)
         mlflow.litellm.autolog()
-    model_label = llm.config.label
-    ref_kind = conf.get("reference", {}).get("kind", "none")
-    if ref_kind != "none":
-        src = conf["reference"].get("backend") or "auto"
-        ref_kind = f"{ref_kind}:{('triton' if backend.name == 'cuda' else 'cuda') if src == 'auto' else src}"
-    prof_kind = resolve_profiler(conf.get("profiler", {}).get("kind", "none"), backend)
-    analysis_kind = conf.get("analysis", {}).get("kind", "off")
-    # ``model`` is what answered: the litellm model string (not the config's short name) for a real model.
-    model = (llm.config.model or llm.config.name) if llm.config.kind == "litellm" else llm.config.name
-    common = {"analysis": analysis_kind, "model": model, "model_name": llm.config.name, "model_label": model_label,
-              "backend": backend.name, "device": backend.device, "loop_mode": loop_cfg.mode, "reference": ref_kind,
-              "profiler": prof_kind, "problems_source": conf["problems"].get("source", "builtin")}
-    from .reference import ReferenceError, load_references
+    labels = job_labels(job)
     try:
-        references = load_references(conf.get("reference") or {}, problems, backend.name, tracker.uri)
+        references = load_references(conf.get("reference") or {}, job.problems, backend.name, tracker.uri)
     except ReferenceError as exc:
         raise ConfigError(str(exc)) from None
-    from .resume import config_hash, previous_runs, stale_runs
-    chash = config_hash(conf)
-    common["kforge.config_hash"] = chash
-    previous = previous_runs(tracker.client, tracker.experiment_id, chash, problems) if conf.get("resume", True) \
-        else {}
-    continued = {prev.run_id for prev in previous.values()}
-    stale = [r for r in stale_runs(tracker.client, tracker.experiment_id, chash) if r.info.run_id not in continued]
-    for r in stale:
-        tracker.kill(r.info.run_id)
+    labels[Tags.CONFIG_HASH] = config_hash(conf)
+    previous, stale = take_over(tracker, labels[Tags.CONFIG_HASH], job.problems, conf.get("resume", True))
     if stale:
-        print(f"kforge: {len(stale)} run(s) of this configuration were left RUNNING by a job that was killed; "
+        print(f"kforge: {stale} run(s) of this configuration were left RUNNING by a job that was killed; "
               "marked KILLED", flush=True)
-    done = [p for p in problems if p.key in previous and previous[p.key].finished]
-    todo = [p for p in problems if p not in done]
-    hardware = {"device_name": info.get("device", "")}
+    done = [p for p in job.problems if p.key in previous and previous[p.key].finished]
+    todo = [p for p in job.problems if p not in done]
+    cut = {k: prev for k, prev in previous.items() if not prev.finished}
+    hardware = {Tags.DEVICE_NAME: job.info.get("device", "")}
     if backend.device == "cuda":
-        hardware["gpu"] = info.get("device", "")
-    parent = tracker.start_parent(f"{llm.config.name}-{backend.name}-{loop_cfg.mode}", conf, conf_yaml,
-                                  {**common, **tags, **hardware})
+        hardware[Tags.GPU] = job.info.get("device", "")
+    parent = tracker.start_parent(f"{job.llm.config.name}-{backend.name}-{loop_cfg.mode}", conf,
+                                  OmegaConf.to_yaml(OmegaConf.create(conf)), {**labels, **job.tags, **hardware})
     if previous:
-        cut = [k for k, prev in previous.items() if not prev.finished]
         print(f"kforge: resuming: {len(done)} problem(s) finished earlier are skipped"
               + (f", {len(cut)} cut off earlier continue from their last iteration" if cut else ""), flush=True)
+    ref_kind = labels[Tags.REFERENCE]
     if ref_kind != "none":
         have = sum(r is not None for r in references.values())
-        print(f"kforge: reference transfer ({ref_kind}): {have} of {len(problems)} problem(s) have a reference; "
+        print(f"kforge: reference transfer ({ref_kind}): {have} of {len(job.problems)} problem(s) have a reference; "
               "the others run without one", flush=True)
-        tracker.client.set_tag(parent, "references_available", f"{have}/{len(problems)}")
-    n_iter = 1 if loop_cfg.mode == "single_shot" else loop_cfg.iterations
-    print(f"kforge: {len(problems)} problem(s) · model {model_label} · backend {backend.describe()} · "
-          f"{loop_cfg.mode} ({n_iter} iteration(s)) · MLflow {tracker.uri} (experiment {tracker.experiment})",
+        tracker.client.set_tag(parent, Tags.REFERENCES_AVAILABLE, f"{have}/{len(job.problems)}")
+    print(f"kforge: {len(job.problems)} problem(s) · model {labels[Tags.MODEL_LABEL]} · backend {backend.describe()} · "
+          f"{loop_cfg.mode} ({loop_cfg.budget} iteration(s)) · MLflow {tracker.uri} (experiment {tracker.experiment})",
           flush=True)
     if todo and pch_pending(backend, pool.build_cache):
         print(f"kforge: {PCH_NOTICE}", flush=True)
-    # The bar only where a person watches; logs (CI, nohup, Hydra multirun) get the lines alone.
-    bar = tqdm(total=len(todo), desc="problems", unit="problem", dynamic_ncols=True, file=sys.stdout,
-               disable=not sys.stdout.isatty())
-    run_ids: dict[str, str] = {}
 
-    def on_iteration(problem, record, attempt, verdict, recommendation):
-        tracker.log_iteration(run_ids[problem.key], record, attempt, verdict, recommendation)
-        bar.write(_status_line(problem, record, n_iter))
-
-    class TrackedLoop(ProblemLoop):
-        def run(self, problem, reference=None, start=0, prior=None, last_code=None, last_verdict=None):
-            prev = previous.get(problem.key)
-            if prev is not None:  # cut off earlier: continue in the same MLflow run
-                rid = prev.run_id
-                tracker.reopen(rid)
-                start, prior, last_code, last_verdict = prev.start, prev.result, prev.last_code, prev.last_verdict
-            else:
-                rid = tracker.start_problem(parent, problem.key, {
-                    **common, "problem": problem.key, "level": str(problem.level), "size": problem.size,
-                    "reference_available": str(reference is not None).lower(),
-                    "reference_source": reference.source if reference else "none"})
-            run_ids[problem.key] = rid
-            try:
-                result = super().run(problem, reference, start, prior, last_code, last_verdict)
-            except Exception:  # noqa: BLE001 - a bug in kforge: record it where the user will look, go on
-                result = prior or ProblemResult(problem)
-                if self.stop.is_set():  # the pool closed under a verification (a second Ctrl-C): cut off
-                    result.stopped = True
-                    tracker.end_problem(rid, result, status="KILLED")
-                    return result
-                result.error = traceback.format_exc()
-                tracker.end_problem(rid, result, status="FAILED")
-                last = result.error.strip().splitlines()[-1]
-                bar.write(f"{problem.key:<34} kforge failed on this problem ({last}); the traceback is "
-                          f"error.txt in MLflow run {rid}, and a rerun continues it")
-                return result
-            except BaseException:
-                tracker.kill(rid)
-                raise
-            tracker.end_problem(rid, result, status="KILLED" if result.stopped else "FINISHED")
-            return result
-
-    def on_stop(in_flight: int) -> None:
-        bar.write(f"\nkforge: stopping: no new work; {in_flight} problem(s) in flight end after their current step, "
-                  "marked KILLED (Ctrl-C again to stop them now)")
-
-    loop = TrackedLoop(agent, verifier, loop_cfg, advisor=advisor, on_iteration=on_iteration, stop=stop)
+    tracking = MlflowObserver(tracker, parent, labels, continued={k: prev.run_id for k, prev in cut.items()})
+    progress = Progress(len(todo), loop_cfg.budget, run_of=tracking.run_ids.get)
+    loop = ProblemLoop(job.agent, job.verifier, loop_cfg, advisor=job.advisor, observers=[tracking, progress],
+                       stop=job.stop)
     interrupted = False
     runs_before = pool.counters["run"]
     try:
         ended = run_problems(todo, loop, concurrency=loop_cfg.concurrency, references=references,
-                             on_done=lambda r: bar.update(1), on_stop=on_stop, on_abort=pool.close)
+                             resumes={k: prev.state for k, prev in cut.items()}, on_done=progress.advance,
+                             on_stop=progress.stopping, on_abort=pool.close)
     except Interrupted as exc:
         interrupted, ended = True, exc.results
     finally:
-        bar.close()
+        progress.close()
     # Finished problems (earlier ones included) make the job's metrics; cut-off ones wait for a rerun.
     results: list[ProblemResult] = [previous[p.key].result for p in done] + [r for r in ended if not r.stopped]
     cut_off = [r for r in ended if r.stopped]
-    for key in set(run_ids) - {r.problem.key for r in ended}:
-        tracker.kill(run_ids[key])  # still in a model call after a second Ctrl-C
-    tracker.client.log_metric(parent, "verifications", pool.counters["run"] - runs_before)
-    tracker.client.log_metric(parent, "problems_skipped", len(done))
+    tracking.kill_open()
+    tracker.client.log_metric(parent, Metrics.VERIFICATIONS, pool.counters["run"] - runs_before)
+    tracker.client.log_metric(parent, Metrics.PROBLEMS_SKIPPED, len(done))
     stats = tracker.end_parent(parent, results, status="KILLED" if interrupted else "FINISHED",
                                speedup_vs=loop_cfg.speedup_vs)
     if interrupted:
@@ -351,4 +305,4 @@ def _run_tracked(conf, conf_yaml, problems, backend, agent, verifier, loop_cfg, 
               "them.")
     print_summary(results, stats)
     print(f"runs table: {tracker.view_url()}" + ("" if tracker.uri.startswith("http") else "  (after `make ui`)"))
-    return JobResult(results, stats, parent, interrupted, extra={"verifier_time_s": dict(verifier.time_s)})
+    return JobResult(results, stats, parent, interrupted, extra={"verifier_time_s": dict(job.verifier.time_s)})

@@ -17,6 +17,15 @@ from .problems import Problem, builtin_solution_path
 KINDS = ("none", "oracle", "mlflow")
 
 
+def reference_backend(rcfg: dict[str, Any], target: str) -> str:
+    """The backend references come from: ``reference.backend``, where ``auto`` (or unset) is cuda, or
+    triton when the target is cuda."""
+    source = rcfg.get("backend") or "auto"
+    if source == "auto":
+        return "triton" if target == "cuda" else "cuda"
+    return source
+
+
 class ReferenceError(ValueError):
     """The reference configuration cannot work (unknown kind, same backend, missing experiment)."""
 
@@ -28,9 +37,7 @@ def load_references(rcfg: dict[str, Any], problems: list[Problem], target: str,
         raise ReferenceError(f"reference.kind must be one of {', '.join(KINDS)}, not {kind!r}")
     if kind == "none":
         return {p.key: None for p in problems}
-    source = rcfg.get("backend") or "auto"
-    if source == "auto":
-        source = "triton" if target == "cuda" else "cuda"
+    source = reference_backend(rcfg, target)
     if source == target:
         raise ReferenceError(f"reference.backend={source} is the target backend itself; pick another accelerator's "
                              "kernels (e.g. reference.backend=cuda when targeting triton or cpu)")
@@ -49,11 +56,12 @@ def _from_mlflow(rcfg: dict[str, Any], problems: list[Problem], source: str, lan
     import tempfile
     from pathlib import Path
 
-    from .tracking import default_uri, metric, open_client
+    from .tracking import default_uri, open_client
+    from .tracking.schema import Files, Kind, Metrics, Tags, metric, metric_is, tag_is
     client = open_client(rcfg.get("tracking_uri") or uri or default_uri())
-    filters = [f"tags.backend = '{source}'", "tags.`kforge.kind` = 'problem'", "metrics.best_correct = 1"]
+    filters = [tag_is(Tags.BACKEND, source), tag_is(Tags.KIND, Kind.PROBLEM), metric_is(Metrics.BEST_CORRECT, 1)]
     if rcfg.get("run_id"):
-        filters.append(f"tags.mlflow.parentRunId = '{rcfg['run_id']}'")
+        filters.append(tag_is(Tags.PARENT, rcfg["run_id"]))
         parent = client.get_run(rcfg["run_id"])
         experiment_ids = [parent.info.experiment_id]
     else:
@@ -65,11 +73,12 @@ def _from_mlflow(rcfg: dict[str, Any], problems: list[Problem], source: str, lan
             raise ReferenceError(f"no MLflow experiment named {name!r} at {client.tracking_uri}")
         experiment_ids = [exp.experiment_id]
     runs = client.search_runs(experiment_ids, " and ".join(filters), max_results=50000)
+    fastest = Metrics.best_speedup("eager")
     best: dict[str, Any] = {}
     for r in runs:
-        key = r.data.tags.get("problem")
-        s = metric(r.data.metrics, "best_speedup_vs_eager") or 0.0
-        if key and (key not in best or s > (metric(best[key].data.metrics, "best_speedup_vs_eager") or 0.0)):
+        key = r.data.tags.get(Tags.PROBLEM)
+        s = metric(r.data.metrics, fastest) or 0.0
+        if key and (key not in best or s > (metric(best[key].data.metrics, fastest) or 0.0)):
             best[key] = r
     out: dict[str, Reference | None] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -78,6 +87,6 @@ def _from_mlflow(rcfg: dict[str, Any], problems: list[Problem], source: str, lan
             if r is None:
                 out[p.key] = None
                 continue
-            path = client.download_artifacts(r.info.run_id, "best/kernel.py", tmp)
+            path = client.download_artifacts(r.info.run_id, Files.BEST_KERNEL, tmp)
             out[p.key] = Reference(source, language, Path(path).read_text(), f"mlflow:{r.info.run_id}")
     return out

@@ -23,8 +23,8 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from .metrics import geomean
-from .tracking import metric, metric_history
+from .metrics import SPEEDUP_FIELD, geomean
+from .tracking.schema import CONFIG_TAGS, Kind, Metrics, Tags, metric, metric_history, speedup_metric, tag_is
 
 #: Ablation name -> (MLflow experiment, the tag that holds its factor).
 ABLATIONS: dict[str, tuple[str, str]] = {
@@ -32,7 +32,6 @@ ABLATIONS: dict[str, tuple[str, str]] = {
     "reference_transfer": ("kforge-reference_transfer", "reference"),
     "profiling_ablation": ("kforge-profiling_ablation", "analysis"),
 }
-CONFIG_TAGS = ("model", "backend", "loop_mode", "reference", "profiler", "analysis", "size", "problems_source")
 #: What the models that are not LLMs are (their rows are marked, and the caption says so).
 NOT_LLMS = {"oracle": "kforge's hand-written solutions", "scripted": "replies fixed in advance"}
 #: Where a timing of one kernel can be compared with another timing of it.
@@ -130,8 +129,7 @@ def _fair(group: pd.DataFrame, ctx: Context) -> pd.DataFrame:
 
 def _speed(group: pd.DataFrame, ctx: Context) -> np.ndarray:
     """Each problem's best speedup over the baseline, NaN where it has no correct, timed kernel."""
-    col = "speedup_compile" if ctx.baseline == "compile" else "speedup_eager"
-    s = pd.to_numeric(group[col], errors="coerce").to_numpy(dtype=float)
+    s = pd.to_numeric(group[SPEEDUP_FIELD[ctx.baseline]], errors="coerce").to_numpy(dtype=float)
     return np.where(group["correct"].to_numpy(dtype=bool) & (s > 0), s, np.nan)
 
 
@@ -237,21 +235,21 @@ def load_runs(client, experiment: str, baseline: str = "eager", iterations: bool
     if exp is None:
         return pd.DataFrame()
     rows = []
-    for r in client.search_runs([exp.experiment_id], "tags.`kforge.kind` = 'problem'", max_results=50000):
+    for r in client.search_runs([exp.experiment_id], tag_is(Tags.KIND, Kind.PROBLEM), max_results=50000):
         t, m = r.data.tags, r.data.metrics
         row = {k: t.get(k, "") for k in CONFIG_TAGS}
         row.update(run_id=r.info.run_id, status=r.info.status, start_time=r.info.start_time,
-                   problem=t.get("problem", ""), level=t.get("level", ""), parent=t.get("mlflow.parentRunId", ""),
-                   device=t.get("device", ""), model_label=t.get("model_label", ""),
-                   best_kernel=t.get("best_kernel", ""), correct=bool(m.get("best_correct", 0.0)),
-                   speedup_eager=metric(m, "best_speedup_vs_eager"),
-                   speedup_compile=metric(m, "best_speedup_vs_compile"), iterations=m.get("iterations"),
-                   cost_usd=m.get("total_cost_usd"), kernel_share=m.get("best_kernel_share"),
-                   degenerate="degenerate" in t.get("problem_flags", "").split(","))
+                   problem=t.get(Tags.PROBLEM, ""), level=t.get(Tags.LEVEL, ""), parent=t.get(Tags.PARENT, ""),
+                   device=t.get(Tags.DEVICE, ""), model_label=t.get(Tags.MODEL_LABEL, ""),
+                   best_kernel=t.get(Tags.BEST_KERNEL, ""), correct=bool(m.get(Metrics.BEST_CORRECT, 0.0)),
+                   **{field: metric(m, Metrics.best_speedup(b)) for b, field in SPEEDUP_FIELD.items()},
+                   iterations=m.get(Metrics.ITERATIONS), cost_usd=m.get(Metrics.TOTAL_COST_USD),
+                   kernel_share=m.get(Metrics.BEST_KERNEL_SHARE),
+                   degenerate="degenerate" in t.get(Tags.PROBLEM_FLAGS, "").split(","))
         if iterations:
-            correct = _history(client, r.info.run_id, "correct")
-            speed = _history(client, r.info.run_id, f"speedup_vs_{baseline}")
-            row["steps"] = [(s, bool(correct[s]), speed.get(s), t.get(f"kernel.{s}", "")) for s in sorted(correct)]
+            correct = _history(client, r.info.run_id, Metrics.CORRECT)
+            speed = _history(client, r.info.run_id, speedup_metric(baseline))
+            row["steps"] = [(s, bool(correct[s]), speed.get(s), t.get(Tags.kernel_at(s), "")) for s in sorted(correct)]
         rows.append(row)
     return pd.DataFrame(rows)
 

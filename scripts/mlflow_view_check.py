@@ -111,7 +111,7 @@ def close_assistant(page) -> None:
 def look(base: str, out: Path, experiment_id: str, parent_name: str, problem_keys: list[str]) -> Checks:
     from playwright.sync_api import sync_playwright
 
-    from kforge.mlflow_view import runs_url
+    from kforge.tracking.view import runs_url
     check = Checks()
     with sync_playwright() as pw, tempfile.TemporaryDirectory(prefix="kforge-chromium-") as profile:
         browser = pw.chromium.launch_persistent_context(

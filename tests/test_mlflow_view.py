@@ -6,7 +6,7 @@ import json
 import pytest
 from mlflow.tracking import MlflowClient
 
-from kforge import mlflow_view
+from kforge.tracking import view as mlflow_view
 from kforge.loop import IterationRecord, ProblemResult
 from kforge.problems import load_builtin
 from kforge.tracking import Tracker, metric, metric_history, open_client

@@ -208,11 +208,11 @@ def test_llm_analyst_recommendation_reaches_the_optimise_prompt(tmp_path, pool):
 
 
 def test_a_kforge_bug_fails_that_problem_loudly_and_keeps_its_record(tmp_path, pool, monkeypatch, capsys):
-    from kforge.loop import ProblemLoop
+    from kforge.agents import GenerationAgent
 
     def broken(self, problem, *args, **kwargs):
         raise RuntimeError("boom inside kforge")
-    monkeypatch.setattr(ProblemLoop, "run", broken)
+    monkeypatch.setattr(GenerationAgent, "single_shot", broken)  # inside the loop, past the observers' start
     result = run(config(tmp_path, "loop=single_shot"), llm=scripted(fenced("relu_ok.py")), pool=pool)
     assert "boom inside kforge" in result.results[0].error
     assert "kforge failed on this problem (RuntimeError: boom inside kforge)" in capsys.readouterr().out

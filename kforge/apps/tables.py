@@ -19,13 +19,15 @@ from .hydra_conf import CONF_DIR
 
 @hydra.main(config_path=str(CONF_DIR), config_name="tables", version_base="1.3")
 def main(cfg: DictConfig) -> None:
+    from ..metrics import BASELINES
     from ..tables import ABLATIONS, build_all
     from ..tracking import default_uri, open_client
+    from ..tracking.schema import Kind, Tags
     unknown = [a for a in cfg.ablations if a not in ABLATIONS]
     if unknown:
         print(f"kforge: unknown ablation(s) {unknown} (choose from {', '.join(ABLATIONS)})", file=sys.stderr)
         sys.exit(2)
-    if cfg.baseline not in ("eager", "compile") or not 0 < cfg.confidence < 1 or cfg.resamples < 1:
+    if cfg.baseline not in BASELINES or not 0 < cfg.confidence < 1 or cfg.resamples < 1:
         print(f"kforge: baseline must be eager or compile (not {cfg.baseline!r}), confidence between 0 and 1 "
               f"(not {cfg.confidence}), resamples at least 1 (not {cfg.resamples})", file=sys.stderr)
         sys.exit(2)
@@ -40,7 +42,7 @@ def main(cfg: DictConfig) -> None:
         print("files: " + ", ".join(str(p) for p in res["files"].values()))
         if cfg.log_to_mlflow:
             exp = client.get_experiment_by_name(res["experiment"])
-            run = client.create_run(exp.experiment_id, run_name=f"tables-{name}", tags={"kforge.kind": "tables"})
+            run = client.create_run(exp.experiment_id, run_name=f"tables-{name}", tags={Tags.KIND: Kind.TABLES})
             for path in res["files"].values():
                 client.log_artifact(run.info.run_id, str(path), "tables")
             client.set_terminated(run.info.run_id)

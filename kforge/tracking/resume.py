@@ -4,8 +4,8 @@ Every run carries ``kforge.config_hash`` (the job's configuration minus where it
 workers it uses). Started again with the same configuration, a job skips problems whose run
 finished, and continues a run that did not (KILLED by Ctrl-C or SIGTERM, FAILED by a kforge error,
 left RUNNING by SIGKILL or a lost node) from its last recorded iteration in the same MLflow run,
-rebuilding the loop's state from that run's ``iter_NNN/`` files. Nothing is logged twice, so tables
-never double-count. Runs left RUNNING that nothing continues (an earlier job's parent run) are marked
+rebuilding the loop's state (`kforge.loop.LoopState`, handed to ``ProblemLoop.run``) from that run's
+``iter_NNN/`` files. Nothing is logged twice, so tables never double-count. Runs left RUNNING that nothing continues (an earlier job's parent run) are marked
 KILLED: a job started again assumes the one before it is gone. The model's replies are replayed
 (`kforge.llm.replay`), so a continued iteration costs no new call.
 """
@@ -15,14 +15,14 @@ from __future__ import annotations
 import hashlib
 import json
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .loop import IterationRecord, ProblemResult
-from .problems import Problem
-from .tracking import metric_history
-from .verify import Verdict
+from ..loop import IterationRecord, LoopState, ProblemResult
+from ..problems import Problem
+from ..verify import Verdict
+from .schema import STATE_INDEX, Files, Kind, Tags, metric_history, tag_is
 
 #: Configuration keys that do not change what a job computes.
 IGNORED = ("tracking", "workers", "resume", "hydra")
@@ -44,12 +44,12 @@ class Previous:
 
     run_id: str
     finished: bool
-    result: ProblemResult
-    start: int = 0
-    """The next iteration to run."""
-    last_code: str | None = None
-    last_verdict: Verdict | None = None
-    notes: list[str] = field(default_factory=list)
+    state: LoopState
+    """Where its loop stood: the result so far, and the next iteration to run."""
+
+    @property
+    def result(self) -> ProblemResult:
+        return self.state.result
 
 
 def _download_json(client, run_id: str, path: str, tmp: str) -> dict[str, Any] | None:
@@ -69,36 +69,35 @@ def _download_text(client, run_id: str, path: str, tmp: str) -> str | None:
 def restore(client, run, problem: Problem) -> Previous:
     """Rebuild a problem's loop state from its run's per-iteration files."""
     finished = run.info.status == "FINISHED"
-    result = ProblemResult(problem)
-    last_code = last_verdict = None
-    steps = sorted({m.step for m in metric_history(client, run.info.run_id, "state_index")})
+    state = LoopState(ProblemResult(problem))
+    result = state.result
+    # A step with metrics is complete: the writer logs them last.
+    steps = sorted({m.step for m in metric_history(client, run.info.run_id, STATE_INDEX)})
     with tempfile.TemporaryDirectory() as tmp:
         for step in steps:
-            d = f"iter_{step:03d}"
-            rec = _download_json(client, run.info.run_id, f"{d}/record.json", tmp)
-            verdict = _download_json(client, run.info.run_id, f"{d}/verdict.json", tmp)
+            rec = _download_json(client, run.info.run_id, Files.at(step, Files.RECORD), tmp)
+            verdict = _download_json(client, run.info.run_id, Files.at(step, Files.VERDICT), tmp)
             if rec is None or verdict is None:
                 break  # killed while logging this iteration: run it again
             record = IterationRecord(**rec)
             v = Verdict.from_dict(verdict)
-            code = _download_text(client, run.info.run_id, f"{d}/kernel.py", tmp)
+            code = _download_text(client, run.info.run_id, Files.at(step, Files.KERNEL), tmp)
             result.records.append(record)
             if record.is_best:
                 result.best_code, result.best_verdict, result.best_iteration = code, v, record.iteration
-            last_code, last_verdict = code, v
-    return Previous(run.info.run_id, finished, result, start=len(result.records), last_code=last_code,
-                    last_verdict=last_verdict)
+            state.last_code, state.last_verdict = code, v
+    state.next_iteration = len(result.records)
+    return Previous(run.info.run_id, finished, state)
 
 
 def previous_runs(client, experiment_id: str, chash: str, problems: list[Problem]) -> dict[str, Previous]:
     """The newest run per problem of this configuration (finished ones, and ones to continue)."""
     by_key = {p.key: p for p in problems}
-    runs = client.search_runs([experiment_id], f"tags.`kforge.config_hash` = '{chash}' and "
-                                               "tags.`kforge.kind` = 'problem'", max_results=50000,
-                              order_by=["attributes.start_time DESC"])
+    runs = client.search_runs([experiment_id], f"{tag_is(Tags.CONFIG_HASH, chash)} and {tag_is(Tags.KIND, Kind.PROBLEM)}",
+                              max_results=50000, order_by=["attributes.start_time DESC"])
     out: dict[str, Previous] = {}
     for run in runs:
-        key = run.data.tags.get("problem")
+        key = run.data.tags.get(Tags.PROBLEM)
         if key not in by_key or key in out:
             continue
         out[key] = restore(client, run, by_key[key])
@@ -107,5 +106,16 @@ def previous_runs(client, experiment_id: str, chash: str, problems: list[Problem
 
 def stale_runs(client, experiment_id: str, chash: str) -> list:
     """Runs of this configuration still marked RUNNING: their job was killed (SIGKILL, a lost node)."""
-    return client.search_runs([experiment_id], f"tags.`kforge.config_hash` = '{chash}' and "
-                                               "attributes.status = 'RUNNING'", max_results=50000)
+    return client.search_runs([experiment_id], f"{tag_is(Tags.CONFIG_HASH, chash)} and attributes.status = 'RUNNING'",
+                              max_results=50000)
+
+
+def take_over(tracker, chash: str, problems: list[Problem], resume: bool = True) -> tuple[dict[str, Previous], int]:
+    """What earlier jobs of this configuration left: their run per problem (none with ``resume`` off), and
+    how many runs they left RUNNING that nothing continues, now marked KILLED."""
+    previous = previous_runs(tracker.client, tracker.experiment_id, chash, problems) if resume else {}
+    continued = {prev.run_id for prev in previous.values()}
+    stale = [r for r in stale_runs(tracker.client, tracker.experiment_id, chash) if r.info.run_id not in continued]
+    for r in stale:
+        tracker.kill(r.info.run_id)
+    return previous, len(stale)

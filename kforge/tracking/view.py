@@ -10,7 +10,7 @@ the speedups, the iteration count and the job's summary metrics, with runs group
 every problem's row shows without expanding its job. A job's parent run carries its table of problems
 as its description (`job_summary`, the tag MLflow shows as a run's description).
 
-    python -m kforge.mlflow_view [TRACKING_URI] [UI_ADDRESS]    # the address of each kforge experiment
+    python -m kforge.tracking.view [TRACKING_URI] [UI_ADDRESS]    # the address of each kforge experiment
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import json
 import sys
 from typing import Any
 
-#: The run and experiment tag MLflow shows as a description (Markdown).
-NOTE = "mlflow.note.content"
+from ..metrics import speedup_over
+from .schema import Metrics, Tags
 #: Where `make ui` serves.
 LOCAL_UI = "http://127.0.0.1:5000"
 KIND_TAG = "mlflow.experimentKind"
@@ -29,10 +29,12 @@ VIEW_TAG = f"mlflow.sharedViewState.{VIEW_ID}"
 
 #: The runs table's columns in the saved view, in order: a problem's state and best speedup first, then
 #: what its job summarises, then the configuration.
-VIEW_COLUMNS = ("tags.`state`", "metrics.`best_speedup_vs_eager`", "metrics.`iterations`", "metrics.`problems`",
-                "metrics.`correctness_rate`", "metrics.`fast_1`", "metrics.`geomean_speedup_vs_eager`",
-                "tags.`model`", "tags.`backend`", "tags.`loop_mode`", "tags.`reference`", "tags.`analysis`",
-                "metrics.`best_speedup_vs_compile`", "metrics.`total_cost_usd`")
+VIEW_COLUMNS = tuple(f"{kind}.`{name}`" for kind, name in (
+    ("tags", Tags.STATE), ("metrics", Metrics.best_speedup("eager")), ("metrics", Metrics.ITERATIONS),
+    ("metrics", Metrics.PROBLEMS), ("metrics", Metrics.CORRECTNESS_RATE), ("metrics", Metrics.FAST_1),
+    ("metrics", Metrics.geomean_speedup("eager")), ("tags", Tags.MODEL), ("tags", Tags.BACKEND),
+    ("tags", Tags.LOOP_MODE), ("tags", Tags.REFERENCE), ("tags", Tags.ANALYSIS),
+    ("metrics", Metrics.best_speedup("compile")), ("metrics", Metrics.TOTAL_COST_USD)))
 
 
 def view_state() -> dict[str, Any]:
@@ -40,7 +42,7 @@ def view_state() -> dict[str, Any]:
     return {"selectedColumns": list(VIEW_COLUMNS), "columnOrder": ["run_name", *VIEW_COLUMNS],
             "columnWidths": {c: 120 if c.startswith("tags") else 170 for c in VIEW_COLUMNS},
             "groupBy": {"aggregateFunction": "average",
-                        "groupByKeys": [{"mode": "tag", "groupByData": "kforge.kind"}]},
+                        "groupByKeys": [{"mode": "tag", "groupByData": Tags.KIND}]},
             "groupsExpanded": {}, "searchFilter": "", "orderByKey": "attributes.start_time", "orderByAsc": False}
 
 
@@ -79,13 +81,13 @@ def job_summary(title: dict[str, str], results: list, stats: dict[str, Any], spe
                 status: str) -> str:
     """The job's description: what ran, its summary metrics, and one row per problem."""
     n = len(results)
-    label = title.get("model_label") or title.get("model", "?")
-    head = (f"**{label}** · backend `{title.get('backend', '?')}` · `{title.get('loop_mode', '?')}`"
-            f"{' · reference `' + title['reference'] + '`' if title.get('reference', 'none') != 'none' else ''}"
-            f"{' · analysis `' + title['analysis'] + '`' if title.get('analysis', 'off') != 'off' else ''}")
+    label = title.get(Tags.MODEL_LABEL) or title.get(Tags.MODEL, "?")
+    reference, analysis = title.get(Tags.REFERENCE, "none"), title.get(Tags.ANALYSIS, "off")
+    head = (f"**{label}** · backend `{title.get(Tags.BACKEND, '?')}` · `{title.get(Tags.LOOP_MODE, '?')}`"
+            f"{' · reference `' + reference + '`' if reference != 'none' else ''}"
+            f"{' · analysis `' + analysis + '`' if analysis != 'off' else ''}")
     k = sum(1 for r in results if r.correct)
-    best = [(r.speedup_compile if speedup_vs == "compile" else r.speedup_eager) if r.correct else None
-            for r in results]
+    best = [speedup_over(speedup_vs, r.speedup_eager, r.speedup_compile) if r.correct else None for r in results]
     k1 = sum(1 for s in best if s is not None and s > 1.0)
     g = stats.get("geomean_speedup")
     lines = [head, "",
@@ -101,7 +103,7 @@ def job_summary(title: dict[str, str], results: list, stats: dict[str, Any], spe
 
 def main(argv: list[str] | None = None) -> int:
     """Print the runs-table address of every kforge experiment in a store."""
-    from .tracking import default_uri, open_client
+    from .store import default_uri, open_client
     argv = sys.argv[1:] if argv is None else argv
     uri = argv[0] if argv else default_uri()
     base = argv[1] if len(argv) > 1 else LOCAL_UI
