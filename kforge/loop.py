@@ -21,12 +21,13 @@ from typing import Any, Callable, Protocol
 
 from .agents import Attempt, GenerationAgent, Recommendation, Reference
 from .agents.analysis import GENERIC_RECOMMENDATION
+from .strict import StrictConfig
 from .problems import Problem
 from .verify import Verdict, Verifier
 
 
 @dataclass
-class LoopConfig:
+class LoopConfig(StrictConfig):
     """How the loop runs (``conf/loop/*.yaml``)."""
 
     mode: str = "iterative"

@@ -13,14 +13,13 @@ from typing import Any
 
 from .agents import GenerationAgent, Prompts
 from .backends import Backend, get_backend
-from .llm import LLM, ModelConfig, make_model, replaying
-from .loop import Interrupted, LoopConfig, ProblemLoop, ProblemResult, run_problems
+from .config import BackendConfig, JobConfig, ProblemsConfig
+from .config import plain as _plain
+from .errors import ConfigError  # callers import it from here too
+from .llm import LLM, make_model, replaying
+from .loop import Interrupted, ProblemLoop, ProblemResult, run_problems
 from .problems import Problem, load_builtin, load_directory
-from .verify import BackendUnavailable, Verifier, VerifyConfig, WorkerPool
-
-
-class ConfigError(ValueError):
-    """The configuration cannot work; the message says which key and what to set."""
+from .verify import BackendUnavailable, Verifier, WorkerPool
 
 
 @dataclass
@@ -30,13 +29,6 @@ class JobResult:
     parent_run_id: str | None = None
     interrupted: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
-
-
-def _plain(cfg: Any) -> Any:
-    from omegaconf import DictConfig, ListConfig, OmegaConf
-    if isinstance(cfg, (DictConfig, ListConfig)):
-        return OmegaConf.to_container(cfg, resolve=True)
-    return cfg
 
 
 def split_gpus(gpus: list[int], job_num: int, parallel: int) -> list[int]:
@@ -49,40 +41,40 @@ def split_gpus(gpus: list[int], job_num: int, parallel: int) -> list[int]:
     return list(gpus[job_num % parallel::parallel])
 
 
-def make_backend(bcfg: dict[str, Any], pool: WorkerPool) -> Backend:
-    device = bcfg.get("device")
-    if bcfg["name"] == "triton" and device is None:
+def make_backend(bcfg: BackendConfig, pool: WorkerPool) -> Backend:
+    device = bcfg.device
+    if bcfg.name == "triton" and device is None:
         device = "cuda" if pool.gpus else "cpu"
     try:
-        return get_backend(bcfg["name"], device=device, **(bcfg.get("options") or {}))
+        return get_backend(bcfg.name, device=device, **(bcfg.options or {}))
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
 
 
-def load_problems(pcfg: dict[str, Any], device: str) -> list[Problem]:
-    size = pcfg.get("size") or ("cpu" if device == "cpu" else "gpu")
-    overrides = pcfg.get("overrides") or None
-    source = pcfg.get("source", "builtin")
+def load_problems(pcfg: ProblemsConfig, device: str) -> list[Problem]:
+    size = pcfg.size or ("cpu" if device == "cpu" else "gpu")
+    overrides = pcfg.overrides or None
+    source = pcfg.source
     if source == "builtin":
-        problems = load_builtin(levels=pcfg.get("levels"), ids=pcfg.get("ids"), names=pcfg.get("names"),
+        problems = load_builtin(levels=pcfg.levels, ids=pcfg.ids, names=pcfg.names,
                                 size=size, overrides=overrides)
     elif source == "kernelbench":
-        if not pcfg.get("root"):
+        if not pcfg.root:
             raise ConfigError("problems=kernelbench needs problems.root=PATH (a KernelBench checkout) or "
                               "KERNELBENCH_DIR in the environment; or use problems=kernelbench_hf")
-        problems = load_directory(pcfg["root"], levels=pcfg.get("levels"), ids=pcfg.get("ids"),
-                                  names=pcfg.get("names"), size=size, overrides=overrides)
+        problems = load_directory(pcfg.root, levels=pcfg.levels, ids=pcfg.ids,
+                                  names=pcfg.names, size=size, overrides=overrides)
     elif source == "huggingface":
         from .problems.huggingface import load_huggingface
-        problems = load_huggingface(pcfg.get("dataset") or "ScalingIntelligence/KernelBench",
-                                    levels=pcfg.get("levels"), ids=pcfg.get("ids"), size=size, overrides=overrides)
+        problems = load_huggingface(pcfg.dataset or "ScalingIntelligence/KernelBench",
+                                    levels=pcfg.levels, ids=pcfg.ids, size=size, overrides=overrides)
     else:
         raise ConfigError(f"problems.source must be builtin, kernelbench or huggingface, not {source!r}")
-    if pcfg.get("names") and source == "huggingface":
-        wanted = set(pcfg["names"])
+    if pcfg.names and source == "huggingface":
+        wanted = set(pcfg.names)
         problems = [p for p in problems if p.key in wanted or p.name in wanted]
-    if pcfg.get("limit"):
-        problems = problems[: int(pcfg["limit"])]
+    if pcfg.limit:
+        problems = problems[: int(pcfg.limit)]
     return problems
 
 
@@ -94,14 +86,14 @@ def resolve_profiler(kind: str, backend: Backend) -> str:
     return "ncu" if backend.device == "cuda" and find_ncu() else "torch"
 
 
-def make_advisor(conf: dict[str, Any], llm: LLM, backend: Backend, pool: WorkerPool, prompts: Prompts,
+def make_advisor(job: JobConfig, llm: LLM, backend: Backend, pool: WorkerPool, prompts: Prompts,
                  device_name: str, scratch: str, kind: str, scope: str = ""):
     """What optimisation passes ask for a recommendation: profiler x analysis from the config (``scope``:
     the job's configuration hash, under which a separate analysis model's calls are replayed)."""
     from .agents import AnalysisAgent, ProfilingAdvisor
     from .profile import PROFILERS, Profiler
-    pcfg, acfg = conf.get("profiler") or {}, conf.get("analysis") or {}
-    pkind, akind = pcfg.get("kind", "none"), acfg.get("kind", "off")
+    pcfg, acfg = job.profiler, job.analysis
+    pkind, akind = pcfg.kind, acfg.kind
     pkind = resolve_profiler(pkind, backend)
     if pkind not in PROFILERS:
         raise ConfigError(f"profiler.kind must be one of {', '.join(PROFILERS)}, not {pkind!r}")
@@ -110,19 +102,16 @@ def make_advisor(conf: dict[str, Any], llm: LLM, backend: Backend, pool: WorkerP
                           f"{backend.device} use profiler=torch")
     if pkind == "none" and akind == "off":
         return None  # the loop's generic recommendation
-    profiler = None if pkind == "none" else Profiler(pkind, pool, scratch, iterations=pcfg.get("iterations", 3),
-                                                     timeout_s=pcfg.get("timeout_s", 600.0),
-                                                     metrics=pcfg.get("metrics"))
+    profiler = None if pkind == "none" else Profiler(pkind, pool, scratch, iterations=pcfg.iterations,
+                                                     timeout_s=pcfg.timeout_s, metrics=pcfg.metrics)
     agent = None
     if akind == "llm":
-        mcfg = acfg.get("model")
-        analysis_llm = replaying(make_model(ModelConfig(**{k: v for k, v in mcfg.items()
-                                                           if k in ModelConfig.__dataclass_fields__})), scope) \
-            if mcfg else llm
+        mcfg = acfg.model
+        analysis_llm = replaying(make_model(mcfg), scope) if mcfg else llm
         analysis_llm.check()
         try:
-            agent = AnalysisAgent(analysis_llm, backend, prompts, device_name, visual=acfg.get("visual", False),
-                                  raw_metrics=acfg.get("raw_metrics", False))
+            agent = AnalysisAgent(analysis_llm, backend, prompts, device_name, visual=acfg.visual,
+                                  raw_metrics=acfg.raw_metrics)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     try:
@@ -171,27 +160,25 @@ def run(cfg: Any, *, llm: LLM | None = None, tags: dict[str, str] | None = None,
     conf = _plain(cfg)
     if llm is not None:  # record the model actually used, not the config's default
         conf["model"] = {k: v for k, v in asdict(llm.config).items() if k != "replies"}
-    model_cfg = ModelConfig(**{k: v for k, v in conf["model"].items() if k in ModelConfig.__dataclass_fields__})
-    llm = llm or make_model(model_cfg)
+    job = JobConfig.from_hydra(conf)  # strict: a misspelt key stops here, naming the valid ones
+    llm = llm or make_model(job.model)
     llm.check()  # a missing API key stops here, before any problem starts
     from .resume import config_hash
     chash = config_hash(conf)
     llm = replaying(llm, chash)  # a rerun of this configuration replays its calls
-    loop_cfg = LoopConfig(**conf["loop"])
-    verify_cfg = VerifyConfig.from_dict(conf["verify"])
+    loop_cfg, verify_cfg = job.loop, job.verify
 
     own_pool = pool is None
-    workers = conf.get("workers") or {}
-    pool = pool or WorkerPool(gpus=workers.get("gpus"), build_workers=workers.get("build"),
-                              spare=workers.get("spare", True))
+    workers = job.workers
+    pool = pool or WorkerPool(gpus=workers.gpus, build_workers=workers.build, spare=workers.spare)
     stop = threading.Event()
     previous_term = signal.getsignal(signal.SIGTERM)
     if threading.current_thread() is threading.main_thread():
         # A scheduler's SIGTERM ends the job like Ctrl-C: finished problems stay finished in MLflow.
         signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
-        backend = make_backend(conf["backend"], pool)
-        problems = load_problems(conf["problems"], backend.device)
+        backend = make_backend(job.backend, pool)
+        problems = load_problems(job.problems, backend.device)
         verifier = Verifier(verify_cfg, pool=pool)
         try:
             kinds = verifier.device_kinds(backend)
@@ -201,10 +188,10 @@ def run(cfg: Any, *, llm: LLM | None = None, tags: dict[str, str] | None = None,
                 from None
         pool.start(["build", *kinds])  # all workers at once, not one by one as the first loops need them
         info = pool.device_info(kinds[0], backend.spec())
-        prompts = Prompts(conf.get("prompts_dir"))
+        prompts = Prompts(job.prompts_dir)
         agent = GenerationAgent(llm, backend, prompts, device_phrase(info, backend))
         with tempfile.TemporaryDirectory(prefix="kforge-analysis-") as scratch:
-            advisor = make_advisor(conf, llm, backend, pool, prompts, device_phrase(info, backend), scratch, kinds[0],
+            advisor = make_advisor(job, llm, backend, pool, prompts, device_phrase(info, backend), scratch, kinds[0],
                                    chash)
             return _run_tracked(conf, OmegaConf.to_yaml(OmegaConf.create(conf)), problems, backend, agent, verifier,
                                 loop_cfg, llm, stop, tags or {}, pool, info, advisor)
@@ -221,34 +208,35 @@ def _run_tracked(conf, conf_yaml, problems, backend, agent, verifier, loop_cfg, 
 
     from .firstrun import PCH_NOTICE, pch_pending
     from .tracking import Tracker
-    tcfg = conf.get("tracking") or {}
-    tracker = Tracker(tcfg.get("uri"), tcfg.get("experiment") or "kforge", tcfg.get("artifact_root"))
-    if tcfg.get("autolog_llm"):
+    job = JobConfig.from_hydra(conf)  # the typed view of ``conf``, which stays for the hash and MLflow's params
+    tcfg = job.tracking
+    tracker = Tracker(tcfg.uri, tcfg.experiment or "kforge", tcfg.artifact_root)
+    if tcfg.autolog_llm:
         import mlflow
         mlflow.set_tracking_uri(tracker.uri)
         mlflow.set_experiment(tracker.experiment)
         mlflow.litellm.autolog()
     model_label = llm.config.label
-    ref_kind = conf.get("reference", {}).get("kind", "none")
+    ref_kind = job.reference.kind
     if ref_kind != "none":
-        src = conf["reference"].get("backend") or "auto"
+        src = job.reference.backend or "auto"
         ref_kind = f"{ref_kind}:{('triton' if backend.name == 'cuda' else 'cuda') if src == 'auto' else src}"
-    prof_kind = resolve_profiler(conf.get("profiler", {}).get("kind", "none"), backend)
-    analysis_kind = conf.get("analysis", {}).get("kind", "off")
+    prof_kind = resolve_profiler(job.profiler.kind, backend)
+    analysis_kind = job.analysis.kind
     # ``model`` is what answered: the litellm model string (not the config's short name) for a real model.
     model = (llm.config.model or llm.config.name) if llm.config.kind == "litellm" else llm.config.name
     common = {"analysis": analysis_kind, "model": model, "model_name": llm.config.name, "model_label": model_label,
               "backend": backend.name, "device": backend.device, "loop_mode": loop_cfg.mode, "reference": ref_kind,
-              "profiler": prof_kind, "problems_source": conf["problems"].get("source", "builtin")}
+              "profiler": prof_kind, "problems_source": job.problems.source}
     from .reference import ReferenceError, load_references
     try:
-        references = load_references(conf.get("reference") or {}, problems, backend.name, tracker.uri)
+        references = load_references(job.reference, problems, backend.name, tracker.uri)
     except ReferenceError as exc:
         raise ConfigError(str(exc)) from None
     from .resume import config_hash, previous_runs, stale_runs
     chash = config_hash(conf)
     common["kforge.config_hash"] = chash
-    previous = previous_runs(tracker.client, tracker.experiment_id, chash, problems) if conf.get("resume", True) \
+    previous = previous_runs(tracker.client, tracker.experiment_id, chash, problems) if job.resume \
         else {}
     continued = {prev.run_id for prev in previous.values()}
     stale = [r for r in stale_runs(tracker.client, tracker.experiment_id, chash) if r.info.run_id not in continued]

@@ -40,11 +40,15 @@ def model_config(name: str) -> dict[str, Any]:
 
 def check_models(models: list[str]) -> None:
     """Stop at once, naming the variable, if a model cannot be called."""
+    from ..errors import ConfigError
     from ..llm import LLMError, ModelConfig, make_model
     for name in models:
-        cfg = model_config(name)
         try:
-            make_model(ModelConfig(**{k: v for k, v in cfg.items() if k in ModelConfig.__dataclass_fields__})).check()
+            cfg = ModelConfig.from_dict(model_config(name), "model")
+        except ConfigError as exc:
+            raise SystemExit(f"kforge: --models {name}: {exc}") from None
+        try:
+            make_model(cfg).check()
         except LLMError as exc:
             raise SystemExit(f"kforge: {exc}\nkforge: set the key and run again, or pass MODELS=oracle for an offline "
                              "dry run (hand-written kernels, not an LLM)") from None

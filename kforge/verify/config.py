@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+
+from ..errors import ConfigError
+from ..strict import StrictConfig
 
 #: Default tolerances by dtype, as (atol, rtol) for ``|out - ref| <= atol + rtol * |ref|``.
 #: float32 follows KernelBench (1e-4): a kernel in true fp32 lands far inside it, while a silent
@@ -18,7 +20,24 @@ DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
 
 
 @dataclass
-class TimingConfig:
+class StaticConfig(StrictConfig):
+    """Which static rules run, plus pattern deny/allow lists (``verify.static`` in Hydra)."""
+
+    require_kernel: bool = True
+    """The candidate must contain a kernel in its backend's language and call it from forward (the
+    verifier sets it from ``verify.require_kernel``; not a Hydra key of its own)."""
+    disabled: list[str] = field(default_factory=list)
+    """Rule names to skip."""
+    deny: list[str] = field(default_factory=list)
+    """Regexes: a candidate whose source matches one is rejected (rule ``deny_pattern``)."""
+    allow: list[str] = field(default_factory=list)
+    """Regexes: a finding whose source line (or message) matches one is dropped."""
+    warn_only: list[str] = field(default_factory=list)
+    """Rule names reported without rejecting."""
+
+
+@dataclass
+class TimingConfig(StrictConfig):
     """How candidates and references are timed."""
 
     warmup: int = 3
@@ -40,7 +59,7 @@ class TimingConfig:
 
 
 @dataclass
-class VerifyConfig:
+class VerifyConfig(StrictConfig):
     """Everything the verifier needs besides the problem, the candidate and the backend."""
 
     trials: int = 5
@@ -79,20 +98,16 @@ class VerifyConfig:
     """How timing is done."""
     skip_timing: bool = False
     """Only check correctness (no speedups)."""
+    static: StaticConfig = field(default_factory=StaticConfig)
+    """Static rules: ``disabled``, ``deny``/``allow`` regex lists, ``warn_only`` (``verify.static.deny=[...]``)."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any] | None) -> "VerifyConfig":
-        data = dict(data or {})
-        timing = TimingConfig(**(data.pop("timing", None) or {}))
-        known = {f for f in cls.__dataclass_fields__}
-        unknown = set(data) - known
-        if unknown:
-            raise ValueError(f"unknown verify setting(s): {', '.join(sorted(unknown))} "
-                             f"(known: {', '.join(sorted(known))})")
-        return cls(timing=timing, **data)
+    def __post_init__(self) -> None:
+        # One switch for "a kernel is required": verify.require_kernel. A second one under static
+        # would be silently overridden by it, so a Hydra override of it is refused instead.
+        if not self.static.require_kernel and self.require_kernel:
+            raise ConfigError("verify.static.require_kernel is not a setting of its own: set "
+                              "verify.require_kernel=false")
+        self.static = replace(self.static, require_kernel=self.require_kernel)
 
     def tolerance(self, dtype_name: str, problem_tol: dict[str, float] | None = None) -> tuple[float, float]:
         """(atol, rtol) for an output dtype: explicit override > problem's own > dtype default."""
