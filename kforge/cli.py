@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
+from .errors import KforgeError
 from .problems import SIZES, ProblemError, load_builtin, load_directory, resolve_problem
 
 
-class UsageError(Exception):
+class UsageError(KforgeError):
     """Bad command-line input: printed as ``kforge: ...`` with exit status 2."""
 
 

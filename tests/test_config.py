@@ -11,7 +11,7 @@ from kforge import REPO_DIR
 from kforge.apps.hydra_conf import compose
 from kforge.config import (AnalysisConfig, BackendConfig, JobConfig, ProblemsConfig, ProfilerConfig, TablesConfig,
                            TrackingConfig, WorkersConfig)
-from kforge.errors import ConfigError
+from kforge.errors import ConfigError, KforgeError
 from kforge.llm import ModelConfig, make_model
 from kforge.loop import LoopConfig
 from kforge.reference import ReferenceConfig
@@ -99,3 +99,23 @@ def test_a_misspelt_model_setting_is_no_longer_dropped():
         make_model({"name": "s", "kind": "scripted", "temprature": 0.2})
     assert make_model({"name": "s", "kind": "scripted", "replies": ["x"]}).config.replies == ["x"]
 
+
+def test_kforge_errors_share_a_base_and_keep_their_homes():
+    from kforge.backends.build import CompilationError
+    from kforge.cli import UsageError
+    from kforge.evaluate import EvalInputError
+    from kforge.llm import LLMError, MissingAPIKey
+    from kforge.pipeline import ConfigError as PipelineConfigError
+    from kforge.problems import ProblemError
+    from kforge.profile.base import ProfilerUnavailable
+    from kforge.profile.ncu import NcuError
+    from kforge.reference import ReferenceError
+    from kforge.verify.pool import WorkerLost
+    from kforge.verify.verifier import BackendUnavailable
+    assert PipelineConfigError is ConfigError and issubclass(ConfigError, ValueError)
+    for cls in (CompilationError, UsageError, EvalInputError, LLMError, MissingAPIKey, ProblemError,
+                ProfilerUnavailable, NcuError, ReferenceError, WorkerLost, BackendUnavailable):
+        assert issubclass(cls, KforgeError), cls
+    # Their old builtin bases stay, so existing `except ValueError/RuntimeError` still catch them.
+    assert issubclass(ProblemError, ValueError) and issubclass(WorkerLost, RuntimeError)
+    assert issubclass(LLMError, RuntimeError) and issubclass(ReferenceError, ValueError)
