@@ -13,6 +13,7 @@ kforge-synthesize into its own MLflow experiment; kforge-tables then writes the 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import subprocess
 import sys
@@ -20,7 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import PACKAGE_DIR
+from ..log import setup as setup_logging
 from .hydra_conf import CONF_DIR, generic_model
+
+log = logging.getLogger(__name__)
 
 OFFLINE = ("oracle", "scripted")
 
@@ -64,6 +68,7 @@ def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     from ..tables import ABLATIONS
+    setup_logging()
     ap = argparse.ArgumentParser(prog="kforge-reproduce", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="gpt-5", help="comma-separated conf/model names or litellm model strings")
@@ -94,8 +99,8 @@ def main(argv: list[str] | None = None) -> int:
                f"loop.iterations={args.iterations}", f"tracking.uri={uri}", *args.overrides]
         print(f"\n=== {ablation}: kforge-synthesize {' '.join(cmd[3:])}", flush=True)
         if subprocess.run(cmd, env=env).returncode != 0:
-            print(f"kforge: the {ablation} sweep failed; finished problems are in MLflow. Fix the cause and run "
-                  "`make reproduce` again with the same settings.", file=sys.stderr)
+            log.error("kforge: the %s sweep failed; finished problems are in MLflow. Fix the cause and run "
+                      "`make reproduce` again with the same settings.", ablation)
             return 1
     cmd = [sys.executable, "-m", "kforge.apps.tables", f"tracking_uri={uri}", f"out_dir={args.out}",
            f"ablations=[{args.ablations}]"]
