@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from .errors import ConfigError
@@ -38,7 +39,7 @@ def from_dict(cls: type[T], data: Any, where: str = "") -> T:
     if isinstance(data, cls):
         return data
     prefix = f"{where}." if where else ""
-    if not isinstance(data, dict):
+    if not isinstance(data, Mapping):
         raise ConfigError(f"{where or 'the configuration'} must be a mapping of settings, not {data!r}")
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - set(fields))
@@ -55,7 +56,9 @@ def from_dict(cls: type[T], data: Any, where: str = "") -> T:
                 if optional:  # None means "not set" (e.g. analysis.model: reuse the generation model)
                     kwargs[name] = None
                 continue  # a non-optional table given as null: its defaults, as before
-            value = from_dict(sub, value, prefix + name)
+            # The class's own from_dict, where it adds a check of its own (VerifyConfig does).
+            value = (sub.from_dict(value, prefix + name) if issubclass(sub, StrictConfig)
+                     else from_dict(sub, value, prefix + name))
         kwargs[name] = value
     missing = sorted(n for n, f in fields.items() if n not in kwargs and f.default is dataclasses.MISSING
                      and f.default_factory is dataclasses.MISSING)

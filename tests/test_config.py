@@ -76,8 +76,10 @@ def test_values_the_dataclass_refuses_and_missing_ones_are_config_errors():
         JobConfig.from_dict({"model": {"kind": "oracle"}})
     with pytest.raises(ConfigError, match="verify.timing must be a mapping"):
         VerifyConfig.from_dict({"timing": 3}, "verify")
-    with pytest.raises(ConfigError, match="set verify.require_kernel=false"):
+    with pytest.raises(ConfigError, match="set verify.require_kernel instead"):
         VerifyConfig.from_dict({"static": {"require_kernel": False}}, "verify")
+    with pytest.raises(ConfigError, match="^verify.static.require_kernel is not a setting of its own"):
+        JobConfig.from_dict({"model": {"name": "x"}, "verify": {"static": {"require_kernel": False}}})
 
 
 def test_nulls_keep_defaults_and_an_empty_analysis_model_reuses_the_generation_model():
@@ -92,6 +94,7 @@ def test_verify_config_round_trips_with_its_static_lists():
                                                                  disabled=["d"]))
     again = VerifyConfig.from_dict(cfg.to_dict())
     assert again == cfg and again.static.require_kernel is False and again.static.deny == ["a"]
+    assert dataclasses.replace(again, require_kernel=True).static.require_kernel is True  # one switch, followed
 
 
 def test_a_misspelt_model_setting_is_no_longer_dropped():

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from ..errors import ConfigError
-from ..strict import StrictConfig
+from ..strict import StrictConfig, from_dict
 
 #: Default tolerances by dtype, as (atol, rtol) for ``|out - ref| <= atol + rtol * |ref|``.
 #: float32 follows KernelBench (1e-4): a kernel in true fp32 lands far inside it, while a silent
@@ -102,12 +104,18 @@ class VerifyConfig(StrictConfig):
     """Static rules: ``disabled``, ``deny``/``allow`` regex lists, ``warn_only`` (``verify.static.deny=[...]``)."""
 
     def __post_init__(self) -> None:
-        # One switch for "a kernel is required": verify.require_kernel. A second one under static
-        # would be silently overridden by it, so a Hydra override of it is refused instead.
-        if not self.static.require_kernel and self.require_kernel:
-            raise ConfigError("verify.static.require_kernel is not a setting of its own: set "
-                              "verify.require_kernel=false")
+        # One switch for "a kernel is required": verify.require_kernel; the static rules follow it.
         self.static = replace(self.static, require_kernel=self.require_kernel)
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "") -> "VerifyConfig":
+        # A verify.static.require_kernel that disagrees would be overridden by verify.require_kernel
+        # without a word: refuse it, as the strict helper refuses an unknown key.
+        static = data.get("static") if isinstance(data, Mapping) else None
+        if isinstance(static, Mapping) and static.get("require_kernel", True) != data.get("require_kernel", True):
+            raise ConfigError(f"{where or 'verify'}.static.require_kernel is not a setting of its own: set "
+                              f"{where or 'verify'}.require_kernel instead")
+        return from_dict(cls, data, where)
 
     def tolerance(self, dtype_name: str, problem_tol: dict[str, float] | None = None) -> tuple[float, float]:
         """(atol, rtol) for an output dtype: explicit override > problem's own > dtype default."""
