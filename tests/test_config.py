@@ -56,6 +56,8 @@ def test_the_default_job_reads_as_the_yaml_says():
     assert job.verify.timing.budget_s == 10.0 and job.verify.static.deny == ["foo"] and job.resume is True
     assert job.analysis.model == ModelConfig(name="mini", model="openai/gpt-5-mini")
     assert job.workers.spare is True and job.tracking.experiment == "kforge"
+    lenient = JobConfig.from_hydra(compose("synthesize", ["verify.require_kernel=false"])).verify
+    assert lenient.require_kernel is False and lenient.static.require_kernel is False  # the static rules follow
 
 
 def test_an_unknown_key_names_its_path_and_the_valid_ones():

@@ -112,7 +112,8 @@ class VerifyConfig(StrictConfig):
         # A verify.static.require_kernel that disagrees would be overridden by verify.require_kernel
         # without a word: refuse it, as the strict helper refuses an unknown key.
         static = data.get("static") if isinstance(data, Mapping) else None
-        if isinstance(static, Mapping) and static.get("require_kernel", True) != data.get("require_kernel", True):
+        if isinstance(static, Mapping) and "require_kernel" in static and \
+                static["require_kernel"] != data.get("require_kernel", True):
             raise ConfigError(f"{where or 'verify'}.static.require_kernel is not a setting of its own: set "
                               f"{where or 'verify'}.require_kernel instead")
         return from_dict(cls, data, where)
