@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import logging
 import os
 import sys
 import time
@@ -15,11 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
+from .errors import KforgeError
+from .log import setup as setup_logging
 from .metrics import BASELINES
 from .problems import SIZES, ProblemError, load_builtin, load_directory, resolve_problem
 
+log = logging.getLogger(__name__)
 
-class UsageError(Exception):
+
+class UsageError(KforgeError):
     """Bad command-line input: printed as ``kforge: ...`` with exit status 2."""
 
 
@@ -138,12 +143,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
     candidate = _read_candidate(args.candidate)
     cfg = _verify_config(args)
     if not args.json:
-        print(f"verifying {problem.key} ({problem.size} size) on {backend.describe()} ...", file=sys.stderr)
+        log.info("verifying %s (%s size) on %s ...", problem.key, problem.size, backend.describe())
     started = time.monotonic()
     try:
         with WorkerPool(build_workers=1, light=True) as pool, Verifier(cfg, pool=pool) as verifier:
             if candidate.source and pch_pending(backend, verifier.pool.build_cache):
-                print(f"kforge: {PCH_NOTICE}", file=sys.stderr, flush=True)
+                log.info("kforge: %s", PCH_NOTICE)
             # One verification needs one build worker and a device worker: start both now, side by side,
             # instead of the device's after the build (each imports torch and its compiler stack).
             booting = verifier.start_workers(backend)
@@ -195,8 +200,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
                                  "see kforge eval --help")
             found = discover(args.problems_dir, args.generations_dir, args.backend, args.level, args.ids)
             if found.ignored:
-                print(f"ignoring {len(found.ignored)} .py file(s) not named level_L_problem_ID_sample_S_kernel.py: "
-                      + ", ".join(found.ignored[:5]) + (" ..." if len(found.ignored) > 5 else ""), file=sys.stderr)
+                log.warning("ignoring %d .py file(s) not named level_L_problem_ID_sample_S_kernel.py: %s",
+                            len(found.ignored), ", ".join(found.ignored[:5]) + (" ..." if len(found.ignored) > 5 else ""))
             jobs, source = found.jobs, args.generations_dir
             out = Path(args.out or Path(args.generations_dir) / "kforge_eval.jsonl")
     except EvalInputError as exc:
@@ -218,8 +223,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
             slots = {k for b in backends.values() for k in verifier.device_kinds(b)}
         except BackendUnavailable as exc:
             raise UsageError(str(exc)) from None
-        print(f"kforge eval: {len(jobs)} file(s) from {source} on {', '.join(backends)}; "
-              f"{args.jobs} build worker(s), run slots {', '.join(sorted(slots))}; rows to {out}", file=sys.stderr)
+        log.info("kforge eval: %d file(s) from %s on %s; %d build worker(s), run slots %s; rows to %s", len(jobs),
+                 source, ", ".join(backends), args.jobs, ", ".join(sorted(slots)), out)
         if args.mlflow is not None:
             from .tracking import Tracker, default_uri
             from .tracking.schema import Tags
@@ -421,6 +426,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    setup_logging()
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from .candidate import Candidate
+from .errors import KforgeError
 from .eval_summary import ERROR_STATE
 from .problems import Problem, ProblemError, kernelbench_root, parse_ids, resolve_problem
 
@@ -28,7 +29,7 @@ GENERATION_NAME = re.compile(r"^level_(\d+)_problem_(\d+)_sample_(\d+)_kernel\.p
 _TRIM = 2000  # characters kept of each evidence text (compiler log, traceback, output tail)
 
 
-class EvalInputError(ValueError):
+class EvalInputError(KforgeError, ValueError):
     """Inputs that cannot be evaluated at all (a missing directory, a malformed manifest): a usage error."""
 
 

@@ -24,12 +24,13 @@ from typing import Any, Callable, Protocol, Sequence
 from .agents import Attempt, GenerationAgent, Recommendation, Reference
 from .agents.analysis import GENERIC_RECOMMENDATION
 from .metrics import BASELINES, speedup_over
+from .strict import StrictConfig
 from .problems import Problem
 from .verify import Verdict, Verifier
 
 
 @dataclass
-class LoopConfig:
+class LoopConfig(StrictConfig):
     """How the loop runs (``conf/loop/*.yaml``)."""
 
     mode: str = "iterative"

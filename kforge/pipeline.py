@@ -15,17 +15,16 @@ from typing import Any
 
 from .agents import GenerationAgent, Prompts
 from .backends import Backend, get_backend
+from .config import BackendConfig, JobConfig, ProblemsConfig
+from .config import plain as _plain
 from .console import Progress, print_summary
-from .llm import LLM, ModelConfig, make_model, replaying
+from .errors import ConfigError  # callers import it from here too
+from .llm import LLM, make_model, replaying
 from .loop import Advisor, Interrupted, LoopConfig, ProblemLoop, ProblemResult, run_problems
 from .problems import Problem, load_builtin, load_directory
 from .reference import ReferenceError, load_references, reference_backend
 from .tracking.schema import Metrics, Tags
-from .verify import BackendUnavailable, Verifier, VerifyConfig, WorkerPool
-
-
-class ConfigError(ValueError):
-    """The configuration cannot work; the message says which key and what to set."""
+from .verify import BackendUnavailable, Verifier, WorkerPool
 
 
 @dataclass
@@ -33,6 +32,9 @@ class Job:
     """What `run` built for one job."""
 
     conf: dict[str, Any]
+    """The job's configuration as plain data (hashed for resume, logged as MLflow params)."""
+    config: JobConfig
+    """The same, typed."""
     problems: list[Problem]
     backend: Backend
     agent: GenerationAgent
@@ -57,13 +59,6 @@ class JobResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _plain(cfg: Any) -> Any:
-    from omegaconf import DictConfig, ListConfig, OmegaConf
-    if isinstance(cfg, (DictConfig, ListConfig)):
-        return OmegaConf.to_container(cfg, resolve=True)
-    return cfg
-
-
 def split_gpus(gpus: list[int], job_num: int, parallel: int) -> list[int]:
     """The GPUs of one of ``parallel`` jobs running at once on one host (joblib): disjoint while
     ``parallel <= len(gpus)`` — job k takes every parallel-th GPU from position k mod parallel."""
@@ -74,40 +69,40 @@ def split_gpus(gpus: list[int], job_num: int, parallel: int) -> list[int]:
     return list(gpus[job_num % parallel::parallel])
 
 
-def make_backend(bcfg: dict[str, Any], pool: WorkerPool) -> Backend:
-    device = bcfg.get("device")
-    if bcfg["name"] == "triton" and device is None:
+def make_backend(bcfg: BackendConfig, pool: WorkerPool) -> Backend:
+    device = bcfg.device
+    if bcfg.name == "triton" and device is None:
         device = "cuda" if pool.gpus else "cpu"
     try:
-        return get_backend(bcfg["name"], device=device, **(bcfg.get("options") or {}))
+        return get_backend(bcfg.name, device=device, **(bcfg.options or {}))
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
 
 
-def load_problems(pcfg: dict[str, Any], device: str) -> list[Problem]:
-    size = pcfg.get("size") or ("cpu" if device == "cpu" else "gpu")
-    overrides = pcfg.get("overrides") or None
-    source = pcfg.get("source", "builtin")
+def load_problems(pcfg: ProblemsConfig, device: str) -> list[Problem]:
+    size = pcfg.size or ("cpu" if device == "cpu" else "gpu")
+    overrides = pcfg.overrides or None
+    source = pcfg.source
     if source == "builtin":
-        problems = load_builtin(levels=pcfg.get("levels"), ids=pcfg.get("ids"), names=pcfg.get("names"),
+        problems = load_builtin(levels=pcfg.levels, ids=pcfg.ids, names=pcfg.names,
                                 size=size, overrides=overrides)
     elif source == "kernelbench":
-        if not pcfg.get("root"):
+        if not pcfg.root:
             raise ConfigError("problems=kernelbench needs problems.root=PATH (a KernelBench checkout) or "
                               "KERNELBENCH_DIR in the environment; or use problems=kernelbench_hf")
-        problems = load_directory(pcfg["root"], levels=pcfg.get("levels"), ids=pcfg.get("ids"),
-                                  names=pcfg.get("names"), size=size, overrides=overrides)
+        problems = load_directory(pcfg.root, levels=pcfg.levels, ids=pcfg.ids,
+                                  names=pcfg.names, size=size, overrides=overrides)
     elif source == "huggingface":
         from .problems.huggingface import load_huggingface
-        problems = load_huggingface(pcfg.get("dataset") or "ScalingIntelligence/KernelBench",
-                                    levels=pcfg.get("levels"), ids=pcfg.get("ids"), size=size, overrides=overrides)
+        problems = load_huggingface(pcfg.dataset or "ScalingIntelligence/KernelBench",
+                                    levels=pcfg.levels, ids=pcfg.ids, size=size, overrides=overrides)
     else:
         raise ConfigError(f"problems.source must be builtin, kernelbench or huggingface, not {source!r}")
-    if pcfg.get("names") and source == "huggingface":
-        wanted = set(pcfg["names"])
+    if pcfg.names and source == "huggingface":
+        wanted = set(pcfg.names)
         problems = [p for p in problems if p.key in wanted or p.name in wanted]
-    if pcfg.get("limit"):
-        problems = problems[: int(pcfg["limit"])]
+    if pcfg.limit:
+        problems = problems[: int(pcfg.limit)]
     return problems
 
 
@@ -119,14 +114,14 @@ def resolve_profiler(kind: str, backend: Backend) -> str:
     return "ncu" if backend.device == "cuda" and find_ncu() else "torch"
 
 
-def make_advisor(conf: dict[str, Any], llm: LLM, backend: Backend, pool: WorkerPool, prompts: Prompts,
+def make_advisor(job: JobConfig, llm: LLM, backend: Backend, pool: WorkerPool, prompts: Prompts,
                  device_name: str, scratch: str, kind: str, scope: str = ""):
     """What optimisation passes ask for a recommendation: profiler x analysis from the config (``scope``:
     the job's configuration hash, under which a separate analysis model's calls are replayed)."""
     from .agents import AnalysisAgent, ProfilingAdvisor
     from .profile import PROFILERS, Profiler
-    pcfg, acfg = conf.get("profiler") or {}, conf.get("analysis") or {}
-    pkind, akind = pcfg.get("kind", "none"), acfg.get("kind", "off")
+    pcfg, acfg = job.profiler, job.analysis
+    pkind, akind = pcfg.kind, acfg.kind
     pkind = resolve_profiler(pkind, backend)
     if pkind not in PROFILERS:
         raise ConfigError(f"profiler.kind must be one of {', '.join(PROFILERS)}, not {pkind!r}")
@@ -135,19 +130,16 @@ def make_advisor(conf: dict[str, Any], llm: LLM, backend: Backend, pool: WorkerP
                           f"{backend.device} use profiler=torch")
     if pkind == "none" and akind == "off":
         return None  # the loop's generic recommendation
-    profiler = None if pkind == "none" else Profiler(pkind, pool, scratch, iterations=pcfg.get("iterations", 3),
-                                                     timeout_s=pcfg.get("timeout_s", 600.0),
-                                                     metrics=pcfg.get("metrics"))
+    profiler = None if pkind == "none" else Profiler(pkind, pool, scratch, iterations=pcfg.iterations,
+                                                     timeout_s=pcfg.timeout_s, metrics=pcfg.metrics)
     agent = None
     if akind == "llm":
-        mcfg = acfg.get("model")
-        analysis_llm = replaying(make_model(ModelConfig(**{k: v for k, v in mcfg.items()
-                                                           if k in ModelConfig.__dataclass_fields__})), scope) \
-            if mcfg else llm
+        mcfg = acfg.model
+        analysis_llm = replaying(make_model(mcfg), scope) if mcfg else llm
         analysis_llm.check()
         try:
-            agent = AnalysisAgent(analysis_llm, backend, prompts, device_name, visual=acfg.get("visual", False),
-                                  raw_metrics=acfg.get("raw_metrics", False))
+            agent = AnalysisAgent(analysis_llm, backend, prompts, device_name, visual=acfg.visual,
+                                  raw_metrics=acfg.raw_metrics)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     try:
@@ -168,27 +160,25 @@ def run(cfg: Any, *, llm: LLM | None = None, tags: dict[str, str] | None = None,
     conf = _plain(cfg)
     if llm is not None:  # record the model actually used, not the config's default
         conf["model"] = {k: v for k, v in asdict(llm.config).items() if k != "replies"}
-    model_cfg = ModelConfig(**{k: v for k, v in conf["model"].items() if k in ModelConfig.__dataclass_fields__})
-    llm = llm or make_model(model_cfg)
+    job = JobConfig.from_hydra(conf)  # strict: a misspelt key stops here, naming the valid ones
+    llm = llm or make_model(job.model)
     llm.check()  # a missing API key stops here, before any problem starts
     from .tracking.resume import config_hash
     chash = config_hash(conf)
     llm = replaying(llm, chash)  # a rerun of this configuration replays its calls
-    loop_cfg = LoopConfig(**conf["loop"])
-    verify_cfg = VerifyConfig.from_dict(conf["verify"])
+    loop_cfg, verify_cfg = job.loop, job.verify
 
     own_pool = pool is None
-    workers = conf.get("workers") or {}
-    pool = pool or WorkerPool(gpus=workers.get("gpus"), build_workers=workers.get("build"),
-                              spare=workers.get("spare", True))
+    workers = job.workers
+    pool = pool or WorkerPool(gpus=workers.gpus, build_workers=workers.build, spare=workers.spare)
     stop = threading.Event()
     previous_term = signal.getsignal(signal.SIGTERM)
     if threading.current_thread() is threading.main_thread():
         # A scheduler's SIGTERM ends the job like Ctrl-C: finished problems stay finished in MLflow.
         signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
-        backend = make_backend(conf["backend"], pool)
-        problems = load_problems(conf["problems"], backend.device)
+        backend = make_backend(job.backend, pool)
+        problems = load_problems(job.problems, backend.device)
         verifier = Verifier(verify_cfg, pool=pool)
         try:
             kinds = verifier.device_kinds(backend)
@@ -198,13 +188,13 @@ def run(cfg: Any, *, llm: LLM | None = None, tags: dict[str, str] | None = None,
                 from None
         pool.start(["build", *kinds])  # all workers at once, not one by one as the first loops need them
         info = pool.device_info(kinds[0], backend.spec())
-        prompts = Prompts(conf.get("prompts_dir"))
+        prompts = Prompts(job.prompts_dir)
         agent = GenerationAgent(llm, backend, prompts, device_phrase(info, backend))
         with tempfile.TemporaryDirectory(prefix="kforge-analysis-") as scratch:
-            advisor = make_advisor(conf, llm, backend, pool, prompts, device_phrase(info, backend), scratch, kinds[0],
+            advisor = make_advisor(job, llm, backend, pool, prompts, device_phrase(info, backend), scratch, kinds[0],
                                    chash)
-            return _run_tracked(Job(conf, problems, backend, agent, verifier, loop_cfg, llm, pool, info, advisor,
-                                    stop, tags or {}))
+            return _run_tracked(Job(conf, job, problems, backend, agent, verifier, loop_cfg, llm, pool, info,
+                                    advisor, stop, tags or {}))
     finally:
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, previous_term)
@@ -214,17 +204,16 @@ def run(cfg: Any, *, llm: LLM | None = None, tags: dict[str, str] | None = None,
 
 def job_labels(job: Job) -> dict[str, str]:
     """What the job ran with: tags of its parent run and of every problem run."""
-    conf, llm, backend = job.conf, job.llm, job.backend
-    ref_kind = conf.get("reference", {}).get("kind", "none")
+    cfg, llm, backend = job.config, job.llm, job.backend
+    ref_kind = cfg.reference.kind
     if ref_kind != "none":
-        ref_kind = f"{ref_kind}:{reference_backend(conf['reference'], backend.name)}"
+        ref_kind = f"{ref_kind}:{reference_backend(cfg.reference.backend, backend.name)}"
     # ``model`` is what answered: the litellm model string (not the config's short name) for a real model.
     model = (llm.config.model or llm.config.name) if llm.config.kind == "litellm" else llm.config.name
-    return {Tags.ANALYSIS: conf.get("analysis", {}).get("kind", "off"), Tags.MODEL: model,
+    return {Tags.ANALYSIS: cfg.analysis.kind, Tags.MODEL: model,
             Tags.MODEL_NAME: llm.config.name, Tags.MODEL_LABEL: llm.config.label, Tags.BACKEND: backend.name,
             Tags.DEVICE: backend.device, Tags.LOOP_MODE: job.loop_cfg.mode, Tags.REFERENCE: ref_kind,
-            Tags.PROFILER: resolve_profiler(conf.get("profiler", {}).get("kind", "none"), backend),
-            Tags.PROBLEMS_SOURCE: conf["problems"].get("source", "builtin")}
+            Tags.PROFILER: resolve_profiler(cfg.profiler.kind, backend), Tags.PROBLEMS_SOURCE: cfg.problems.source}
 
 
 def _run_tracked(job: Job) -> JobResult:
@@ -236,20 +225,20 @@ def _run_tracked(job: Job) -> JobResult:
     from .tracking.observer import MlflowObserver
     from .tracking.resume import config_hash, take_over
     conf, backend, loop_cfg, pool = job.conf, job.backend, job.loop_cfg, job.pool
-    tcfg = conf.get("tracking") or {}
-    tracker = Tracker(tcfg.get("uri"), tcfg.get("experiment") or "kforge", tcfg.get("artifact_root"))
-    if tcfg.get("autolog_llm"):
+    tcfg = job.config.tracking
+    tracker = Tracker(tcfg.uri, tcfg.experiment or "kforge", tcfg.artifact_root)
+    if tcfg.autolog_llm:
         import mlflow
         mlflow.set_tracking_uri(tracker.uri)
         mlflow.set_experiment(tracker.experiment)
         mlflow.litellm.autolog()
     labels = job_labels(job)
     try:
-        references = load_references(conf.get("reference") or {}, job.problems, backend.name, tracker.uri)
+        references = load_references(job.config.reference, job.problems, backend.name, tracker.uri)
     except ReferenceError as exc:
         raise ConfigError(str(exc)) from None
     labels[Tags.CONFIG_HASH] = config_hash(conf)
-    previous, stale = take_over(tracker, labels[Tags.CONFIG_HASH], job.problems, conf.get("resume", True))
+    previous, stale = take_over(tracker, labels[Tags.CONFIG_HASH], job.problems, job.config.resume)
     if stale:
         print(f"kforge: {stale} run(s) of this configuration were left RUNNING by a job that was killed; "
               "marked KILLED", flush=True)

@@ -7,6 +7,7 @@ import yaml
 from hydra import compose, initialize_config_dir
 
 from kforge import REPO_DIR
+from kforge.config import JobConfig
 
 EXPERIMENTS = sorted((REPO_DIR / "conf" / "experiment").glob("*.yaml"))
 
@@ -23,6 +24,7 @@ def test_every_sweep_job_composes(path):
         for overrides in jobs(path):
             cfg = compose("synthesize", overrides=[f"experiment={path.stem}", *overrides])
             assert cfg.backend.name and cfg.model.name, overrides
+            JobConfig.from_hydra(cfg)  # every key is one the job's typed config knows (strict)
 
 
 def test_the_ablations_sweep_what_they_compare():

@@ -228,3 +228,27 @@ def test_without_timing_the_loop_stops_at_the_first_correct_kernel(tmp_path, poo
     result = run(config(tmp_path, "loop.iterations=3", "verify.skip_timing=true"), llm=model, pool=pool)
     assert [r.state for r in result.results[0].records] == ["numerical_mismatch", "correct"] and model.calls == 2
     assert result.results[0].correct and not result.results[0].error
+
+
+def test_static_deny_from_hydra_rejects_a_matching_candidate(tmp_path, pool):
+    """verify.static reaches the verifier whole: a deny regex given as an override rejects the candidate
+    before it is built, and warn_only (another of its lists) turns that rule into a warning."""
+    deny = r"verify.static.deny=[pragma\s+omp]"
+    result = run(config(tmp_path, "loop=single_shot", deny), llm=scripted(fenced("relu_ok.py")), pool=pool)
+    rec = result.results[0].records[0]
+    assert rec.state == "cheat_detected" and "deny pattern" in rec.message, rec.message
+    warned = run(config(tmp_path, "loop=single_shot", deny, "verify.static.warn_only=[deny_pattern]"),
+                 llm=scripted(fenced("relu_ok.py")), pool=pool)
+    assert warned.results[0].records[0].state == "correct"
+
+
+def test_unknown_key_in_a_typed_group_names_the_valid_ones(tmp_path):
+    with pytest.raises(ConfigError, match=r"verify\.static\.denny .*deny"):
+        run(config(tmp_path, "+verify.static.denny=[x]"), llm=scripted(fenced("relu_ok.py")))
+    # From the command line: one line to act on, exit status 2, nothing started.
+    res = subprocess.run([sys.executable, str(REPO_DIR / "pipelines" / "synthesize.py"), "+loop.iteratons=3",
+                          f"tracking.uri=sqlite:///{tmp_path}/mlflow.db"], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=300)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert "kforge: unknown setting loop.iteratons (valid under loop: " in res.stderr and "iterations" in res.stderr
+    assert not (tmp_path / "mlflow.db").exists()

@@ -13,6 +13,7 @@ kforge-synthesize into its own MLflow experiment; kforge-tables then writes the 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import subprocess
 import sys
@@ -20,7 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import PACKAGE_DIR
+from ..log import setup as setup_logging
 from .hydra_conf import CONF_DIR, generic_model
+
+log = logging.getLogger(__name__)
 
 OFFLINE = ("oracle", "scripted")
 
@@ -40,11 +44,15 @@ def model_config(name: str) -> dict[str, Any]:
 
 def check_models(models: list[str]) -> None:
     """Stop at once, naming the variable, if a model cannot be called."""
+    from ..errors import ConfigError
     from ..llm import LLMError, ModelConfig, make_model
     for name in models:
-        cfg = model_config(name)
         try:
-            make_model(ModelConfig(**{k: v for k, v in cfg.items() if k in ModelConfig.__dataclass_fields__})).check()
+            cfg = ModelConfig.from_dict(model_config(name), "model")
+        except ConfigError as exc:
+            raise SystemExit(f"kforge: --models {name}: {exc}") from None
+        try:
+            make_model(cfg).check()
         except LLMError as exc:
             raise SystemExit(f"kforge: {exc}\nkforge: set the key and run again, or pass MODELS=oracle for an offline "
                              "dry run (hand-written kernels, not an LLM)") from None
@@ -60,6 +68,7 @@ def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     from ..tables import ABLATIONS
+    setup_logging()
     ap = argparse.ArgumentParser(prog="kforge-reproduce", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="gpt-5", help="comma-separated conf/model names or litellm model strings")
@@ -90,8 +99,8 @@ def main(argv: list[str] | None = None) -> int:
                f"loop.iterations={args.iterations}", f"tracking.uri={uri}", *args.overrides]
         print(f"\n=== {ablation}: kforge-synthesize {' '.join(cmd[3:])}", flush=True)
         if subprocess.run(cmd, env=env).returncode != 0:
-            print(f"kforge: the {ablation} sweep failed; finished problems are in MLflow. Fix the cause and run "
-                  "`make reproduce` again with the same settings.", file=sys.stderr)
+            log.error("kforge: the %s sweep failed; finished problems are in MLflow. Fix the cause and run "
+                      "`make reproduce` again with the same settings.", ablation)
             return 1
     cmd = [sys.executable, "-m", "kforge.apps.tables", f"tracking_uri={uri}", f"out_dir={args.out}",
            f"ablations=[{args.ablations}]"]

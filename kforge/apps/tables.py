@@ -19,20 +19,27 @@ from .hydra_conf import CONF_DIR
 
 @hydra.main(config_path=str(CONF_DIR), config_name="tables", version_base="1.3")
 def main(cfg: DictConfig) -> None:
+    from ..config import TablesConfig
+    from ..errors import ConfigError
     from ..metrics import BASELINES
     from ..tables import ABLATIONS, build_all
     from ..tracking import default_uri, open_client
     from ..tracking.schema import Kind, Tags
-    unknown = [a for a in cfg.ablations if a not in ABLATIONS]
+    try:
+        conf = TablesConfig.from_hydra(cfg)  # strict: a misspelt key is named, with the valid ones
+    except ConfigError as exc:
+        print(f"kforge: {exc}", file=sys.stderr)
+        sys.exit(2)
+    unknown = [a for a in conf.ablations if a not in ABLATIONS]
     if unknown:
         print(f"kforge: unknown ablation(s) {unknown} (choose from {', '.join(ABLATIONS)})", file=sys.stderr)
         sys.exit(2)
-    if cfg.baseline not in BASELINES or not 0 < cfg.confidence < 1 or cfg.resamples < 1:
-        print(f"kforge: baseline must be eager or compile (not {cfg.baseline!r}), confidence between 0 and 1 "
-              f"(not {cfg.confidence}), resamples at least 1 (not {cfg.resamples})", file=sys.stderr)
+    if conf.baseline not in BASELINES or not 0 < conf.confidence < 1 or conf.resamples < 1:
+        print(f"kforge: baseline must be eager or compile (not {conf.baseline!r}), confidence between 0 and 1 "
+              f"(not {conf.confidence}), resamples at least 1 (not {conf.resamples})", file=sys.stderr)
         sys.exit(2)
-    client = open_client(cfg.tracking_uri or default_uri())
-    results = build_all(client, cfg.out_dir, list(cfg.ablations), cfg.baseline, cfg.resamples, cfg.confidence)
+    client = open_client(conf.tracking_uri or default_uri())
+    results = build_all(client, conf.out_dir, list(conf.ablations), conf.baseline, conf.resamples, conf.confidence)
     for name, res in results.items():
         if not res["runs"]:
             print(f"{name}: no finished runs in experiment {res['experiment']} (run `make reproduce` first)")
@@ -40,7 +47,7 @@ def main(cfg: DictConfig) -> None:
         print(f"\n## {name} ({res['runs']} problem runs, experiment {res['experiment']})\n")
         print(res["files"]["md"].read_text())
         print("files: " + ", ".join(str(p) for p in res["files"].values()))
-        if cfg.log_to_mlflow:
+        if conf.log_to_mlflow:
             exp = client.get_experiment_by_name(res["experiment"])
             run = client.create_run(exp.experiment_id, run_name=f"tables-{name}", tags={Tags.KIND: Kind.TABLES})
             for path in res["files"].values():

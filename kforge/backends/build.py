@@ -33,6 +33,8 @@ import sysconfig
 from pathlib import Path
 from typing import Any
 
+from ..errors import KforgeError
+
 RECIPE_VERSION = 3
 _TORCH_SYMBOLS = re.compile(r"\bat::|\btorch\b|\bc10\b|\bATen\b|\bTORCH_|\bAT_|\bC10_|\bTensor\b")
 _MISSING_DECL = re.compile(r"undefined|not declared|has not been declared|is not a member|incomplete type")
@@ -40,7 +42,7 @@ _MISSING_DECL = re.compile(r"undefined|not declared|has not been declared|is not
 _NOT_IN_KEY = {"verbose", "build_directory", "keep_intermediates"}
 
 
-class CompilationError(RuntimeError):
+class CompilationError(KforgeError, RuntimeError):
     """The candidate's extension did not build; ``log`` holds the compiler's words."""
 
     def __init__(self, log: str):

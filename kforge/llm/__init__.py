@@ -13,10 +13,10 @@ from .replay import ReplayingModel, replaying
 
 
 def make_model(config: ModelConfig | dict[str, Any], cache_root: str | Path | None = None) -> LLM:
-    """Build the model a config names; raises `LLMError` for an unknown kind."""
+    """Build the model a config names; raises `LLMError` for an unknown kind, `ConfigError` for an unknown
+    setting in a dict."""
     if isinstance(config, dict):
-        known = set(ModelConfig.__dataclass_fields__)
-        config = ModelConfig(**{k: v for k, v in config.items() if k in known})
+        config = ModelConfig.from_dict(config, "model")  # strict: a misspelt setting is an error
     if config.kind == "oracle":
         return OracleModel(config)
     if config.kind == "scripted":

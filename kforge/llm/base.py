@@ -5,8 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..errors import KforgeError
+from ..strict import StrictConfig
 
-class LLMError(RuntimeError):
+
+class LLMError(KforgeError, RuntimeError):
     """A model call failed for good (after retries); the message says what to do."""
 
 
@@ -15,7 +18,7 @@ class MissingAPIKey(LLMError):
 
 
 @dataclass
-class ModelConfig:
+class ModelConfig(StrictConfig):
     """One model, as ``conf/model/*.yaml`` describes it."""
 
     name: str

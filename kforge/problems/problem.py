@@ -13,8 +13,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import KforgeError
 
-class ProblemError(ValueError):
+
+class ProblemError(KforgeError, ValueError):
     """A problem file is malformed or an override does not fit it; the message names the file."""
 
 

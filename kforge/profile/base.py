@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..errors import KforgeError
 
-class ProfilerUnavailable(RuntimeError):
+
+class ProfilerUnavailable(KforgeError, RuntimeError):
     """This profiler cannot run here (missing tool, no counters, unsupported device); says what to do."""
 
 

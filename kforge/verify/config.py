@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+from ..errors import ConfigError
+from ..strict import StrictConfig, from_dict
 
 #: Default tolerances by dtype, as (atol, rtol) for ``|out - ref| <= atol + rtol * |ref|``.
 #: float32 follows KernelBench (1e-4): a kernel in true fp32 lands far inside it, while a silent
@@ -18,7 +22,24 @@ DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
 
 
 @dataclass
-class TimingConfig:
+class StaticConfig(StrictConfig):
+    """Which static rules run, plus pattern deny/allow lists (``verify.static`` in Hydra)."""
+
+    require_kernel: bool = True
+    """The candidate must contain a kernel in its backend's language and call it from forward (the
+    verifier sets it from ``verify.require_kernel``; not a Hydra key of its own)."""
+    disabled: list[str] = field(default_factory=list)
+    """Rule names to skip."""
+    deny: list[str] = field(default_factory=list)
+    """Regexes: a candidate whose source matches one is rejected (rule ``deny_pattern``)."""
+    allow: list[str] = field(default_factory=list)
+    """Regexes: a finding whose source line (or message) matches one is dropped."""
+    warn_only: list[str] = field(default_factory=list)
+    """Rule names reported without rejecting."""
+
+
+@dataclass
+class TimingConfig(StrictConfig):
     """How candidates and references are timed."""
 
     warmup: int = 3
@@ -40,7 +61,7 @@ class TimingConfig:
 
 
 @dataclass
-class VerifyConfig:
+class VerifyConfig(StrictConfig):
     """Everything the verifier needs besides the problem, the candidate and the backend."""
 
     trials: int = 5
@@ -81,20 +102,23 @@ class VerifyConfig:
     """How timing is done."""
     skip_timing: bool = False
     """Only check correctness (no speedups)."""
+    static: StaticConfig = field(default_factory=StaticConfig)
+    """Static rules: ``disabled``, ``deny``/``allow`` regex lists, ``warn_only`` (``verify.static.deny=[...]``)."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def __post_init__(self) -> None:
+        # One switch for "a kernel is required": verify.require_kernel; the static rules follow it.
+        self.static = replace(self.static, require_kernel=self.require_kernel)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any] | None) -> "VerifyConfig":
-        data = dict(data or {})
-        timing = TimingConfig(**(data.pop("timing", None) or {}))
-        known = {f for f in cls.__dataclass_fields__}
-        unknown = set(data) - known
-        if unknown:
-            raise ValueError(f"unknown verify setting(s): {', '.join(sorted(unknown))} "
-                             f"(known: {', '.join(sorted(known))})")
-        return cls(timing=timing, **data)
+    def from_dict(cls, data: Any, where: str = "") -> "VerifyConfig":
+        # A verify.static.require_kernel that disagrees would be overridden by verify.require_kernel
+        # without a word: refuse it, as the strict helper refuses an unknown key.
+        static = data.get("static") if isinstance(data, Mapping) else None
+        if isinstance(static, Mapping) and "require_kernel" in static and \
+                static["require_kernel"] != data.get("require_kernel", True):
+            raise ConfigError(f"{where or 'verify'}.static.require_kernel is not a setting of its own: set "
+                              f"{where or 'verify'}.require_kernel instead")
+        return from_dict(cls, data, where)
 
     def tolerance(self, dtype_name: str, problem_tol: dict[str, float] | None = None) -> tuple[float, float]:
         """(atol, rtol) for an output dtype: explicit override > problem's own > dtype default."""

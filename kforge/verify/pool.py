@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .. import PACKAGE_DIR, cache_dir
+from ..errors import KforgeError
 from .gpus import detect_gpus, mps_control_pipe
 from .zygote import LIGHT_LEVEL, PRELOAD_ENV, SPARE_ENV
 
@@ -38,7 +39,7 @@ _SECRET_PREFIX = ("AWS_", "AZURE_", "GOOGLE_", "GCP_", "OPENAI", "ANTHROPIC", "G
                   "GITHUB", "GH_", "GIT_", "DATABASE", "PG", "MYSQL", "REDIS")
 
 
-class WorkerLost(RuntimeError):
+class WorkerLost(KforgeError, RuntimeError):
     """The slot's process died while serving a request (it has been replaced); ``kind`` names the slot."""
 
     kind: str = ""

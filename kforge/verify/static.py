@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
 from ..backends import Backend
 from ..problems import Problem
+from .config import StaticConfig  # noqa: F401 - its home is config.py; importable here as before
 
 
 @dataclass
@@ -28,22 +29,6 @@ class Finding:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-@dataclass
-class StaticConfig:
-    """Which static rules run, plus pattern deny/allow lists (``verify.static`` in Hydra)."""
-
-    require_kernel: bool = True
-    """The candidate must contain a kernel in its backend's language and call it from forward."""
-    disabled: list[str] = field(default_factory=list)
-    """Rule names to skip."""
-    deny: list[str] = field(default_factory=list)
-    """Regexes: a candidate whose source matches one is rejected (rule ``deny_pattern``)."""
-    allow: list[str] = field(default_factory=list)
-    """Regexes: a finding whose source line (or message) matches one is dropped."""
-    warn_only: list[str] = field(default_factory=list)
-    """Rule names reported without rejecting."""
 
 
 RuleFn = Callable[[ast.Module, str, Backend, Problem | None], list[Finding]]

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..backends import Backend, get_backend
 from ..candidate import Candidate
+from ..errors import KforgeError
 from ..problems import Problem
 from ..cachefile import read_json, write_json
 from .config import VerifyConfig
@@ -33,7 +34,7 @@ COMPILE_REF_MAX_AGE_S = 7 * 24 * 3600
 MEASURED = frozenset({"no_kernel", "kernel_not_called", "try_fallback", "forbidden_op"})
 
 
-class BackendUnavailable(RuntimeError):
+class BackendUnavailable(KforgeError, RuntimeError):
     """The backend needs a device this machine does not have; the message says what to do."""
 
 
@@ -43,8 +44,9 @@ class Verifier:
     def __init__(self, config: VerifyConfig | None = None, pool: WorkerPool | None = None,
                  static: StaticConfig | None = None):
         self.config = config or VerifyConfig()
-        self.static = static or StaticConfig()
-        """Rules to disable; whether a kernel is required comes from each call's `VerifyConfig`."""
+        self.static = static
+        """Static rules for every call, replacing the `VerifyConfig`'s ``static`` (None: each call's
+        config decides); whether a kernel is required always comes from each call's `VerifyConfig`."""
         self._own_pool = pool is None
         self.pool = pool or WorkerPool()
         self._compile_refs: dict[str, TimingStats] = {}  # see VerifyConfig.compile_ref_reuse
@@ -139,7 +141,8 @@ class Verifier:
             last[0] = now
 
         kinds = self.device_kinds(backend)
-        findings = check(candidate.source, backend, problem, replace(self.static, require_kernel=cfg.require_kernel))
+        static = replace(self.static or cfg.static, require_kernel=cfg.require_kernel)
+        findings = check(candidate.source, backend, problem, static)
         soft = []
         if cfg.attribution and cfg.require_kernel:
             # Whether the kernels did the work is measured at run time; these rules only warn ahead of it.
