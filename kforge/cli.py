@@ -292,7 +292,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     from .candidate import Candidate
     from .problems import builtin_solution_path, load_builtin
     from .verify import WorkerPool
-    from .verify.gpus import arch_of
+    from .sandbox.gpus import arch_of
     try:
         backend = get_backend(args.backend, device=args.device)
     except ValueError as exc:

@@ -15,7 +15,7 @@ from kforge.evaluate import (EvalInputError, Job, discover, load_results, make_r
                              read_manifest, run_eval)
 from kforge.problems import BUILTIN_DIR
 from kforge.verify import Verifier
-from kforge.verify.gpus import detect_gpus
+from kforge.sandbox.gpus import detect_gpus
 from tests.helpers import CANDIDATES, fast_config
 
 SOLUTIONS = BUILTIN_DIR / "solutions" / "cpu"

@@ -8,7 +8,7 @@ import pytest
 
 from kforge.problems import resolve_problem
 from kforge.verify import State, Verifier, WorkerPool
-from kforge.verify.gpus import detect_gpus
+from kforge.sandbox.gpus import detect_gpus
 from kforge.verify.static import RULES, StaticConfig
 from tests.helpers import fast_config
 

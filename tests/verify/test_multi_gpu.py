@@ -6,7 +6,7 @@ import pytest
 
 from kforge.problems import resolve_problem
 from kforge.verify import State, Verifier, WorkerPool
-from kforge.verify.gpus import detect_gpus
+from kforge.sandbox.gpus import detect_gpus
 from tests.helpers import candidate, fast_config
 
 pytestmark = pytest.mark.gpu
