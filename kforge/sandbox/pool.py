@@ -1,4 +1,4 @@
-"""The verifier's pool of worker processes: CPU build slots, a CPU run slot, one slot per GPU.
+"""The pool of worker processes: CPU build slots, a CPU run slot, one slot per GPU.
 
 Each slot is a `zygote <kforge.sandbox.zygote>` process started with a scrubbed environment. Slots
 start on first use, or all at once with `WorkerPool.start`, so a CPU-only run never looks for a GPU.

@@ -27,7 +27,6 @@ WATCHED: tuple[tuple[str, str], ...] = (
     ("time", "perf_counter"), ("time", "time"), ("time", "monotonic"), ("time", "perf_counter_ns"),
     ("torch.cuda", "synchronize"), ("torch.cuda", "current_stream"), ("torch.cuda.Event", "elapsed_time"),
     ("torch.cuda.Event", "record"), ("torch.cuda.Event", "synchronize"), ("torch.utils.cpp_extension", "load_inline"),
-    ("kforge.sandbox.harness", "import_file"),
     ("threading.Thread", "start"), ("_thread", "start_new_thread"),
 )
 #: Numerics flags: turning one on (TF32, reduced-precision reductions) is caught; turning one off is not.

@@ -35,8 +35,8 @@ MEASURED_TRIALS = 2
 class Trials(Harness):
     """The correctness part of a verification run (`kforge.verify.worker` adds timing)."""
 
-    WATCHED = (("kforge.verify.compare", "compare_tensor"), ("kforge.verify.compare", "check_structure"),
-               ("kforge.verify.compare", "check_degenerate"))
+    WATCHED = Harness.WATCHED + tuple(("kforge.verify.compare", f) for f in
+                                      ("compare_tensor", "check_structure", "check_degenerate"))
     """The comparisons judge the candidate: one it replaced is a ``monkey_patch``."""
 
     def __init__(self, req: dict[str, Any]):
