@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from kforge.verify import WorkerPool
 from kforge.sandbox.gpus import detect_gpus
+from kforge.verify import WorkerPool
 
 def pytest_collection_modifyitems(config, items):
     if detect_gpus():

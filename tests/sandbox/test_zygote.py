@@ -19,10 +19,10 @@ import pytest
 
 from kforge.backends import get_backend
 from kforge.problems import resolve_problem
-from kforge.verify import State, Verifier, WorkerPool
-from kforge.sandbox.gpus import detect_gpus as pool_gpus
 from kforge.sandbox.env import scrubbed_env
+from kforge.sandbox.gpus import detect_gpus as pool_gpus
 from kforge.sandbox.zygote import SPARE_ENV
+from kforge.verify import State, Verifier, WorkerPool
 from tests.helpers import candidate, fast_config
 
 PROBE = {"kind": "probe", "backend": get_backend("cpu").spec()}

@@ -7,8 +7,8 @@ import pytest
 from kforge.backends import get_backend
 from kforge.problems import resolve_problem
 from kforge.sandbox.ceilings import CeilingCache
-from kforge.verify import State, Verifier, WorkerPool
 from kforge.sandbox.gpus import detect_gpus
+from kforge.verify import State, Verifier, WorkerPool
 from tests.helpers import candidate, fast_config
 
 pytestmark = pytest.mark.gpu
