@@ -11,14 +11,14 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from ..sandbox import dispatch
+from ..sandbox.dispatch import register
 from ..sandbox.gpus import arch_of
 from .base import KernelStat, Profile, ProfilerUnavailable
 
 PROFILERS = ("none", "torch", "ncu", "nsys")
 
 # torch.profiler runs in a worker's child (see kforge.sandbox.dispatch); registered before any pool starts.
-dispatch.register("profile_torch", "kforge.profile.torch_profiler:run_in_worker")
+register("profile_torch", "kforge.profile.torch_profiler:run_in_worker")
 
 
 class Profiler:

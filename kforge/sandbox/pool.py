@@ -33,6 +33,7 @@ from .env import scrubbed_env
 from .gpus import detect_gpus, mps_control_pipe
 from .zygote import LIGHT_LEVEL, PRELOAD_ENV, SPARE_ENV
 
+
 class WorkerLost(RuntimeError):
     """The slot's process died while serving a request (it has been replaced); ``kind`` names the slot."""
 
