@@ -8,7 +8,7 @@ on the host, and the driver serialises some of it across processes, whichever GP
 each piece alone and with other processes doing the same at the same moment, on the same GPU (the
 zygote's spare making its context while a candidate runs) and on another GPU (a second device slot).
 
-Processes are forked from this one after torch is imported (as `kforge.verify.zygote` does) and wait at
+Processes are forked from this one after torch is imported (as `kforge.sandbox.zygote` does) and wait at
 a common start line. "ctx" makes a context in three timed steps: the driver's cuInit, its primary
 context, and torch's set-up on top. "work" is the built-in problems' reference models: inputs drawn on
 the device, a few forward calls and a comparison, in a process whose context is already made (as a

@@ -26,8 +26,8 @@ def run_config(backend: str, devices: int, concurrency: int, latency: float, ite
 
     from kforge import REPO_DIR
     from kforge.pipeline import run
+    from kforge.sandbox.gpus import detect_gpus
     from kforge.verify import WorkerPool
-    from kforge.verify.gpus import detect_gpus
     overrides = [f"backend={backend}", "model=oracle", f"model.latency_s={latency}", "loop=iterative",
                  f"loop.iterations={iterations}", f"loop.concurrency={concurrency}", f"problems.levels=[{levels}]",
                  f"problems.size={size}", f"tracking.uri=sqlite:///{workdir}/mlflow.db",

@@ -36,8 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kforge.backends import get_backend  # noqa: E402
 from kforge.problems import builtin_solution_path, load_builtin  # noqa: E402
 from kforge.profile import ncu  # noqa: E402
+from kforge.sandbox.gpus import arch_of  # noqa: E402
 from kforge.verify import Verifier, VerifyConfig, WorkerPool  # noqa: E402
-from kforge.verify.gpus import arch_of  # noqa: E402
 
 
 def clear_build(verdict, triton_cache: Path) -> None:

@@ -298,8 +298,8 @@ def cmd_build(args: argparse.Namespace) -> int:
     from .backends import get_backend
     from .candidate import Candidate
     from .problems import builtin_solution_path, load_builtin
+    from .sandbox.gpus import arch_of
     from .verify import WorkerPool
-    from .verify.gpus import arch_of
     try:
         backend = get_backend(args.backend, device=args.device)
     except ValueError as exc:

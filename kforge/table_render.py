@@ -8,7 +8,8 @@ from typing import Any
 
 import pandas as pd
 
-from .tables import COLUMNS, Context, timing_noise, timings_frame
+from .tables import (ABLATIONS, COLUMNS, Context, ablation_table, by_iteration, dedupe, fast_p_curve, kernel_timings,
+                     load_runs, not_llms, timing_noise, timings_frame)
 
 #: What a speedup's baseline is, in a caption.
 BASELINES = {"eager": "PyTorch eager", "compile": "torch.compile of the reference"}
@@ -115,3 +116,28 @@ def write_table(table: pd.DataFrame, factor: str, out_dir: Path, name: str, ctx:
     paths["tex"].write_text(to_latex(heads, rows, text, name.replace("_", "-")))
     timings_frame(ctx.timings).to_csv(paths["timings"], index=False)
     return paths
+
+
+def build_all(client, out_dir: str | Path, ablations: list[str] | None = None, baseline: str = "eager",
+              resamples: int = 2000, confidence: float = 0.95) -> dict[str, dict[str, Any]]:
+    """Every ablation's table and plots under ``out_dir``; returns what was written per ablation."""
+    from .plots import plot_fast_p, plot_iterations
+    out = Path(out_dir)
+    results = {}
+    for name in ablations or list(ABLATIONS):
+        experiment, factor = ABLATIONS[name]
+        every = load_runs(client, experiment, baseline)
+        runs = dedupe(every)
+        if runs.empty:
+            results[name] = {"experiment": experiment, "runs": 0}
+            continue
+        ctx = Context(baseline, kernel_timings(every), resamples, confidence)
+        table = ablation_table(runs, factor, ctx)
+        files = write_table(table, factor, out, name, ctx, not_llms(runs))
+        files["fast_p"] = plot_fast_p(fast_p_curve(runs, factor, baseline=baseline), factor,
+                                      out / f"{name}_fast_p.png", name, baseline)
+        hist = by_iteration(runs, factor)
+        if not hist.empty:
+            files["iterations"] = plot_iterations(hist, factor, out / f"{name}_by_iteration.png", name, baseline)
+        results[name] = {"experiment": experiment, "runs": len(runs), "table": table, "files": files}
+    return results

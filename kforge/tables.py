@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -342,32 +341,6 @@ def not_llms(runs: pd.DataFrame) -> dict[str, str]:
         if model in NOT_LLMS or "not an LLM" in (label or ""):
             out[model] = NOT_LLMS.get(model, label)
     return out
-
-
-def build_all(client, out_dir: str | Path, ablations: list[str] | None = None, baseline: str = "eager",
-              resamples: int = 2000, confidence: float = 0.95) -> dict[str, dict[str, Any]]:
-    """Every ablation's table and plots under ``out_dir``; returns what was written per ablation."""
-    from .plots import plot_fast_p, plot_iterations
-    from .table_render import write_table
-    out = Path(out_dir)
-    results = {}
-    for name in ablations or list(ABLATIONS):
-        experiment, factor = ABLATIONS[name]
-        every = load_runs(client, experiment, baseline)
-        runs = dedupe(every)
-        if runs.empty:
-            results[name] = {"experiment": experiment, "runs": 0}
-            continue
-        ctx = Context(baseline, kernel_timings(every), resamples, confidence)
-        table = ablation_table(runs, factor, ctx)
-        files = write_table(table, factor, out, name, ctx, not_llms(runs))
-        files["fast_p"] = plot_fast_p(fast_p_curve(runs, factor, baseline=baseline), factor,
-                                      out / f"{name}_fast_p.png", name, baseline)
-        hist = by_iteration(runs, factor)
-        if not hist.empty:
-            files["iterations"] = plot_iterations(hist, factor, out / f"{name}_by_iteration.png", name, baseline)
-        results[name] = {"experiment": experiment, "runs": len(runs), "table": table, "files": files}
-    return results
 
 
 @dataclass(frozen=True)

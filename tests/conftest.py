@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from kforge.sandbox.gpus import detect_gpus
 from kforge.verify import WorkerPool
-from kforge.verify.gpus import detect_gpus
 
 def pytest_collection_modifyitems(config, items):
     if detect_gpus():

@@ -14,8 +14,8 @@ from kforge.eval_summary import render_markdown, render_text, summarise
 from kforge.evaluate import (EvalInputError, Job, discover, load_results, make_row, parse_generation_name,
                              read_manifest, run_eval)
 from kforge.problems import BUILTIN_DIR
+from kforge.sandbox.gpus import detect_gpus
 from kforge.verify import Verifier
-from kforge.verify.gpus import detect_gpus
 from tests.helpers import CANDIDATES, fast_config
 
 SOLUTIONS = BUILTIN_DIR / "solutions" / "cpu"

@@ -149,7 +149,7 @@ def test_readme_model_overrides_and_any_litellm_model_string(tmp_path):
 
 
 def test_cuda_without_a_gpu_suggests_the_hydra_override(tmp_path, pool):
-    from kforge.verify.gpus import detect_gpus
+    from kforge.sandbox.gpus import detect_gpus
     if detect_gpus():
         pytest.skip("a GPU is visible")
     with pytest.raises(ConfigError, match="use backend=cpu") as err:

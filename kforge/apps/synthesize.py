@@ -28,7 +28,7 @@ def _job(cfg: DictConfig) -> float:
     from ..llm import LLMError
     from ..pipeline import ConfigError, run, split_gpus
     from ..problems import ProblemError
-    from ..verify.gpus import detect_gpus
+    from ..sandbox.gpus import detect_gpus
     hc = HydraConfig.get()
     tags = {"hydra.job": hc.job.name, "hydra.output_dir": hc.runtime.output_dir}
     if hc.mode.name == "MULTIRUN":

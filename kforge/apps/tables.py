@@ -22,7 +22,8 @@ def main(cfg: DictConfig) -> None:
     from ..config import TablesConfig
     from ..errors import ConfigError
     from ..metrics import BASELINES
-    from ..tables import ABLATIONS, build_all
+    from ..table_render import build_all
+    from ..tables import ABLATIONS
     from ..tracking import default_uri, open_client
     from ..tracking.schema import Kind, Tags
     try:

@@ -92,7 +92,7 @@ class Backend:
         """Get the process ready to import candidates (runs before any candidate code)."""
 
     def make_clock(self, flush_bytes: int):
-        from ..verify.timing import CpuClock, CudaClock
+        from ..sandbox.clocks import CpuClock, CudaClock
         return CudaClock(flush_bytes) if self.device == "cuda" else CpuClock()
 
     def classify(self, exc: BaseException) -> str | None:

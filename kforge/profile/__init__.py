@@ -11,9 +11,14 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from ..sandbox.dispatch import register
+from ..sandbox.gpus import arch_of
 from .base import KernelStat, Profile, ProfilerUnavailable
 
 PROFILERS = ("none", "torch", "ncu", "nsys")
+
+# torch.profiler runs in a worker's child (see kforge.sandbox.dispatch); registered before any pool starts.
+register("profile_torch", "kforge.profile.torch_profiler:run_in_worker")
 
 
 class Profiler:
@@ -29,7 +34,6 @@ class Profiler:
 
     def run(self, problem, code: str, backend, config: dict[str, Any] | None = None) -> Profile:
         from ..verify import VerifyConfig
-        from ..verify.gpus import arch_of
         kinds = self.pool.kinds_for(backend.device)
         info = self.pool.device_info(kinds[0], backend.spec())  # the sweep's GPUs are one model (see Verifier.arch)
         request = {"problem": problem.to_dict(), "backend": backend.spec(),

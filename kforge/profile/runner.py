@@ -27,7 +27,7 @@ def run_under(prefix: list[str], workdir: str | os.PathLike, request: dict, file
     import time
     from pathlib import Path
 
-    from ..verify.pool import scrubbed_env
+    from ..sandbox.env import scrubbed_env
     wd = Path(workdir)
     wd.mkdir(parents=True, exist_ok=True)
     for name, text in files.items():
@@ -56,8 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     os.chdir(workdir)
     with open("request.json") as fh:
         req = json.load(fh)
-    from ..verify.harness import Harness, HarnessVerdict
-    h = Harness(req)
+    from ..sandbox.harness import Harness, HarnessVerdict
+    from ..verify.config import VerifyConfig
+    h = Harness(req, VerifyConfig.from_dict(req["config"]))
     try:
         h.setup(flush_l2=True)
         h.load_reference()

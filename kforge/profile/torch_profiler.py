@@ -11,8 +11,11 @@ FORWARD = "kforge_forward"
 
 def run_in_worker(req: dict[str, Any]) -> dict[str, Any]:
     """Worker request ``profile_torch``: profile ``iterations`` forward calls of the candidate."""
-    from ..verify.harness import Harness, HarnessVerdict
-    h = Harness(req)
+    from ..sandbox.harness import Harness, HarnessVerdict
+    from ..sandbox.quiet import take_quiet_lock
+    from ..verify.config import VerifyConfig
+    take_quiet_lock()  # no other child times or makes a context on this GPU meanwhile
+    h = Harness(req, VerifyConfig.from_dict(req["config"]))
     try:
         h.setup(flush_l2=True)
         h.load_reference()

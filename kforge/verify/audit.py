@@ -62,7 +62,7 @@ def _constant(torch, outs: list) -> bool:
 
 
 def run(h) -> dict[str, Any]:
-    """Audit the reference loaded in harness ``h`` (a `kforge.verify.harness.Harness` after load_reference)."""
+    """Audit the reference loaded in harness ``h`` (a `kforge.sandbox.harness.Harness` after load_reference)."""
     torch = h.torch
     model = h.ref_model
     tolerance = lambda dt: h.cfg.tolerance(dt, h.problem.tolerance)  # noqa: E731

@@ -9,45 +9,11 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import asdict, dataclass
-from typing import Any, Callable
-
 from ..backends import Backend
 from ..problems import Problem
+from . import static_rules  # noqa: F401 - registers the rules, in the order they run
 from .config import StaticConfig  # noqa: F401 - its home is config.py; importable here as before
-
-
-@dataclass
-class Finding:
-    """One static-check result."""
-
-    rule: str
-    message: str
-    line: int | None = None
-    severity: str = "deny"
-    """``deny`` (the candidate is rejected) or ``warn`` (reported only)."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-RuleFn = Callable[[ast.Module, str, Backend, Problem | None], list[Finding]]
-RULES: dict[str, RuleFn] = {}
-
-
-def rule(name: str) -> Callable[[RuleFn], RuleFn]:
-    def register(fn: RuleFn) -> RuleFn:
-        RULES[name] = fn
-        return fn
-    return register
-
-
-@rule("no_kernel")
-def _no_kernel(tree: ast.Module, source: str, backend: Backend, problem: Problem | None) -> list[Finding]:
-    if backend.has_kernel(source):
-        return []
-    return [Finding("no_kernel", f"no kernel found: the {backend.name} backend needs {backend.kernel_hint}; "
-                                 "a program that only calls PyTorch has not written a kernel")]
+from .findings import RULES, Finding
 
 
 def check(source: str, backend: Backend, problem: Problem | None = None,
@@ -81,6 +47,3 @@ def check(source: str, backend: Backend, problem: Problem | None = None,
             f.severity = "warn"
         kept.append(f)
     return kept
-
-
-from . import static_rules  # noqa: E402,F401 - registers the rules

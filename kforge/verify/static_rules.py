@@ -1,4 +1,4 @@
-"""The static rules (registered into `kforge.verify.static.RULES` on import).
+"""The static rules (registered into `kforge.verify.findings.RULES` on import, in this order).
 
 Each rule reads the candidate's Python AST and, for C++/CUDA, the string constants that hold kernel
 sources. They target the reward hacks of GUIDE §3: torch fallbacks, try/except fallbacks,
@@ -13,8 +13,8 @@ import re
 
 from ..backends import Backend
 from ..problems import Problem
-from .settings import ASSIGNABLE
-from .static import Finding, rule
+from ..sandbox.settings import ASSIGNABLE
+from .findings import Finding, rule
 
 # Modules whose attributes a candidate must never assign (timers, the harness, torch itself).
 PROTECTED = {"torch", "time", "kforge", "triton", "numpy", "builtins", "sys", "os", "gc", "math", "importlib",
@@ -106,6 +106,14 @@ def _kernel_names(tree: ast.Module, aliases: dict[str, str]) -> set[str]:
 
 
 _NOT_TORCH = ("math", "numpy", "triton", "builtins")
+
+
+@rule("no_kernel")
+def _no_kernel(tree: ast.Module, source: str, backend: Backend, problem: Problem | None) -> list[Finding]:
+    if backend.has_kernel(source):
+        return []
+    return [Finding("no_kernel", f"no kernel found: the {backend.name} backend needs {backend.kernel_hint}; "
+                                 "a program that only calls PyTorch has not written a kernel")]
 
 
 @rule("forbidden_op")

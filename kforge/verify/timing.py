@@ -1,102 +1,11 @@
-"""Clocks the candidate cannot reach, and the adaptive stopping rule for timed rounds.
-
-Runs inside a verifier worker. Every function a clock uses is captured when the clock is made, which
-the worker does before any candidate code is imported: a candidate that later patches
-``time.perf_counter``, ``torch.cuda.Event.elapsed_time`` or ``torch.cuda.synchronize`` changes
-what it sees, not what the clock calls.
-"""
+"""The adaptive stopping rule for timed rounds (the clocks are `kforge.sandbox.clocks`)."""
 
 from __future__ import annotations
 
-import time
-from typing import Any, Callable
+from typing import Callable
 
 from .config import TimingConfig
 from .verdict import TimingStats, median_rel_err
-
-
-class CpuClock:
-    """Host wall time around a call (device time and host time are the same thing on a CPU)."""
-
-    device = "cpu"
-
-    def __init__(self) -> None:
-        self._perf = time.perf_counter
-
-    def now(self) -> float:
-        return self._perf()
-
-    def sync(self) -> None:
-        """Nothing is asynchronous on the CPU."""
-
-    def flush(self) -> None:
-        """CPU inputs are rotated between rounds instead of flushing the caches."""
-
-    def time(self, fn: Callable[[], Any]) -> tuple[float, float, Any]:
-        t0 = self._perf()
-        out = fn()
-        t1 = self._perf()
-        ms = (t1 - t0) * 1e3
-        return ms, ms, out
-
-
-class CudaClock:
-    """CUDA events on the current stream, plus host time with a full device synchronize.
-
-    The two disagree when work runs outside the timed stream (side streams, threads): the host time,
-    which waits for the whole device, is the honest one, and the gap is evidence.
-    """
-
-    device = "cuda"
-
-    def __init__(self, flush_bytes: int) -> None:
-        import torch
-        self._perf = time.perf_counter
-        self._sync = torch._C._cuda_synchronize
-        base = torch._C._CudaEventBase
-        self._record, self._elapsed = base.record, base.elapsed_time
-        self._stream = torch.cuda.current_stream()
-        self._start = torch.cuda.Event(enable_timing=True)
-        self._end = torch.cuda.Event(enable_timing=True)
-        self._zero = torch.Tensor.zero_
-        self._flush_buf = torch.empty(int(flush_bytes), dtype=torch.uint8, device="cuda") if flush_bytes else None
-
-    def now(self) -> float:
-        return self._perf()
-
-    def sync(self) -> None:
-        self._sync()
-
-    def flush(self) -> None:
-        """Overwrite a buffer larger than L2 so no input or weight is still cached (for untimed runs)."""
-        if self._flush_buf is not None:
-            self._zero(self._flush_buf)
-
-    def time(self, fn: Callable[[], Any]) -> tuple[float, float, Any]:
-        """Time one call with L2 flushed first.
-
-        The flush is queued, not waited for, before the start event (as triton's do_bench does): the
-        GPU is still busy with it while the host makes the call, so the events time the kernels and not
-        the Python launch path in front of them. With no flush, the host's launch latency is included.
-        """
-        self._sync()
-        h0 = self._perf()
-        if self._flush_buf is not None:
-            self._zero(self._flush_buf)
-        self._record(self._start, self._stream)
-        out = fn()
-        self._record(self._end, self._stream)
-        self._sync()
-        h1 = self._perf()
-        return self._elapsed(self._start, self._end), (h1 - h0) * 1e3, out
-
-
-def l2_flush_bytes() -> int:
-    """Four times the L2 cache of the current device, at least 64 MiB (KernelBench writes 256 MB)."""
-    import torch
-    props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    l2 = getattr(props, "L2_cache_size", 0) or 50 * 2**20
-    return max(4 * l2, 64 * 2**20)
 
 
 class Sampler:

@@ -21,10 +21,11 @@ import contextlib
 from dataclasses import asdict
 from typing import Any
 
+from ..sandbox.harness import Harness, HarnessVerdict, first_line
+from ..sandbox.settings import Swap
 from .attribution import CANDIDATE, REFERENCE, attribute, candidate_symbols, replayed
 from .compare import Mismatch, as_outputs, check_degenerate, check_structure, compare_tensor
-from .harness import Harness, HarnessVerdict, first_line
-from .settings import Swap
+from .config import VerifyConfig
 from .verdict import Attribution
 
 MEASURED_TRIALS = 2
@@ -34,8 +35,12 @@ MEASURED_TRIALS = 2
 class Trials(Harness):
     """The correctness part of a verification run (`kforge.verify.worker` adds timing)."""
 
+    WATCHED = Harness.WATCHED + tuple(("kforge.verify.compare", f) for f in
+                                      ("compare_tensor", "check_structure", "check_degenerate"))
+    """The comparisons judge the candidate: one it replaced is a ``monkey_patch``."""
+
     def __init__(self, req: dict[str, Any]):
-        super().__init__(req)
+        super().__init__(req, VerifyConfig.from_dict(req["config"]))
         self.trials_done = 0
         self.flags: list[str] = []
         self.attribution: Attribution | None = None

@@ -20,9 +20,10 @@ from ..candidate import Candidate
 from ..errors import KforgeError
 from ..problems import Problem
 from ..cachefile import read_json, write_json
+from ..sandbox.ceilings import CPU_FLOOR_MIN_BYTES, floor_ms
+from ..sandbox.gpus import arch_of
+from ..sandbox.pool import WorkerLost, WorkerPool
 from .config import VerifyConfig
-from .gpus import arch_of
-from .pool import WorkerLost, WorkerPool
 from .static import StaticConfig, check
 from .verdict import Attribution, Evidence, State, TimingStats, Verdict
 
@@ -214,7 +215,6 @@ class Verifier:
         A problem without declared FLOPs/bytes gets them from its audit, for speed of light; its check uses the
         one part no implementation can skip, writing the outputs, and a degenerate problem gets none.
         """
-        from ..profile.ceilings import CPU_FLOOR_MIN_BYTES, floor_ms
         measured = problem if declared else replace(problem, flops=audit.get("flops"), bytes=audit.get("bytes"))
         if backend.device == "cpu" and (measured.bytes or 0) < CPU_FLOOR_MIN_BYTES:
             return  # no floor is claimed on a CPU for data that fits its caches: do not measure the ceilings

@@ -1,9 +1,9 @@
 """The harness that runs inside a freshly forked worker process, one candidate per process.
 
-`handle` serves three kinds of request: ``build`` (import the candidate with no GPU visible, so its
-extensions compile in the CPU build pool), ``run`` (correctness trials then timing) and ``probe``
-(what device this is). The process exits after one request, so nothing a candidate changes — patched
-functions, leaked threads, a broken CUDA context — reaches the next verdict.
+It serves the verifier's request kinds (registered in `kforge.verify.verifier`): ``build`` (import the
+candidate with no GPU visible, so its extensions compile in the CPU build pool), ``run`` (correctness
+trials then timing) and ``audit`` (the problem alone). The process exits after one request, so nothing a
+candidate changes — patched functions, leaked threads, a broken CUDA context — reaches the next verdict.
 
 Order inside ``run``: trusted clocks and functions are captured, the reference is built, and only
 then is candidate code imported. Each correctness trial draws fresh inputs from a secret seed, runs
@@ -21,36 +21,16 @@ from typing import Any
 
 from ..backends import WorkerContext, from_spec
 from ..cachefile import read_json, write_json
+from ..sandbox.harness import HarnessVerdict, first_line, import_file, phase, phase_times, tail
+from ..sandbox.quiet import take_quiet_lock
+from ..sandbox.settings import Swap
 from .compare import as_outputs
-from .harness import HarnessVerdict, cpu_name, first_line, import_file, phase, phase_times, tail
-from .settings import Swap
 from .timing import Sampler
 from .trials import Trials
-from .zygote import take_quiet_lock
 
 
-def handle(request: dict[str, Any]) -> dict[str, Any]:
-    kind = request["kind"]
-    if kind == "build":
-        return _build(request)
-    if kind == "run":
-        return _Run(request).execute()
-    if kind == "probe":
-        return _probe(request)
-    if kind == "audit":
-        return _Run(request).audit_only()
-    if kind == "profile_torch":
-        from ..profile.torch_profiler import run_in_worker
-        take_quiet_lock()
-        return run_in_worker(request)
-    if kind == "ceilings":
-        from ..profile.ceilings import measure
-        take_quiet_lock()
-        return measure(from_spec(request["backend"]).device)
-    raise ValueError(f"unknown request kind {kind!r}")
-
-
-def _build(req: dict[str, Any]) -> dict[str, Any]:
+def build(req: dict[str, Any]) -> dict[str, Any]:
+    """Import the candidate with no device visible, so its extensions compile in the CPU build pool."""
     from ..backends.build import CompilationError
     backend = from_spec(req["backend"])
     backend.prepare(WorkerContext(cache_dir=req["cache_dir"], arch=req.get("arch"), build_only=True))
@@ -68,16 +48,14 @@ def _build(req: dict[str, Any]) -> dict[str, Any]:
     return {"ok": True, "built": list(b.built) if b else [], "cached": list(b.hits) if b else []}
 
 
-def _probe(req: dict[str, Any]) -> dict[str, Any]:
-    import torch
-    backend = from_spec(req["backend"])
-    if backend.device == "cuda":
-        props = torch.cuda.get_device_properties(0)
-        major, minor = props.major, props.minor
-        return {"device": props.name, "capability": [major, minor], "sms": props.multi_processor_count,
-                "l2_bytes": getattr(props, "L2_cache_size", None), "memory_bytes": props.total_memory,
-                "torch": torch.__version__}
-    return {"device": cpu_name(), "torch": torch.__version__}
+def run(req: dict[str, Any]) -> dict[str, Any]:
+    """Correctness trials, then timing."""
+    return _Run(req).execute()
+
+
+def audit(req: dict[str, Any]) -> dict[str, Any]:
+    """The problem audit alone: no candidate is involved."""
+    return _Run(req).audit_only()
 
 
 class _Run(Trials):
@@ -143,13 +121,13 @@ class _Run(Trials):
         """The problem audit, from the cache when this problem was audited on this device before."""
         from pathlib import Path
 
-        from . import audit
-        path = audit.cache_path(str(Path(self.req["cache_dir"]).parent), self.problem.source, self.device_name(),
-                                self.torch.__version__)
+        from . import audit as problem_audit
+        path = problem_audit.cache_path(str(Path(self.req["cache_dir"]).parent), self.problem.source,
+                                        self.device_name(), self.torch.__version__)
         found = read_json(path)
         if found is None:
             try:
-                found = audit.run(self)
+                found = problem_audit.run(self)
             except Exception as exc:  # noqa: BLE001 - the reference fails on its own: say so, judge nothing
                 raise HarnessVerdict("runtime_error", f"the reference program fails when run on its own "
                                      f"({type(exc).__name__}: {first_line(exc)}); this is a bug in the problem, "

@@ -8,10 +8,10 @@ import pytest
 from kforge.backends import get_backend
 from kforge.problems import builtin_solution_path, resolve_problem
 from kforge.profile import Profiler, ProfilerUnavailable
-from kforge.profile.ceilings import floor_ms
 from kforge.profile.digest import build
 from kforge.profile.ncu import find_ncu
 from kforge.profile.rules import classify
+from kforge.sandbox.ceilings import floor_ms
 
 pytestmark = pytest.mark.gpu
 

@@ -6,9 +6,9 @@ import pytest
 
 from kforge.backends import get_backend
 from kforge.problems import resolve_problem
-from kforge.profile.ceilings import CeilingCache
+from kforge.sandbox.ceilings import CeilingCache
+from kforge.sandbox.gpus import detect_gpus
 from kforge.verify import State, Verifier, WorkerPool
-from kforge.verify.gpus import detect_gpus
 from tests.helpers import candidate, fast_config
 
 pytestmark = pytest.mark.gpu

@@ -7,8 +7,8 @@ driver or a node losing a GPU looks like from the pool. Static rules are off: th
 import pytest
 
 from kforge.problems import resolve_problem
+from kforge.sandbox.gpus import detect_gpus
 from kforge.verify import State, Verifier, WorkerPool
-from kforge.verify.gpus import detect_gpus
 from kforge.verify.static import RULES, StaticConfig
 from tests.helpers import fast_config
 

@@ -5,8 +5,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from kforge.problems import resolve_problem
+from kforge.sandbox.gpus import detect_gpus
 from kforge.verify import State, Verifier, WorkerPool
-from kforge.verify.gpus import detect_gpus
 from tests.helpers import candidate, fast_config
 
 pytestmark = pytest.mark.gpu

@@ -1,4 +1,4 @@
-"""Host GPU facts (`kforge.verify.gpus`), with a fake nvidia-smi on PATH so they run on CPU."""
+"""Host GPU facts (`kforge.sandbox.gpus`), with a fake nvidia-smi on PATH so they run on CPU."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from kforge.verify.gpus import arch_of, detect_gpus, mps_control_pipe
+from kforge.sandbox.gpus import arch_of, detect_gpus, mps_control_pipe
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """A long-lived worker process per device that forks one child per candidate.
 
-Started by `kforge.verify.pool` with a scrubbed environment (no API keys) and, for a GPU, a
+Started by `kforge.sandbox.pool` with a scrubbed environment (no API keys) and, for a GPU, a
 ``CUDA_VISIBLE_DEVICES`` of one device. It imports torch once but never touches CUDA itself, so each
 forked child starts warm (no interpreter or torch start-up) yet with a fresh CUDA context and a clean
 Python state. The child runs in its own session (process group) inside a per-candidate directory;
@@ -10,7 +10,9 @@ A GPU zygote keeps one child ahead: forked as soon as the previous one starts, i
 (0.3-0.4 s on an H200, the largest part of a short verification) while the previous one works, then waits
 for its request. It runs no candidate code until then, so each candidate still gets a process and a context
 of its own. Making a context never overlaps a candidate's timing: both hold the device's quiet lock
-(`QUIET_LOCK_ENV`), which `kforge.verify.worker` takes before timing.
+(`kforge.sandbox.quiet`), which a handler takes before timing.
+
+What a child does with its request is looked up by the request's kind (`kforge.sandbox.dispatch`).
 
 Protocol: one JSON request per line on stdin, one JSON reply per line on the original stdout.
 
@@ -32,13 +34,12 @@ import sys
 import time
 import traceback
 
+from . import dispatch
+from .quiet import QUIET_LOCK_ENV, take_quiet_lock
+
 OUTPUT_TAIL = 6000
-QUIET_LOCK_ENV = "KFORGE_QUIET_LOCK"
-"""Names the file whose flock a GPU's children hold while making a CUDA context or timing."""
 SPARE_ENV = "KFORGE_ZYGOTE_SPARE"
 """``0`` stops a GPU zygote keeping a spare (the pool's ``spare=False``, Hydra's ``workers.spare=false``)."""
-QUIET_WAIT_S = 10.0
-"""How long a spare waits for the quiet lock before making its context anyway (a leaked holder)."""
 
 
 # What a zygote imports before forking, most first. A GPU zygote falls back down this list when a level
@@ -56,7 +57,7 @@ def _preload(level: int) -> bool:
     import importlib
 
     import torch  # the point is to have it imported before forking
-    from . import worker  # noqa: F401
+    dispatch.preload()  # the request handlers' modules, so no child imports them
     for name in PRELOAD_LEVELS[level]:  # ~2.5 s a child would otherwise spend importing the compiler
         try:
             importlib.import_module(name)
@@ -127,8 +128,7 @@ def _child(request: dict, wfd: int) -> None:
         # made its CUDA context: closing those breaks it ("OS call failed", seen on an H200).
         sys.stdout = os.fdopen(1, "w", buffering=1)
         sys.stderr = os.fdopen(2, "w", buffering=1)
-        from .worker import handle
-        result = {"result": handle(request), "pid": os.getpid()}  # which process served it
+        result = {"result": dispatch.handle(request), "pid": os.getpid()}  # which process served it
     except BaseException:  # noqa: BLE001 - report anything, including SystemExit from candidate code
         result = {"error": traceback.format_exc()[-OUTPUT_TAIL:]}
         code = 1
@@ -178,28 +178,6 @@ def _reap(pid: int, wait_s: float = 10.0) -> int | None:
     finally:
         if pidfd is not None:
             os.close(pidfd)
-
-
-def take_quiet_lock(wait_s: float = QUIET_WAIT_S) -> int | None:
-    """Take this GPU's quiet lock, held until the returned descriptor closes or the process exits.
-
-    None off a GPU zygote. Waits at most ``wait_s``, then goes on without it: a holder that leaked (a
-    process a candidate hid from the kill) must not stall the device.
-    """
-    path = os.environ.get(QUIET_LOCK_ENV)
-    if not path:
-        return None
-    import fcntl
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return fd
-        except BlockingIOError:
-            if time.monotonic() > deadline:
-                return fd
-            time.sleep(0.005)
 
 
 def _make_context() -> None:
@@ -380,7 +358,7 @@ def main() -> None:
               file=sys.stderr)
         os.dup2(proto.fileno(), 1)
         os.environ[PRELOAD_ENV] = str(level + 1)
-        os.execv(sys.executable, [sys.executable, "-m", "kforge.verify.zygote"])
+        os.execv(sys.executable, [sys.executable, "-m", "kforge.sandbox.zygote"])
     global _spare
     if _keeps_spare():
         os.environ[QUIET_LOCK_ENV] = os.path.abspath(f".quiet-{os.getpid()}.lock")

@@ -2,7 +2,7 @@
 
 Datasheet peaks are leads; what a kernel can reach is what a large copy and a large library matrix
 product reach, so that is what the roofline floor and speed-of-light % use. Measured once per device
-(in a verifier worker) and cached in kforge's cache directory. A GPU is timed with CUDA events, which
+(in a worker's child) and cached in kforge's cache directory. A GPU is timed with CUDA events, which
 count the device's time alone: a ceiling that reads low makes honest kernels look faster than possible
 (a host-clock reading taken on a busy H200 once came out a third low).
 """

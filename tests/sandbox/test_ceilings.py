@@ -3,7 +3,7 @@
 import json
 
 from kforge.backends import get_backend
-from kforge.profile.ceilings import CeilingCache
+from kforge.sandbox.ceilings import CeilingCache
 from kforge.verify import WorkerPool
 
 

@@ -3,7 +3,7 @@ candidate's speed settings kept out of the reference's runs."""
 
 import torch
 
-from kforge.verify.settings import Settings, Swap
+from kforge.sandbox.settings import Settings, Swap
 
 
 def test_strict_default_and_the_candidates_own_state():

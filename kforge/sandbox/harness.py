@@ -1,4 +1,4 @@
-"""Loading a problem and a candidate inside a worker process: the part verifying and profiling share.
+"""Loading a problem and a candidate inside a worker's child: the part verifying and profiling share.
 
 Order matters: numerics, device and the trusted clock are set up, the reference model is built, and
 only then is candidate code imported (with the tripwire's snapshot taken just before).
@@ -15,12 +15,11 @@ import time
 import traceback
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ..backends import WorkerContext, from_spec
 from ..problems import Problem
-from .config import VerifyConfig
-from .timing import l2_flush_bytes
+from .clocks import l2_flush_bytes
 
 TAIL = 6000
 
@@ -84,12 +83,22 @@ class HarnessVerdict(Exception):
         self.state, self.message, self.extra = state, message, extra
 
 
+class HarnessConfig(Protocol):
+    """What the harness reads of the run's configuration (the verifier's `VerifyConfig` has both)."""
+
+    seed: int | None
+    cpu_threads: int | None
+
+
 class Harness:
     """Loads a problem and a candidate in this process, the same way for verifying and for profiling."""
 
-    def __init__(self, req: dict[str, Any]):
+    WATCHED: tuple[tuple[str, str], ...] = (("kforge.sandbox.harness", "import_file"),)
+    """What the tripwire watches besides its own list: the harness's functions (a subclass adds its own)."""
+
+    def __init__(self, req: dict[str, Any], cfg: HarnessConfig):
         self.req = req
-        self.cfg = VerifyConfig.from_dict(req["config"])
+        self.cfg = cfg
         self.problem = Problem.from_dict(req["problem"])
         self.backend = from_spec(req["backend"])
         seed = self.cfg.seed
@@ -176,7 +185,7 @@ class Harness:
 
     def load_candidate(self):
         from .tripwire import Tripwire
-        self.tripwire = Tripwire()  # everything the harness set up is the baseline
+        self.tripwire = Tripwire(self.WATCHED)  # everything the harness set up is the baseline
         try:
             mod = import_file("candidate.py", "kforge_candidate")
         except BaseException as exc:  # noqa: BLE001 - SystemExit from a candidate is its error too

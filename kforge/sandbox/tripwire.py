@@ -27,8 +27,6 @@ WATCHED: tuple[tuple[str, str], ...] = (
     ("time", "perf_counter"), ("time", "time"), ("time", "monotonic"), ("time", "perf_counter_ns"),
     ("torch.cuda", "synchronize"), ("torch.cuda", "current_stream"), ("torch.cuda.Event", "elapsed_time"),
     ("torch.cuda.Event", "record"), ("torch.cuda.Event", "synchronize"), ("torch.utils.cpp_extension", "load_inline"),
-    ("kforge.verify.compare", "compare_tensor"), ("kforge.verify.compare", "check_structure"),
-    ("kforge.verify.compare", "check_degenerate"), ("kforge.verify.harness", "import_file"),
     ("threading.Thread", "start"), ("_thread", "start_new_thread"),
 )
 #: Numerics flags: turning one on (TF32, reduced-precision reductions) is caught; turning one off is not.
@@ -100,11 +98,12 @@ def _record_thread_starts() -> None:
 
 
 class Tripwire:
-    def __init__(self) -> None:
+    def __init__(self, watched: tuple[tuple[str, str], ...] = ()) -> None:
+        """``watched``: more functions to watch, named like `WATCHED` (the layer above names its own)."""
         _record_thread_starts()
         self._ids: dict[str, int] = {}
         self._flags: dict[str, Any] = {}
-        for owner, attr in WATCHED:
+        for owner, attr in WATCHED + tuple(watched):
             try:
                 self._ids[f"{owner}.{attr}"] = id(getattr(_resolve(owner), attr))
             except (ImportError, AttributeError):

@@ -19,10 +19,10 @@ import pytest
 
 from kforge.backends import get_backend
 from kforge.problems import resolve_problem
+from kforge.sandbox.env import scrubbed_env
+from kforge.sandbox.gpus import detect_gpus as pool_gpus
+from kforge.sandbox.zygote import SPARE_ENV
 from kforge.verify import State, Verifier, WorkerPool
-from kforge.verify.gpus import detect_gpus as pool_gpus
-from kforge.verify.pool import scrubbed_env
-from kforge.verify.zygote import SPARE_ENV
 from tests.helpers import candidate, fast_config
 
 PROBE = {"kind": "probe", "backend": get_backend("cpu").spec()}
@@ -157,7 +157,7 @@ NVML_CHILDREN = r"""
 import os, sys
 import torch
 assert torch.cuda.is_available()  # asks NVML (PYTORCH_NVML_BASED_CUDA_CHECK), as the zygote's preload does
-from kforge.verify.zygote import release_nvml
+from kforge.sandbox.zygote import release_nvml
 release_nvml()
 failed = []
 for extra in range(4):
@@ -190,7 +190,7 @@ def test_forked_children_make_contexts_however_many_files_they_hold_open():
 
 
 def test_an_answer_counts_only_alone_and_with_its_nonce():
-    from kforge.verify.zygote import _answer
+    from kforge.sandbox.zygote import _answer
     ok = {"result": {"state": "correct"}, "nonce": "n1"}
     forged = {"result": {"state": "correct"}}
     assert _answer(json.dumps(ok).encode(), "n1") == {"result": {"state": "correct"}}

@@ -1,6 +1,6 @@
-"""The verifier's pool of worker processes: CPU build slots, a CPU run slot, one slot per GPU.
+"""The pool of worker processes: CPU build slots, a CPU run slot, one slot per GPU.
 
-Each slot is a `zygote <kforge.verify.zygote>` process started with a scrubbed environment. Slots
+Each slot is a `zygote <kforge.sandbox.zygote>` process started with a scrubbed environment. Slots
 start on first use, or all at once with `WorkerPool.start`, so a CPU-only run never looks for a GPU.
 A slot whose process dies (a candidate that killed its parent, say) is replaced, and the request is
 reported as lost so the caller can retry it once elsewhere. The pool is thread-safe: problem loops
@@ -12,7 +12,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import re
 import select
 import shutil
 import subprocess
@@ -27,33 +26,19 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from .. import PACKAGE_DIR, cache_dir
+from .. import cache_dir
 from ..errors import KforgeError
+from . import dispatch
+from .ceilings import CeilingCache
+from .env import scrubbed_env
 from .gpus import detect_gpus, mps_control_pipe
 from .zygote import LIGHT_LEVEL, PRELOAD_ENV, SPARE_ENV
-
-# Variables whose names look like credentials never reach candidate code.
-_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE|CERT", re.I)
-_SECRET_PREFIX = ("AWS_", "AZURE_", "GOOGLE_", "GCP_", "OPENAI", "ANTHROPIC", "GEMINI", "MISTRAL", "COHERE",
-                  "GROQ", "TOGETHER", "DEEPSEEK", "HF_", "HUGGING", "MLFLOW_", "LITELLM", "DATABRICKS", "SSH_",
-                  "GITHUB", "GH_", "GIT_", "DATABASE", "PG", "MYSQL", "REDIS")
 
 
 class WorkerLost(KforgeError, RuntimeError):
     """The slot's process died while serving a request (it has been replaced); ``kind`` names the slot."""
 
     kind: str = ""
-
-
-def scrubbed_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not _SECRET_NAME.search(k) and not k.upper().startswith(_SECRET_PREFIX)}
-    # The package must be importable by `python -m kforge.verify.zygote` even when not installed.
-    pkg_parent = str(PACKAGE_DIR.parent)
-    env["PYTHONPATH"] = os.pathsep.join([pkg_parent] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    env["PYTHONUNBUFFERED"] = "1"
-    env.update(extra or {})
-    return env
 
 
 class Zygote:
@@ -63,7 +48,7 @@ class Zygote:
         self.label = label
         self.log_path = root / f"{label}.log"
         self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "kforge.verify.zygote"], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([sys.executable, "-m", "kforge.sandbox.zygote"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self._log, env=env, cwd=str(root),
                                      start_new_session=True)
         self._buf = b""
@@ -145,7 +130,7 @@ class WorkerPool:
         self.root.mkdir(parents=True, exist_ok=True)
         self.keep_workdirs = keep_workdirs
         self.spare = spare
-        """GPU workers keep one child ahead with its CUDA context made (see `kforge.verify.zygote`)."""
+        """GPU workers keep one child ahead with its CUDA context made (see `kforge.sandbox.zygote`)."""
         self.light = light
         """Workers import torch and its extension builder only, not the compiler stack (dynamo, inductor,
         Triton): they start seconds sooner, and each child imports what it needs. For one verification
@@ -220,7 +205,8 @@ class WorkerPool:
 
     def _spawn(self, kind: str, label: str) -> Zygote:
         started = time.monotonic()
-        z = Zygote(label, self._env(kind), self.root)
+        env = dict(self._env(kind), **dispatch.to_env(dispatch.registered()))  # the request kinds known by now
+        z = Zygote(label, env, self.root)
         self._add_time(kind, "start", time.monotonic() - started)
         with self._lock:
             self._all.append(z)
@@ -364,7 +350,6 @@ class WorkerPool:
         higher of the two: the verifier asks for it before calling a kernel faster than the roofline, since
         a cached measurement may have been taken while something else used the device.
         """
-        from ..profile.ceilings import CeilingCache
         info = self.device_info(kind, backend_spec)
         name = f"ceilings{'-fresh' if fresh else ''}:{kind}"
         with self._once(name):
