@@ -64,7 +64,8 @@ def _as_if_dynamo_imported(torch) -> None:
     """Importing ``torch._dynamo`` rebinds ``torch.manual_seed`` (its one change to what the tripwire watches).
     Do it before the tripwire's snapshot, so that a candidate or the compile reference importing dynamo later
     changes nothing: the way torch itself does it, which costs nothing, where importing dynamo costs seconds
-    (5 s in a worker on an H100) that a light worker (`WorkerPool.light`) saves."""
+    (5 s in a worker on an H100) that a light worker (`WorkerPool.light`) saves. The wrapper imports dynamo
+    when first called, so the harness seeds through ``torch.random.manual_seed``, the function it wraps."""
     if "torch._dynamo" in sys.modules or torch.manual_seed is not torch.random.manual_seed:
         return
     if not hasattr(torch, "_disable_dynamo"):
@@ -140,7 +141,7 @@ class Harness:
         try:
             self.ref_mod = import_file("problem.py", "kforge_reference")
             self.weight_seed = self.draw()
-            torch.manual_seed(self.weight_seed)
+            torch.random.manual_seed(self.weight_seed)
             with torch.device(self.device):
                 self.init_inputs = list(self.ref_mod.get_init_inputs())
             self.ref_model = self._construct(self.ref_mod.Model)
@@ -152,14 +153,14 @@ class Harness:
     # -- pieces ------------------------------------------------------------------------------------
     def _construct(self, cls):
         torch = self.torch
-        torch.manual_seed(self.weight_seed)
+        torch.random.manual_seed(self.weight_seed)
         with torch.device(self.device):
             model = cls(*self.init_inputs)
         return model.to(self.device) if hasattr(model, "to") else model
 
     def inputs(self, seed: int) -> list[Any]:
         torch = self.torch
-        torch.manual_seed(seed)
+        torch.random.manual_seed(seed)
         with torch.device(self.device):
             inputs = list(self.ref_mod.get_inputs())
         return [x.to(self.device) if isinstance(x, torch.Tensor) else x for x in inputs]
@@ -220,7 +221,7 @@ class Harness:
         """NaN-fill every uninitialised allocation (torch.empty & co, in Python or C++) while checking."""
         torch = self.torch
         prev = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
-        torch.use_deterministic_algorithms(True, warn_only=True)
+        _deterministic(torch, True, warn_only=True)
         fill = getattr(torch.utils, "deterministic", None)
         prev_fill = fill.fill_uninitialized_memory if fill else None
         if fill:
@@ -228,7 +229,7 @@ class Harness:
         try:
             yield
         finally:
-            torch.use_deterministic_algorithms(prev[0], warn_only=prev[1])
+            _deterministic(torch, prev[0], warn_only=prev[1])
             if fill:
                 fill.fill_uninitialized_memory = prev_fill
 
@@ -239,6 +240,17 @@ class Harness:
             return out
         except BaseException as exc:  # noqa: BLE001
             raise self._fail_exception(exc, where) from None
+
+
+def _deterministic(torch, mode: bool, warn_only: bool) -> None:
+    """``torch.use_deterministic_algorithms`` without its import of inductor's config (seconds, in a light
+    worker's first correctness trial), which only sets inductor's flag for code compiled later; nothing is
+    compiled while allocations are poisoned."""
+    setter = getattr(torch._C, "_set_deterministic_algorithms", None)
+    if setter is None:
+        torch.use_deterministic_algorithms(mode, warn_only=warn_only)
+    else:
+        setter(mode, warn_only=warn_only)
 
 
 def cpu_name() -> str:

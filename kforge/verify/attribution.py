@@ -166,10 +166,11 @@ def _ops(events, cuda: bool) -> dict[str, dict[str, list[float]]]:
     return out
 
 
-def attribute(prof, cuda: bool, own_symbols: set[str], triton_names: set[str]) -> tuple[Attribution, dict]:
-    """The candidate section's attribution, and the operator tables of both sections (for `replayed`)."""
+def attribute(events, cuda: bool, own_symbols: set[str], triton_names: set[str]) -> tuple[Attribution, dict]:
+    """The candidate section's attribution from a profile's function events, and the operator tables of both
+    sections (for `replayed`)."""
     from torch.autograd import DeviceType
-    events = list(prof.events())
+    events = list(events)
     own = set(own_symbols) | set(triton_names)
     uses: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0])
     if cuda:

@@ -48,6 +48,12 @@ def _whole(t) -> bool:
 
 
 class Dataflow(TorchDispatchMode):
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # Newer torch wraps a mode's __torch_dispatch__ so dynamo skips it, importing dynamo (5 s in a light
+        # worker on an H100) at the first operator. Nothing is compiled inside this trial's frames.
+        return False
+
     def __init__(self, torch, sync: Callable[[], None]):
         super().__init__()
         self.torch = torch

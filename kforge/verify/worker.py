@@ -196,7 +196,7 @@ class _Run(Trials):
         def run(label, prog, numerics, inputs, rng_seed):
             with (Swap(self.settings, numerics) if numerics else contextlib.nullcontext()):
                 if rng_seed is not None:
-                    torch.manual_seed(rng_seed)
+                    torch.random.manual_seed(rng_seed)
                 try:  # the clock flushes L2 itself, right before the start event
                     return clock.time(lambda: prog(*inputs))
                 except BaseException as exc:  # noqa: BLE001
