@@ -50,19 +50,26 @@ def run_under(prefix: list[str], workdir: str | os.PathLike, request: dict, file
     return proc.returncode, out, time.monotonic() - start
 
 
+def load_program(req: dict):
+    """The harness set up as the verifier sets it up, and the program to profile (the candidate, or the
+    reference when ``which`` says so); raises `HarnessVerdict` when it cannot be loaded."""
+    from ..sandbox.harness import Harness
+    from ..verify.config import VerifyConfig
+    h = Harness(req, VerifyConfig.from_dict(req["config"]))
+    h.setup(flush_l2=True)
+    h.load_reference()
+    return h, (h.load_candidate() if req.get("which", "candidate") == "candidate" else h.ref_model)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = argv if argv is not None else sys.argv[1:]
     workdir = argv[0]
     os.chdir(workdir)
     with open("request.json") as fh:
         req = json.load(fh)
-    from ..sandbox.harness import Harness, HarnessVerdict
-    from ..verify.config import VerifyConfig
-    h = Harness(req, VerifyConfig.from_dict(req["config"]))
+    from ..sandbox.harness import HarnessVerdict
     try:
-        h.setup(flush_l2=True)
-        h.load_reference()
-        model = h.load_candidate() if req.get("which", "candidate") == "candidate" else h.ref_model
+        h, model = load_program(req)
     except HarnessVerdict as v:
         print(f"kforge-runner: cannot load: {v.state}: {v.message}", file=sys.stderr)
         return 3

@@ -11,15 +11,12 @@ FORWARD = "kforge_forward"
 
 def run_in_worker(req: dict[str, Any]) -> dict[str, Any]:
     """Worker request ``profile_torch``: profile ``iterations`` forward calls of the candidate."""
-    from ..sandbox.harness import Harness, HarnessVerdict
+    from ..sandbox.harness import HarnessVerdict
     from ..sandbox.quiet import take_quiet_lock
-    from ..verify.config import VerifyConfig
+    from .runner import load_program
     take_quiet_lock()  # no other child times or makes a context on this GPU meanwhile
-    h = Harness(req, VerifyConfig.from_dict(req["config"]))
     try:
-        h.setup(flush_l2=True)
-        h.load_reference()
-        model = h.load_candidate() if req.get("which", "candidate") == "candidate" else h.ref_model
+        h, model = load_program(req)
     except HarnessVerdict as v:
         return {"error": f"{v.state}: {v.message}"}
     torch = h.torch
