@@ -78,9 +78,9 @@ class VerifyConfig(StrictConfig):
     compile_ref: bool = True
     """Also time ``torch.compile`` of the reference (slow to compile on CPU: inductor builds C++)."""
     compile_ref_reuse: bool = True
-    """Time the compile reference once per problem, GPU model and torch version and reuse that median, in this
-    process and for a week in later ones (``<cache>/compile_ref/``; KernelBench stores its baselines likewise);
-    False re-times it, interleaved, in every verification."""
+    """Time the compile reference once per problem, device model and torch version and reuse that median in this
+    process, and for a week in later ones as its ratio to eager (``<cache>/compile_ref/``; KernelBench stores
+    its baselines likewise); False re-times it, interleaved, in every verification."""
     compile_mode: str | None = None
     """``torch.compile`` mode for the compile reference (None is inductor's default)."""
     require_kernel: bool = True

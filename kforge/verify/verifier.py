@@ -9,7 +9,7 @@ import hashlib
 import json
 import threading
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -33,6 +33,21 @@ COMPILE_REF_MAX_AGE_S = 7 * 24 * 3600
 
 #: Static rules whose question (did the candidate's kernels do the work?) the run answers by measurement.
 MEASURED = frozenset({"no_kernel", "kernel_not_called", "try_fallback", "forbidden_op"})
+
+
+@dataclass
+class _KeptRef:
+    """A compile-reference timing kept on disk with the eager median timed beside it. Another process runs
+    on a machine that may be busier or quieter than then: the ratio to eager carries over, the time does not."""
+
+    stats: TimingStats
+    eager_ms: float
+
+    def scaled(self, eager: TimingStats | None) -> TimingStats:
+        k = eager.median_ms / self.eager_ms if eager and eager.median_ms > 0 else 1.0
+        s = self.stats
+        return replace(s, median_ms=s.median_ms * k, mean_ms=s.mean_ms * k, std_ms=s.std_ms * k, min_ms=s.min_ms * k,
+                       host_median_ms=s.host_median_ms * k if s.host_median_ms is not None else None)
 
 
 class BackendUnavailable(KforgeError, RuntimeError):
@@ -194,10 +209,10 @@ class Verifier:
         if findings and not verdict.evidence.findings:
             verdict.evidence.findings = [f.to_dict() for f in findings]
         if known_ref and verdict.runtime:
-            verdict.compile_ref = known_ref
+            verdict.compile_ref = known_ref.scaled(verdict.ref) if isinstance(known_ref, _KeptRef) else known_ref
             verdict.evidence.notes.append(ref_note)
         elif ref_key and verdict.compile_ref:
-            self._keep_compile_ref(ref_key, verdict.compile_ref)
+            self._keep_compile_ref(ref_key, verdict.compile_ref, verdict.ref)
         audit = (reply.get("result") or {}).get("audit") or {}
         verdict.problem_flags = list(audit.get("flags") or [])
         declared = bool(problem.flops or problem.bytes)
@@ -250,7 +265,7 @@ class Verifier:
     def _compile_ref_path(self, key: str) -> Path:
         return Path(self.pool.build_cache).parent / "compile_ref" / f"{key[:32]}.json"
 
-    def _known_compile_ref(self, key: str | None) -> tuple[TimingStats | None, str]:
+    def _known_compile_ref(self, key: str | None) -> tuple[TimingStats | _KeptRef | None, str]:
         """A median timed earlier: in this process, or in another one on this machine (on disk), so that a
         one-shot ``kforge verify`` need not compile the reference again, nor even import the compiler."""
         if not key:
@@ -259,26 +274,27 @@ class Verifier:
             known = self._compile_refs.get(key)
         if known:
             return known, ("torch.compile reference: the median timed in this problem's first verification on "
-                           "this GPU model (verify.compile_ref_reuse)")
+                           "this device model (verify.compile_ref_reuse)")
         entry = read_json(self._compile_ref_path(key))
         if not entry or time.time() - entry.get("at", 0) > COMPILE_REF_MAX_AGE_S:
             return None, ""
         try:
-            known = TimingStats(**entry["stats"])
-        except (KeyError, TypeError):
+            kept = _KeptRef(TimingStats(**entry["stats"]), float(entry["eager_ms"]))
+        except (KeyError, TypeError, ValueError):
             return None, ""
-        with self._lock:
-            self._compile_refs.setdefault(key, known)
         when = datetime.fromtimestamp(entry["at"], timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-        return known, (f"torch.compile reference: the median timed for this problem on this GPU model and torch on "
-                       f"{when}, kept in {self._compile_ref_path(key).parent} (verify.compile_ref_reuse=false "
-                       "times it anew)")
+        return kept, (f"torch.compile reference: its time relative to eager as timed for this problem on this "
+                      f"device and torch on {when}, scaled to this verification's eager median (kept in "
+                      f"{self._compile_ref_path(key).parent}; verify.compile_ref_reuse=false times it anew)")
 
-    def _keep_compile_ref(self, key: str, stats: TimingStats) -> None:
+    def _keep_compile_ref(self, key: str, stats: TimingStats, eager: TimingStats | None) -> None:
         with self._lock:
             self._compile_refs.setdefault(key, stats)
+        if not eager or eager.median_ms <= 0:
+            return
         try:
-            write_json(self._compile_ref_path(key), {"at": time.time(), "stats": asdict(stats)})
+            write_json(self._compile_ref_path(key), {"at": time.time(), "stats": asdict(stats),
+                                                     "eager_ms": eager.median_ms})
         except OSError:  # a read-only cache costs a compile next time, nothing else
             pass
 

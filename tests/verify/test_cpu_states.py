@@ -85,8 +85,11 @@ def test_compile_reference_is_timed(verifier, relu):
     # A later process (a one-shot `kforge verify`) finds it on disk and need not compile the reference at all.
     later = Verifier(fast_config(), pool=verifier.pool)
     third = later.verify(relu, candidate("cpu", "relu_ok.py"), "cpu", config=fast_config(compile_ref=True))
-    assert third.compile_ref == v.compile_ref and "compile reference" not in third.phases, third.phases
+    assert third.compile_ref and "compile reference" not in third.phases, third.phases
     assert any("times it anew" in n for n in third.evidence.notes), third.evidence.notes
+    # What carries over is the compile reference's time relative to eager, not its time on a machine then.
+    assert third.compile_ref.median_ms / third.ref.median_ms == pytest.approx(
+        v.compile_ref.median_ms / v.ref.median_ms, rel=1e-6)
 
 
 @pytest.mark.parametrize("name,state,needle", [
