@@ -2,7 +2,7 @@
 
 A caller (a script, a notebook, the CLI) can catch ``KforgeError`` to tell "kforge refused or could not
 do this, and says why" from a bug. The concrete classes stay importable where they are raised (e.g.
-``kforge.llm.LLMError``, ``kforge.verify.pool.WorkerLost``); they keep their old builtin bases too,
+``kforge.llm.LLMError``, ``kforge.sandbox.pool.WorkerLost``); they keep their old builtin bases too,
 so code that caught ``ValueError`` or ``RuntimeError`` still does. This module imports nothing: the
 verifier's worker processes load it.
 """

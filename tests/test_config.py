@@ -115,7 +115,7 @@ def test_kforge_errors_share_a_base_and_keep_their_homes():
     from kforge.profile.base import ProfilerUnavailable
     from kforge.profile.ncu import NcuError
     from kforge.reference import ReferenceError
-    from kforge.verify.pool import WorkerLost
+    from kforge.sandbox.pool import WorkerLost
     from kforge.verify.verifier import BackendUnavailable
     assert PipelineConfigError is ConfigError and issubclass(ConfigError, ValueError)
     for cls in (CompilationError, UsageError, EvalInputError, LLMError, MissingAPIKey, ProblemError,
