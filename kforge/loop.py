@@ -22,11 +22,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
 from .agents import Attempt, GenerationAgent, Recommendation, Reference
-from .agents.analysis import GENERIC_RECOMMENDATION
+from .agents.analysis import GENERIC_RECOMMENDATION, generic_directions
 from .metrics import BASELINES, speedup_over
 from .strict import StrictConfig
 from .problems import Problem
 from .verify import Verdict, Verifier
+
+
+MODES = ("single_shot", "iterative", "beam")
 
 
 @dataclass
@@ -34,9 +37,11 @@ class LoopConfig(StrictConfig):
     """How the loop runs (``conf/loop/*.yaml``)."""
 
     mode: str = "iterative"
-    """``single_shot`` (one generation per problem) or ``iterative`` (fix, then optimise)."""
+    """``single_shot`` (one generation per problem), ``iterative`` (fix, then optimise) or ``beam`` (a
+    search tree of optimisations, `kforge.search`)."""
     iterations: int = 5
-    """Generation calls per problem at most, the first included (`budget`: single_shot makes one)."""
+    """Generation calls per problem at most, the first included (`budget`: single_shot makes one; beam
+    takes it as its model-call budget unless ``max_calls`` is set)."""
     target_speedup: float | None = None
     """Stop a problem early once its best speedup reaches this (None: use every iteration)."""
     speedup_vs: str = "eager"
@@ -44,19 +49,39 @@ class LoopConfig(StrictConfig):
     concurrency: int = 2
     """Problem loops in flight at once."""
     max_fixes_in_optimisation: int = 1
-    """Fix attempts for a failed optimisation before optimising the best kernel again."""
+    """Fix attempts for a failed optimisation before optimising the best kernel again (beam: per child)."""
+    width: int = 3
+    """Beam: children per kept node per round, one per distinct recommendation class."""
+    beam: int = 2
+    """Beam: nodes kept per round (the fastest correct children, of distinct classes where possible)."""
+    depth: int = 3
+    """Beam: optimisation rounds after round 0 (the first kernel and its fixes)."""
+    max_calls: int | None = None
+    """Beam: model calls per problem at most, analysis-model calls included (None: ``iterations``)."""
+    max_cost_usd: float | None = None
+    """Beam: no new model call once a problem's calls cost this much (None: no dollar limit)."""
 
     def __post_init__(self) -> None:
-        if self.mode not in ("single_shot", "iterative"):
-            raise ValueError(f"loop.mode must be single_shot or iterative, not {self.mode!r}")
+        if self.mode not in MODES:
+            raise ValueError(f"loop.mode must be {', '.join(MODES[:-1])} or {MODES[-1]}, not {self.mode!r}")
         if self.speedup_vs not in BASELINES:
             raise ValueError(f"loop.speedup_vs must be {' or '.join(BASELINES)}, not {self.speedup_vs!r}")
         if self.iterations < 1:
             raise ValueError("loop.iterations must be at least 1")
+        for name in ("width", "beam", "depth"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"loop.{name} must be at least 1")
+        if self.max_calls is not None and self.max_calls < 1:
+            raise ValueError("loop.max_calls must be at least 1 (or null: loop.iterations)")
+        if self.max_cost_usd is not None and self.max_cost_usd <= 0:
+            raise ValueError("loop.max_cost_usd must be positive (or null: no dollar limit)")
 
     @property
     def budget(self) -> int:
-        """Iterations a problem gets: single_shot means one, whatever ``iterations`` says."""
+        """Iterations a problem gets: single_shot means one, whatever ``iterations`` says; beam, its model
+        calls (each node is one generation call)."""
+        if self.mode == "beam":
+            return self.max_calls or self.iterations
         return 1 if self.mode == "single_shot" else self.iterations
 
 
@@ -67,10 +92,17 @@ class Advisor(Protocol):
 
 
 class GenericAdvisor:
-    """No profiling: the same generic request every round."""
+    """No profiling: the same generic request every round (beam search: distinct generic directions)."""
+
+    model_calls = 0
+    """Model calls a recommendation costs (beam search budgets them)."""
 
     def recommend(self, problem: Problem, code: str, verdict: Verdict, iteration: int = 0) -> Recommendation:
         return Recommendation(action=GENERIC_RECOMMENDATION)
+
+    def recommend_many(self, problem: Problem, code: str, verdict: Verdict, k: int,
+                       iteration: int = 0) -> list[Recommendation]:
+        return generic_directions(k)
 
 
 @dataclass
@@ -100,6 +132,13 @@ class IterationRecord:
     cached_reply: bool = False
     is_best: bool = False
     recommendation: str | None = None
+    parent: int | None = None
+    """Beam search: the node (iteration) whose kernel this one was derived from; None for the root, and
+    outside beam, where each iteration follows the one before. A node's own id is its ``iteration``."""
+    depth: int | None = None
+    """Beam search: the round that made this node (0: the first kernel and its fixes)."""
+    direction: str | None = None
+    """Beam search: the recommendation class of the node's branch (`Recommendation.category`)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -180,6 +219,29 @@ class LoopObserver(Protocol):
 def rank_speedup(verdict: Verdict, vs: str) -> float:
     """What ranks correct kernels and meets ``target_speedup``."""
     return speedup_over(vs, verdict.speedup_eager, verdict.speedup_compile, or_eager=True) or 0.0
+
+
+def make_record(it: int, attempt: Attempt, verdict: Verdict, recommendation: Recommendation | None, *,
+                is_best: bool, llm_s: float, verify_s: float, analysis_s: float, wall_s: float) -> IterationRecord:
+    """One iteration's record, its cost including the analysis agent's call that ``recommendation`` carries."""
+    resp = attempt.response
+    record = IterationRecord(
+        iteration=it, phase=attempt.phase, state=verdict.state.value, correct=verdict.correct,
+        message=verdict.message, speedup_eager=verdict.speedup_eager,
+        speedup_compile=verdict.speedup_compile,
+        runtime_ms=verdict.runtime.median_ms if verdict.runtime else None,
+        speed_of_light=verdict.speed_of_light, kernel_share=verdict.kernel_share,
+        problem_flags=list(verdict.problem_flags),
+        prompt_tokens=resp.prompt_tokens if resp else 0, completion_tokens=resp.completion_tokens if resp else 0,
+        cost_usd=resp.cost_usd if resp else None, llm_s=llm_s, verify_s=verify_s, analysis_s=analysis_s,
+        wall_s=wall_s, cached_reply=bool(resp and resp.cached), is_best=is_best,
+        recommendation=recommendation.text() if recommendation else None)
+    usage = (recommendation.artifacts.get("usage") or {}) if recommendation else {}
+    record.prompt_tokens += usage.get("prompt_tokens") or 0  # the analysis agent's call, if any
+    record.completion_tokens += usage.get("completion_tokens") or 0
+    if usage.get("cost_usd") is not None:
+        record.cost_usd = (record.cost_usd or 0.0) + usage["cost_usd"]
+    return record
 
 
 class ProblemLoop:
@@ -263,23 +325,8 @@ class ProblemLoop:
             if is_best:
                 result.best_code, result.best_verdict, result.best_iteration = \
                     attempt.candidate.source, verdict, it
-            resp = attempt.response
-            record = IterationRecord(
-                iteration=it, phase=attempt.phase, state=verdict.state.value, correct=verdict.correct,
-                message=verdict.message, speedup_eager=verdict.speedup_eager,
-                speedup_compile=verdict.speedup_compile,
-                runtime_ms=verdict.runtime.median_ms if verdict.runtime else None,
-                speed_of_light=verdict.speed_of_light, kernel_share=verdict.kernel_share,
-                problem_flags=list(verdict.problem_flags),
-                prompt_tokens=resp.prompt_tokens if resp else 0, completion_tokens=resp.completion_tokens if resp else 0,
-                cost_usd=resp.cost_usd if resp else None, llm_s=llm_s, verify_s=verify_s, analysis_s=analysis_s,
-                wall_s=time.monotonic() - t0, cached_reply=bool(resp and resp.cached), is_best=is_best,
-                recommendation=recommendation.text() if recommendation else None)
-            usage = (recommendation.artifacts.get("usage") or {}) if recommendation else {}
-            record.prompt_tokens += usage.get("prompt_tokens") or 0  # the analysis agent's call, if any
-            record.completion_tokens += usage.get("completion_tokens") or 0
-            if usage.get("cost_usd") is not None:
-                record.cost_usd = (record.cost_usd or 0.0) + usage["cost_usd"]
+            record = make_record(it, attempt, verdict, recommendation, is_best=is_best, llm_s=llm_s,
+                                 verify_s=verify_s, analysis_s=analysis_s, wall_s=time.monotonic() - t0)
             result.records.append(record)
             self._tell("iteration_done", problem, Step(record, attempt, verdict, recommendation))
             state.next_iteration, state.last_code, state.last_verdict = it + 1, attempt.candidate.source, verdict

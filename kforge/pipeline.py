@@ -23,6 +23,7 @@ from .llm import LLM, make_model, replaying
 from .loop import Advisor, Interrupted, LoopConfig, ProblemLoop, ProblemResult, run_problems
 from .problems import Problem, load_builtin, load_directory
 from .reference import ReferenceError, load_references, reference_backend
+from .search import BeamSearch
 from .tracking.schema import Metrics, Tags
 from .verify import BackendUnavailable, Verifier, WorkerPool
 
@@ -260,15 +261,17 @@ def _run_tracked(job: Job) -> JobResult:
               "the others run without one", flush=True)
         tracker.client.set_tag(parent, Tags.REFERENCES_AVAILABLE, f"{have}/{len(job.problems)}")
     print(f"kforge: {len(job.problems)} problem(s) · model {labels[Tags.MODEL_LABEL]} · backend {backend.describe()} · "
-          f"{loop_cfg.mode} ({loop_cfg.budget} iteration(s)) · MLflow {tracker.uri} (experiment {tracker.experiment})",
+          f"{loop_cfg.mode} ({loop_cfg.budget} {'model call' if loop_cfg.mode == 'beam' else 'iteration'}(s)) · MLflow {tracker.uri} (experiment {tracker.experiment})",
           flush=True)
     if todo and pch_pending(backend, pool.build_cache):
         print(f"kforge: {PCH_NOTICE}", flush=True)
 
     tracking = MlflowObserver(tracker, parent, labels, continued={k: prev.run_id for k, prev in cut.items()})
     progress = Progress(len(todo), loop_cfg.budget, run_of=tracking.run_ids.get)
-    loop = ProblemLoop(job.agent, job.verifier, loop_cfg, advisor=job.advisor, observers=[tracking, progress],
-                       stop=job.stop)
+    # Beam search has the loop's interface and observers: the sweep, MLflow and resume treat it alike.
+    loop_type = BeamSearch if loop_cfg.mode == "beam" else ProblemLoop
+    loop = loop_type(job.agent, job.verifier, loop_cfg, advisor=job.advisor, observers=[tracking, progress],
+                     stop=job.stop)
     interrupted = False
     runs_before = pool.counters["run"]
     try:

@@ -72,7 +72,7 @@ def test_an_unknown_key_names_its_path_and_the_valid_ones():
 
 
 def test_values_the_dataclass_refuses_and_missing_ones_are_config_errors():
-    with pytest.raises(ConfigError, match="^loop.mode must be single_shot or iterative, not 'twice'$"):
+    with pytest.raises(ConfigError, match="^loop.mode must be single_shot, iterative or beam, not 'twice'$"):
         LoopConfig.from_dict({"mode": "twice"}, "loop")
     with pytest.raises(ConfigError, match="^model.name must be set$"):
         JobConfig.from_dict({"model": {"kind": "oracle"}})

@@ -29,7 +29,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("profile", ("kforge.profile",)),  # loads candidates with the verifier's config (VerifyConfig)
     ("llm", ("kforge.llm",)),
     ("agents", ("kforge.agents",)),
-    ("loop", ("kforge.loop",)),
+    ("loop", ("kforge.loop", "kforge.search")),  # search: beam search, a loop of the same interface
     ("tracking", ("kforge.tracking",)),
     ("results", ("kforge.reference", "kforge.tables", "kforge.table_render", "kforge.evaluate",
                  "kforge.eval_summary", "kforge.console", "kforge.config")),  # config: every group's typed view

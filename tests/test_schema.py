@@ -18,7 +18,7 @@ def test_the_per_iteration_metrics_are_the_records_number_fields():
     # The names runs have always been logged under: changing one breaks every store written before.
     assert list(ITERATION_METRICS) == ["correct", "speedup_vs_eager", "speedup_vs_compile", "runtime_ms",
                                        "speed_of_light", "kernel_share", "prompt_tokens", "completion_tokens",
-                                       "cost_usd", "llm_s", "verify_s", "analysis_s"]
+                                       "cost_usd", "llm_s", "verify_s", "analysis_s", "parent", "depth"]
 
     @dataclass
     class WithSpills(IterationRecord):

@@ -22,13 +22,28 @@ from ..problems import Problem
 from ..profile import Profiler, ProfilerUnavailable
 from ..profile.digest import Digest, build
 from ..profile.render import render_png
-from ..profile.rules import classify
+from ..profile.rules import classify, findings
 from ..verify import Verdict
 from .prompts import Prompts
 
 ANALYSES = ("off", "rules", "llm")
 GENERIC_RECOMMENDATION = ("Make it faster: find the largest cost (memory traffic, launch count, "
                           "arithmetic) and remove it, keeping the results the same.")
+#: Distinct directions when no profile names several (beam search with analysis=off, or to fill up
+#: the rules that fit): (category, action). The first is the iterative loop's generic request.
+GENERIC_DIRECTIONS = (
+    ("generic", GENERIC_RECOMMENDATION),
+    ("memory_traffic", "Move fewer bytes: read each input once, write only the output, fuse the stages so "
+                       "intermediates stay in registers or cache."),
+    ("launch_overhead", "Cut launch and host overhead: do the whole forward in one kernel launch, with no extra "
+                        "allocations, copies or conversions around it."),
+    ("parallelism", "Use the device's parallelism fully: spread the work over every core or SM (threads, blocks, "
+                    "OpenMP, SIMD lanes) with balanced, contiguous chunks per worker."),
+    ("arithmetic", "Do fewer instructions per output: hoist index arithmetic out of inner loops, unroll, and use "
+                   "exact cheaper forms of expensive functions."),
+    ("restructure", "Restructure the algorithm rather than tune it: a different decomposition, tiling or algebraic "
+                    "simplification that changes what the computation costs."),
+)
 
 
 @dataclass
@@ -40,6 +55,9 @@ class Recommendation:
     evidence: str = ""
     source: str = "generic"
     """``generic``, ``rules`` or the model that wrote it."""
+    category: str = "generic"
+    """The bottleneck class, as a short key (a rule's name, a generic direction, the model's bottleneck in
+    snake case): beam search keeps survivors of different classes."""
     artifacts: dict[str, Any] = field(default_factory=dict)
     """Files to keep with the iteration (profile CSV, digest JSON, PNG paths) and metrics (speed of light)."""
 
@@ -63,6 +81,33 @@ def parse_recommendation(text: str, source: str) -> Recommendation:
     return Recommendation(action=body[:2000] or GENERIC_RECOMMENDATION, bottleneck="unstated", source=source)
 
 
+def generic_directions(k: int, taken: set[str] | frozenset[str] = frozenset()) -> list[Recommendation]:
+    """Up to ``k`` generic recommendations of categories not in ``taken``."""
+    return [Recommendation(action=a, source="generic", category=c) for c, a in GENERIC_DIRECTIONS
+            if c not in taken][:k]
+
+
+def category_of(bottleneck: str) -> str:
+    """A model's free-text bottleneck as a class key (``Memory bandwidth!`` -> ``memory_bandwidth``)."""
+    return "_".join(re.findall(r"[a-z0-9]+", bottleneck.lower()))[:48] or "unstated"
+
+
+_BLOCK = re.compile(r"^(?=[\s*#>-]*BOTTLENECK\**\s*[:\-])", re.MULTILINE | re.IGNORECASE)
+
+
+def parse_recommendations(text: str, source: str) -> list[Recommendation]:
+    """Several ``BOTTLENECK: / EVIDENCE: / ACTION:`` blocks, one per distinct bottleneck class, in order."""
+    out: list[Recommendation] = []
+    for block in _BLOCK.split(text or ""):
+        rec = parse_recommendation(block, source)
+        if rec.bottleneck == "unstated":  # no ACTION line: text around the blocks, not a recommendation
+            continue
+        rec.category = category_of(rec.bottleneck)
+        if all(r.category != rec.category for r in out):
+            out.append(rec)
+    return out
+
+
 class AnalysisAgent:
     """Asks a model for one recommendation from the kernel, its timing and its profile digest."""
 
@@ -76,13 +121,13 @@ class AnalysisAgent:
                              "marked multimodal (set the analysis model's multimodal: true)")
 
     def messages(self, problem: Problem, code: str, verdict: Verdict, digest: Digest | None,
-                 png: Path | None) -> list[dict[str, Any]]:
+                 png: Path | None, directions: int = 1) -> list[dict[str, Any]]:
         raw = dict(digest.kernels[0].metrics) if self.raw_metrics and digest and digest.kernels else None
         text = self.prompts.render(
             "analysis", backend=self.backend, device_name=self.device_name, problem=problem, code=code,
             runtime_ms=verdict.runtime.median_ms, ref_ms=verdict.ref.median_ms, speedup=verdict.speedup_eager or 0.0,
             digest=digest.text() if digest else "(no profile available: judge from the code and the timing)",
-            raw_metrics=raw, image=bool(self.visual and png))
+            raw_metrics=raw, image=bool(self.visual and png), directions=directions)
         if self.visual and png:
             data = base64.b64encode(Path(png).read_bytes()).decode()
             content: Any = [{"type": "text", "text": text},
@@ -91,22 +136,45 @@ class AnalysisAgent:
             content = text
         return [{"role": "user", "content": content}]
 
-    def analyse(self, problem: Problem, code: str, verdict: Verdict, digest: Digest | None,
-                png: Path | None = None, iteration: int = 0) -> Recommendation:
-        messages = self.messages(problem, code, verdict, digest, png)
+    def _call(self, messages: list[dict[str, Any]], problem: Problem, iteration: int):
         ctx = CallContext(problem_key=problem.key, backend=self.backend.name, phase="analysis", iteration=iteration,
                           problem=problem)
-        try:
-            resp = self.llm.complete(messages, ctx)
-        except LLMError as exc:
-            return Recommendation(GENERIC_RECOMMENDATION, source="generic",
-                                  evidence=f"(the analysis model failed: {exc})")
-        rec = parse_recommendation(resp.text if not resp.note else "", self.llm.config.name)
+        return self.llm.complete(messages, ctx)
+
+    @staticmethod
+    def _keep_call(rec: Recommendation, messages: list[dict[str, Any]], resp) -> None:
+        """The call's usage and prompt go with ``rec`` (the loop adds the usage to its iteration's cost)."""
         rec.artifacts["usage"] = {"prompt_tokens": resp.prompt_tokens, "completion_tokens": resp.completion_tokens,
                                   "cost_usd": resp.cost_usd}
         rec.artifacts["prompt"] = messages[0]["content"] if isinstance(messages[0]["content"], str) \
             else messages[0]["content"][0]["text"]
+
+    def analyse(self, problem: Problem, code: str, verdict: Verdict, digest: Digest | None,
+                png: Path | None = None, iteration: int = 0) -> Recommendation:
+        messages = self.messages(problem, code, verdict, digest, png)
+        try:
+            resp = self._call(messages, problem, iteration)
+        except LLMError as exc:
+            return Recommendation(GENERIC_RECOMMENDATION, source="generic",
+                                  evidence=f"(the analysis model failed: {exc})")
+        rec = parse_recommendation(resp.text if not resp.note else "", self.llm.config.name)
+        rec.category = category_of(rec.bottleneck) if rec.bottleneck != "unstated" else "generic"
+        self._keep_call(rec, messages, resp)
         return rec
+
+    def analyse_many(self, problem: Problem, code: str, verdict: Verdict, digest: Digest | None, k: int,
+                     png: Path | None = None, iteration: int = 0) -> list[Recommendation]:
+        """Up to ``k`` recommendations of distinct bottleneck classes from one call (the prompt asks for ``k``);
+        generic directions make up for a model that names fewer, so the result always holds ``k``."""
+        messages = self.messages(problem, code, verdict, digest, png, directions=k)
+        try:
+            resp = self._call(messages, problem, iteration)
+        except LLMError:
+            return generic_directions(k)
+        recs = parse_recommendations(resp.text if not resp.note else "", self.llm.config.name)[:k]
+        recs += generic_directions(k - len(recs), {r.category for r in recs})
+        self._keep_call(recs[0], messages, resp)  # one call: its cost is counted once, with the first
+        return recs
 
 
 class ProfilingAdvisor:
@@ -123,7 +191,21 @@ class ProfilingAdvisor:
         self.ceilings = ceilings
         self.render = render
 
+    @property
+    def model_calls(self) -> int:
+        """Model calls one recommendation (or one `recommend_many`) costs: beam search budgets them."""
+        return 1 if self.analysis == "llm" else 0
+
     def recommend(self, problem: Problem, code: str, verdict: Verdict, iteration: int = 0) -> Recommendation:
+        return self._advise(problem, code, verdict, 1, iteration)[0]
+
+    def recommend_many(self, problem: Problem, code: str, verdict: Verdict, k: int,
+                       iteration: int = 0) -> list[Recommendation]:
+        """``k`` recommendations of distinct classes from one profile: the rules that fit (then generic
+        directions), or the analysis model's distinct bottlenecks."""
+        return self._advise(problem, code, verdict, k, iteration)
+
+    def _advise(self, problem: Problem, code: str, verdict: Verdict, k: int, iteration: int) -> list[Recommendation]:
         profile, notes = None, []
         if self.profiler is not None:
             try:
@@ -147,11 +229,16 @@ class ProfilingAdvisor:
         (out / "digest.json").write_text(json.dumps(digest.to_dict(), indent=1, default=str))
         files["digest"] = str(out / "digest.json")
         if self.analysis == "llm":
-            rec = self.agent.analyse(problem, code, verdict, digest, png, iteration=iteration)
+            recs = ([self.agent.analyse(problem, code, verdict, digest, png, iteration=iteration)] if k == 1 else
+                    self.agent.analyse_many(problem, code, verdict, digest, k, png, iteration=iteration))
         elif self.analysis == "rules":
-            f = classify(digest)
-            rec = Recommendation(action=f.action, bottleneck=f.bottleneck, evidence=f.evidence, source=f"rules:{f.rule}")
+            found = [classify(digest)] if k == 1 else findings(digest, k)
+            recs = [Recommendation(action=f.action, bottleneck=f.bottleneck, evidence=f.evidence,
+                                   source=f"rules:{f.rule}", category=f.rule) for f in found]
+            recs += generic_directions(k - len(recs), {r.category for r in recs})
         else:
-            rec = Recommendation(action=GENERIC_RECOMMENDATION, source="generic")
-        rec.artifacts.update(files=files, digest=digest.to_dict(), profile_seconds=profile.seconds if profile else 0.0)
-        return rec
+            recs = generic_directions(k)
+        for rec in recs:  # the profile is shared; each child's iteration keeps it
+            rec.artifacts.update(files=files, digest=digest.to_dict(),
+                                 profile_seconds=profile.seconds if profile else 0.0)
+        return recs

@@ -7,7 +7,8 @@ tried in order of how much they usually buy; the first that fits wins.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from itertools import islice
+from typing import Callable, Iterator
 
 from .digest import Digest
 
@@ -183,12 +184,27 @@ ORDER = ("register_spills", "unfused_launches", "tiny_latency_bound", "low_occup
 RULES.sort(key=lambda r: ORDER.index(r[0]))
 
 
-def classify(d: Digest) -> Finding:
+def _fitting(d: Digest) -> Iterator[Finding]:
+    """The rules that fit, best first, each tried only when the one before is passed over."""
     # A CPU profile is an operator table, not hardware counters: only the CPU rule reads it.
-    rules = [(n, f) for n, f in RULES if (n.startswith("cpu")) == d.device.startswith("cpu")]
-    for _, fn in rules:
-        found = fn(d)
-        if found is not None:
-            return found
+    for name, fn in RULES:
+        if name.startswith("cpu") == d.device.startswith("cpu"):
+            found = fn(d)
+            if found is not None:
+                yield found
+
+
+def _generic(d: Digest) -> Finding:
     return Finding("generic", "no clear bottleneck in the profile", f"{d.bound}-bound, {d.time_ms:.4f} ms per call",
                    "find the largest remaining cost (memory traffic, launches, arithmetic) and remove it")
+
+
+def classify(d: Digest) -> Finding:
+    """The first rule that fits (one recommendation per optimisation pass)."""
+    return next(_fitting(d), None) or _generic(d)
+
+
+def findings(d: Digest, k: int) -> list[Finding]:
+    """Up to ``k`` distinct rules that fit, best first (beam search asks for several directions at once);
+    the generic finding when none does."""
+    return list(islice(_fitting(d), k)) or [_generic(d)]

@@ -193,6 +193,10 @@ class WorkerPool:
     def _count(self, kind: str) -> int:
         return {"build": self.build_workers, "cpu": self.cpu_workers}.get(kind, 1)
 
+    def slot_count(self, kind: str) -> int:
+        """Slots of ``kind`` (one per GPU; ``cpu_workers`` for CPU candidates): how many run at once."""
+        return self._count(kind)
+
     def _free_slots(self, kind: str) -> list[tuple[str, Zygote | None]]:
         """The free list of ``kind``, made on first use; call with ``_lock`` held."""
         if self._closed:

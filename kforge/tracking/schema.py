@@ -72,6 +72,11 @@ class Tags:
         return f"state.{iteration}"
 
     @staticmethod
+    def direction_at(iteration: int) -> str:
+        """Beam search: the recommendation class of one node's branch (its parent is the metric ``parent``)."""
+        return f"direction.{iteration}"
+
+    @staticmethod
     def kernel_at(iteration: int) -> str:
         """The source hash of the kernel one iteration timed (the tables compare timings of one kernel)."""
         return f"kernel.{iteration}"

@@ -128,6 +128,8 @@ class Tracker:
                 self._solved.add(run_id)
             tags = [RunTag(Tags.state_at(it), record.state),
                     RunTag(Tags.STATE, "correct" if run_id in self._solved else record.state)]
+            if record.direction is not None:  # beam search: the tree's branch, beside the metrics parent and depth
+                tags.append(RunTag(Tags.direction_at(it), record.direction))
             if verdict.source_hash:  # which kernel was timed: the tables compare timings of one kernel
                 tags.append(RunTag(Tags.kernel_at(it), verdict.source_hash))
             # The metrics go last: a step that has them is complete, which is what a resumed job relies on

@@ -1,0 +1,179 @@
+"""Beam search (``loop=beam``, kforge/search.py) on CPU with a model whose reply depends on its prompt: the
+search keeps the best branch, beats the iterative chain at the same model-call budget, respects the call
+and dollar budgets, keeps diverse survivors, and leaves the tree in MLflow."""
+
+from __future__ import annotations
+
+import re
+import threading
+from pathlib import Path
+
+import pytest
+
+from kforge.agents import GenerationAgent
+from kforge.agents.analysis import GENERIC_DIRECTIONS, parse_recommendations
+from kforge.backends import get_backend
+from kforge.llm import LLMResponse, ModelConfig
+from kforge.loop import GenericAdvisor, LoopConfig, ProblemLoop
+from kforge.pipeline import run
+from kforge.problems import load_builtin
+from kforge.profile.digest import Digest
+from kforge.profile.rules import classify, findings
+from kforge.search import BeamSearch, Node, select_survivors
+from kforge.verify import Verifier
+from tests.helpers import candidate, fast_config
+from tests.test_pipeline import config
+
+
+def kernel(repeat: int, wrong: bool = False) -> str:
+    """The test suite's C++ ReLU (its build is cached: the source of the extension is the same) called
+    ``repeat`` times per forward: a smaller REPEAT is faster. ``wrong`` returns the input unchanged (a
+    numerical mismatch), keeping the REPEAT a fix should restore."""
+    ok = candidate("cpu", "relu_ok.py")
+    head = ok[:ok.index("class ModelNew")]
+    return (f"```python\n{head}REPEAT = {repeat}\n\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n"
+            f"        y = ext.relu_fwd(x)\n        for _ in range(REPEAT - 1):\n            y = ext.relu_fwd(x)\n"
+            f"        return {'x' if wrong else 'y'}\n```\n")
+
+
+def direction_action(category: str) -> str:
+    return dict(GENERIC_DIRECTIONS)[category]
+
+
+class KeyedModel:
+    """Not an LLM: replies from the prompt. The first kernel repeats its pass 200 times; an optimisation
+    derives its REPEAT from the parent's, by the recommendation in the prompt: the generic request shaves 10
+    (a local optimum's marginal gains), moving fewer bytes divides by 4, cutting launch overhead writes a
+    wrong kernel that its fix turns into REPEAT/2. Every call costs ``cost_usd``."""
+
+    def __init__(self, cost_usd: float = 0.0):
+        self.config = ModelConfig(name="keyed", kind="scripted", replies=["(replies from the prompt)"])
+        self.cost_usd, self.calls, self.kernels = cost_usd, 0, []
+        """Calls made, and every kernel written (for the chain's path)."""
+        self._lock = threading.Lock()
+
+    def check(self) -> None:
+        """Always available."""
+
+    def complete(self, messages, context=None) -> LLMResponse:
+        prompt = messages[-1]["content"]
+        with self._lock:
+            self.calls += 1
+        n = int(m.group(1)) if (m := re.search(r"REPEAT = (\d+)", prompt)) else 200
+        if context.phase == "fix":
+            text = kernel(n)
+        elif context.phase == "single_shot":
+            text = kernel(200)
+        elif direction_action("memory_traffic") in prompt:
+            text = kernel(max(1, n // 4))
+        elif direction_action("launch_overhead") in prompt:
+            text = kernel(max(1, n // 2), wrong=True)
+        else:
+            text = kernel(max(1, n - 10))
+        with self._lock:
+            self.kernels.append(text)
+        return LLMResponse(text=text, model="keyed", cost_usd=self.cost_usd)
+
+
+@pytest.fixture
+def relu():
+    return load_builtin(names=["level1/1_ReLU"], size="cpu", overrides={"BATCH": 8, "DIM": 4096})[0]
+
+
+def repeat_of(code: str) -> int:
+    return int(re.search(r"REPEAT = (\d+)", code).group(1))
+
+
+def loop_of(kind, pool, model, **loop):
+    agent = GenerationAgent(model, get_backend("cpu"), None, "a cpu")
+    return kind(agent, Verifier(fast_config(), pool=pool), LoopConfig(concurrency=1, **loop),
+                advisor=GenericAdvisor())
+
+
+def test_beam_finds_a_faster_kernel_than_the_chain_at_the_same_call_budget(pool, relu):
+    chain_model, beam_model = KeyedModel(), KeyedModel()
+    chain = loop_of(ProblemLoop, pool, chain_model, mode="iterative", iterations=7).run(relu)
+    beam = loop_of(BeamSearch, pool, beam_model, mode="beam", max_calls=7, width=3, beam=2, depth=3).run(relu)
+    assert chain_model.calls == beam_model.calls == 7
+    # The chain follows the generic request: 200 -> 190 -> ... -> 140. The tree takes the /4 branch and
+    # the fixed /2 branch, then refines both: 200 -> 50 -> 40 is its best.
+    # (The clock may judge 190 against 180, 5% apart, either way, so the chain may step back; it never
+    # leaves the generic branch. Likewise 50 against 40 in the tree.)
+    assert min(repeat_of(r) for r in chain_model.kernels) >= 140
+    assert repeat_of(chain.best_code) >= 140 and repeat_of(beam.best_code) in (40, 50) and beam.correct
+    assert beam.best_verdict.runtime.median_ms < chain.best_verdict.runtime.median_ms
+    tree = {r.iteration: (r.parent, r.depth, r.direction, r.phase, r.state) for r in beam.records}
+    assert tree == {
+        0: (None, 0, "root", "single_shot", "correct"),
+        1: (0, 1, "generic", "optimise", "correct"),
+        2: (0, 1, "memory_traffic", "optimise", "correct"),
+        3: (0, 1, "launch_overhead", "optimise", "numerical_mismatch"),
+        4: (3, 1, "launch_overhead", "fix", "correct"),
+        # Survivors of round 1: node 2 (REPEAT 50) and node 4 (100), not the generic 190. Two calls are
+        # left, so each gets its first direction.
+        5: (2, 2, "generic", "optimise", "correct"),
+        6: (4, 2, "generic", "optimise", "correct"),
+    }
+    assert beam.best_iteration in (2, 5) and [r.iteration for r in beam.records if r.is_best][-1] == beam.best_iteration
+    assert all(r.recommendation for r in beam.records if r.phase == "optimise")
+
+
+def test_the_call_budget_is_never_exceeded_and_the_dollar_limit_stops_new_rounds(pool, relu):
+    model = KeyedModel()
+    result = loop_of(BeamSearch, pool, model, mode="beam", max_calls=3, width=3, beam=2, depth=5).run(relu)
+    # Round 1 would make three children; the budget leaves two.
+    assert model.calls == len(result.records) == 3 and result.correct
+    assert [r.direction for r in result.records] == ["root", "generic", "memory_traffic"]
+
+    model = KeyedModel(cost_usd=0.01)
+    result = loop_of(BeamSearch, pool, model, mode="beam", iterations=50, max_cost_usd=0.025, width=3, beam=2,
+                     depth=5).run(relu)
+    # $0.01 spent before round 1, so its three children start; then $0.04 >= $0.025: no fix, no round 2.
+    assert model.calls == len(result.records) == 4
+    assert [r.phase for r in result.records] == ["single_shot", "optimise", "optimise", "optimise"]
+    assert sum(r.cost_usd for r in result.records) == pytest.approx(0.04)
+
+
+def node(iteration: int, direction: str) -> Node:
+    return Node(iteration, parent=0, depth=1, direction=direction)
+
+
+def test_survivors_are_the_fastest_of_distinct_directions_while_one_is_left():
+    a, b, c, d, e = node(1, "x"), node(2, "x"), node(3, "y"), node(4, "z"), node(5, "y")
+    speed = {1: 5.0, 2: 4.0, 3: 3.0, 4: None, 5: 3.0}.get  # d is not correct
+    pick = lambda nodes, beam: [n.iteration for n in select_survivors(nodes, beam, lambda n: speed(n.iteration))]
+    assert pick([a, b, c, d, e], 2) == [1, 3]  # b is faster than c, but shares a's direction
+    assert pick([a, b, c, d, e], 3) == [1, 3, 2]  # no third correct direction: the fastest left
+    assert pick([e, c, b, a], 2) == [1, 3]  # equal speeds: the earlier node
+    assert pick([d], 2) == [] and pick([a, b], 1) == [1]
+
+
+def test_advisors_give_distinct_directions():
+    recs = GenericAdvisor().recommend_many(None, "", None, 4)
+    assert [r.category for r in recs] == ["generic", "memory_traffic", "launch_overhead", "parallelism"]
+    digest = Digest(problem="p", device="cuda:H200", tool="ncu", time_ms=0.01, bound="latency", launches=3, kernels=[])
+    found = findings(digest, 3)
+    assert [f.rule for f in found] == ["unfused_launches", "tiny_latency_bound"] and found[0] == classify(digest)
+    reply = ("BOTTLENECK: Memory bandwidth\nEVIDENCE: 40%\nACTION: vectorise loads\n\n"
+             "BOTTLENECK: memory bandwidth!\nEVIDENCE: again\nACTION: the same class twice\n"
+             "BOTTLENECK: launch overhead\nEVIDENCE: 3 launches\nACTION: fuse\n")
+    assert [(r.category, r.action) for r in parse_recommendations(reply, "m")] == [
+        ("memory_bandwidth", "vectorise loads"), ("launch_overhead", "fuse")]
+
+
+def test_loop_beam_through_the_pipeline_leaves_the_tree_in_mlflow(tmp_path: Path, pool):
+    import mlflow
+
+    model = KeyedModel()
+    result = run(config(tmp_path, "loop=beam", "loop.max_calls=5", "loop.width=3", "loop.beam=2"), llm=model,
+                 pool=pool)
+    (res,) = result.results
+    assert model.calls == 5 and len(res.records) == 5 and repeat_of(res.best_code) == 50
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    (run_,) = client.search_runs([client.get_experiment_by_name("kforge").experiment_id],
+                                 "tags.`kforge.kind` = 'problem'")
+    assert run_.data.tags["loop_mode"] == "beam"
+    parents = {m.step: m.value for m in client.get_metric_history(run_.info.run_id, "parent")}
+    depths = {m.step: m.value for m in client.get_metric_history(run_.info.run_id, "depth")}
+    assert parents == {1: 0, 2: 0, 3: 0, 4: 3} and depths == {0: 0, 1: 1, 2: 1, 3: 1, 4: 1}
+    assert run_.data.tags["direction.2"] == "memory_traffic" and run_.data.tags["direction.0"] == "root"
