@@ -160,6 +160,18 @@ class ProblemResult:
     def correct(self) -> bool:
         return self.best_verdict is not None
 
+    def offer(self, code: str | None, verdict: Verdict, iteration: int, vs: str) -> bool:
+        """Keep this kernel as the best if it is correct and ranks above the best so far; whether it did."""
+        better = verdict.correct and (self.best_verdict is None or
+                                      rank_speedup(verdict, vs) > rank_speedup(self.best_verdict, vs))
+        if better:
+            self.best_code, self.best_verdict, self.best_iteration = code, verdict, iteration
+        return better
+
+    def reached(self, target: float | None, vs: str) -> bool:
+        """Whether the best kernel meets ``loop.target_speedup`` (None: no target)."""
+        return bool(target) and self.best_verdict is not None and rank_speedup(self.best_verdict, vs) >= target
+
     @property
     def speedup_eager(self) -> float | None:
         return self.best_verdict.speedup_eager if self.best_verdict else None
@@ -319,19 +331,13 @@ class ProblemLoop:
             v0 = time.monotonic()
             verdict = self.verifier.verify(problem, attempt.candidate, self.agent.backend)
             verify_s = time.monotonic() - v0
-            is_best = verdict.correct and (result.best_verdict is None or
-                                           rank_speedup(verdict, cfg.speedup_vs) > rank_speedup(result.best_verdict,
-                                                                                               cfg.speedup_vs))
-            if is_best:
-                result.best_code, result.best_verdict, result.best_iteration = \
-                    attempt.candidate.source, verdict, it
+            is_best = result.offer(attempt.candidate.source, verdict, it, cfg.speedup_vs)
             record = make_record(it, attempt, verdict, recommendation, is_best=is_best, llm_s=llm_s,
                                  verify_s=verify_s, analysis_s=analysis_s, wall_s=time.monotonic() - t0)
             result.records.append(record)
             self._tell("iteration_done", problem, Step(record, attempt, verdict, recommendation))
             state.next_iteration, state.last_code, state.last_verdict = it + 1, attempt.candidate.source, verdict
-            if cfg.target_speedup and result.best_verdict is not None and \
-                    rank_speedup(result.best_verdict, cfg.speedup_vs) >= cfg.target_speedup:
+            if result.reached(cfg.target_speedup, cfg.speedup_vs):
                 break
 
 

@@ -87,10 +87,6 @@ class Budget:
             self.calls_left -= calls
             return True
 
-    def give_back(self, calls: int) -> None:
-        with self._lock:
-            self.calls_left += calls
-
     def spent_out(self) -> bool:
         return self.max_cost_usd is not None and self.spent_usd >= self.max_cost_usd
 
@@ -127,12 +123,11 @@ class BeamSearch(ProblemLoop):
         return rank_speedup(node.verdict, self.config.speedup_vs) if node.verdict and node.verdict.correct else None
 
     def _finished(self, state: LoopState, budget: Budget) -> bool:
-        cfg, best = self.config, state.result.best_verdict
+        cfg = self.config
         if self.stop.is_set():
             state.result.stopped = True
             return True
-        reached = cfg.target_speedup and best is not None and rank_speedup(best, cfg.speedup_vs) >= cfg.target_speedup
-        return bool(reached) or budget.calls_left <= 0 or budget.spent_out()
+        return state.result.reached(cfg.target_speedup, cfg.speedup_vs) or budget.calls_left <= 0 or budget.spent_out()
 
     # -- rounds ----------------------------------------------------------------------------------------
     def _root(self, problem: Problem, reference: Reference | None, state: LoopState,
@@ -241,10 +236,7 @@ class BeamSearch(ProblemLoop):
                 state.result.stopped = True
                 continue
             verdict = node.verdict
-            is_best = verdict.correct and (result.best_verdict is None or rank_speedup(verdict, cfg.speedup_vs) >
-                                           rank_speedup(result.best_verdict, cfg.speedup_vs))
-            if is_best:
-                result.best_code, result.best_verdict, result.best_iteration = node.code, verdict, node.iteration
+            is_best = result.offer(node.code, verdict, node.iteration, cfg.speedup_vs)
             record = make_record(node.iteration, node.attempt, verdict, node.recommendation, is_best=is_best,
                                  llm_s=node.llm_s, verify_s=node.verify_s, analysis_s=node.analysis_s,
                                  wall_s=node.llm_s + node.verify_s + node.analysis_s)

@@ -103,17 +103,23 @@ def test_beam_finds_a_faster_kernel_than_the_chain_at_the_same_call_budget(pool,
     assert repeat_of(chain.best_code) >= 140 and repeat_of(beam.best_code) in (40, 50) and beam.correct
     assert beam.best_verdict.runtime.median_ms < chain.best_verdict.runtime.median_ms
     tree = {r.iteration: (r.parent, r.depth, r.direction, r.phase, r.state) for r in beam.records}
-    assert tree == {
+    assert {k: v for k, v in tree.items() if k <= 4} == {
         0: (None, 0, "root", "single_shot", "correct"),
         1: (0, 1, "generic", "optimise", "correct"),
         2: (0, 1, "memory_traffic", "optimise", "correct"),
         3: (0, 1, "launch_overhead", "optimise", "numerical_mismatch"),
         4: (3, 1, "launch_overhead", "fix", "correct"),
-        # Survivors of round 1: node 2 (REPEAT 50) and node 4 (100), not the generic 190. Two calls are
-        # left, so each gets its first direction.
-        5: (2, 2, "generic", "optimise", "correct"),
-        6: (4, 2, "generic", "optimise", "correct"),
     }
+    # Round 2: two calls are left, one child for each survivor, with its first direction. The survivors
+    # are two of round 1's correct nodes of different directions, the /4 branch (node 2, REPEAT 50) among
+    # them. Which one beside it (node 4 at REPEAT 100, or the generic 190) depends on speedups against
+    # eager timed in separate verifications: on a busy 2-core host their noise can order those two
+    # either way, so the test does not pin it.
+    round2 = {k: v for k, v in tree.items() if k > 4}
+    assert sorted(round2) == [5, 6] and all(v[1:] == (2, "generic", "optimise", "correct") for v in round2.values())
+    parents = [v[0] for v in round2.values()]
+    assert 2 in parents and len(set(parents)) == 2
+    assert len({tree[q][2] for q in parents}) == 2
     assert beam.best_iteration in (2, 5) and [r.iteration for r in beam.records if r.is_best][-1] == beam.best_iteration
     assert all(r.recommendation for r in beam.records if r.phase == "optimise")
 
