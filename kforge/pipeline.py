@@ -20,7 +20,7 @@ from .config import plain as _plain
 from .console import Progress, print_summary
 from .errors import ConfigError  # callers import it from here too
 from .llm import LLM, make_model, replaying
-from .loop import Advisor, Interrupted, LoopConfig, ProblemLoop, ProblemResult, run_problems
+from .loop import Advisor, Interrupted, ProblemLoop, ProblemResult, run_problems
 from .problems import Problem, load_builtin, load_directory
 from .reference import ReferenceError, load_references, reference_backend
 from .search import BeamSearch
@@ -40,7 +40,6 @@ class Job:
     backend: Backend
     agent: GenerationAgent
     verifier: Verifier
-    loop_cfg: LoopConfig
     llm: LLM
     pool: WorkerPool
     info: dict[str, Any]
@@ -167,7 +166,6 @@ def run(cfg: Any, *, llm: LLM | None = None, tags: dict[str, str] | None = None,
     from .tracking.resume import config_hash
     chash = config_hash(conf)
     llm = replaying(llm, chash)  # a rerun of this configuration replays its calls
-    loop_cfg, verify_cfg = job.loop, job.verify
 
     own_pool = pool is None
     workers = job.workers
@@ -180,7 +178,7 @@ def run(cfg: Any, *, llm: LLM | None = None, tags: dict[str, str] | None = None,
     try:
         backend = make_backend(job.backend, pool)
         problems = load_problems(job.problems, backend.device)
-        verifier = Verifier(verify_cfg, pool=pool)
+        verifier = Verifier(job.verify, pool=pool)
         try:
             kinds = verifier.device_kinds(backend)
         except BackendUnavailable:
@@ -194,7 +192,7 @@ def run(cfg: Any, *, llm: LLM | None = None, tags: dict[str, str] | None = None,
         with tempfile.TemporaryDirectory(prefix="kforge-analysis-") as scratch:
             advisor = make_advisor(job, llm, backend, pool, prompts, device_phrase(info, backend), scratch, kinds[0],
                                    chash)
-            return _run_tracked(Job(conf, job, problems, backend, agent, verifier, loop_cfg, llm, pool, info,
+            return _run_tracked(Job(conf, job, problems, backend, agent, verifier, llm, pool, info,
                                     advisor, stop, tags or {}))
     finally:
         if threading.current_thread() is threading.main_thread():
@@ -213,7 +211,7 @@ def job_labels(job: Job) -> dict[str, str]:
     model = (llm.config.model or llm.config.name) if llm.config.kind == "litellm" else llm.config.name
     return {Tags.ANALYSIS: cfg.analysis.kind, Tags.MODEL: model,
             Tags.MODEL_NAME: llm.config.name, Tags.MODEL_LABEL: llm.config.label, Tags.BACKEND: backend.name,
-            Tags.DEVICE: backend.device, Tags.LOOP_MODE: job.loop_cfg.mode, Tags.REFERENCE: ref_kind,
+            Tags.DEVICE: backend.device, Tags.LOOP_MODE: job.config.loop.mode, Tags.REFERENCE: ref_kind,
             Tags.PROFILER: resolve_profiler(cfg.profiler.kind, backend), Tags.PROBLEMS_SOURCE: cfg.problems.source}
 
 
@@ -225,7 +223,7 @@ def _run_tracked(job: Job) -> JobResult:
     from .tracking import Tracker
     from .tracking.observer import MlflowObserver
     from .tracking.resume import config_hash, take_over
-    conf, backend, loop_cfg, pool = job.conf, job.backend, job.loop_cfg, job.pool
+    conf, backend, loop_cfg, pool = job.conf, job.backend, job.config.loop, job.pool
     tcfg = job.config.tracking
     tracker = Tracker(tcfg.uri, tcfg.experiment or "kforge", tcfg.artifact_root)
     if tcfg.autolog_llm:
