@@ -6,7 +6,9 @@
   extension, whichever way the candidate reaches it: a module on ``self``, ``getattr``, a helper class,
   a ``torch.autograd.Function``); the ``.so`` files they came from are remembered, so their kernels can
   be told apart from PyTorch's by symbol;
-* Triton's ``JITFunction.run`` (and the interpreter's), for kernels defined in the candidate's file;
+* Triton's ``JITFunction.run`` (and the interpreter's), for kernels defined in the candidate's file —
+  at once where Triton is imported already, otherwise the moment anyone imports it (importing Triton
+  costs 0.46 s on an H100, which a CUDA candidate in a light worker need not pay);
 * ``torch.cuda.CUDAGraph.replay``, whose writes no hook can see.
 
 Outside the two attribution trials each hook costs one flag test. In the *profile* trial a call is
@@ -17,7 +19,10 @@ wrapped in a ``record_function`` range (``kforge::ext::NAME``, ``kforge::triton:
 from __future__ import annotations
 
 import functools
+import importlib.abc
+import importlib.util
 import os
+import sys
 from typing import Any, Callable
 
 from .tripwire import CANDIDATE_FILE
@@ -46,7 +51,10 @@ class Recorder:
         import torch.utils.cpp_extension as ce
         for name in ("load_inline", "load"):
             setattr(ce, name, self._loader(getattr(ce, name)))
-        self._wrap_triton()
+        if "triton" in sys.modules:
+            self._wrap_triton()
+        else:
+            sys.meta_path.insert(0, _AfterImport("triton", self._wrap_triton))
         try:
             import torch.cuda.graphs as graphs
             replay = graphs.CUDAGraph.replay
@@ -135,3 +143,27 @@ class Recorder:
 
     def stop(self) -> None:
         self.mode, self.flow = None, None
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs ``then`` once the top-level module ``name`` has finished importing, whoever imports it; imports
+    nothing itself. One shot: it leaves ``sys.meta_path`` when the import begins."""
+
+    def __init__(self, name: str, then: Callable[[], None]):
+        self.name, self.then = name, then
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None):
+        if fullname != self.name:
+            return None
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)  # the finders after this one
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        exec_module, then = spec.loader.exec_module, self.then
+
+        def exec_then(module):
+            exec_module(module)
+            then()
+        spec.loader.exec_module = exec_then
+        return spec

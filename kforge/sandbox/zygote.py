@@ -50,6 +50,8 @@ PRELOAD_LEVELS = (("torch.utils.cpp_extension", "torch._dynamo", "torch._inducto
 LIGHT_LEVEL = 2
 PRELOAD_ENV = "KFORGE_ZYGOTE_PRELOAD"
 """The zygote's first preload level (an index into ``PRELOAD_LEVELS``)."""
+PROFILE_ENV = "KFORGE_PROFILE_CHILD"
+"""A folder: each child writes a cProfile of its request there (see `_handle`)."""
 
 
 def _preload(level: int) -> bool:
@@ -128,7 +130,7 @@ def _child(request: dict, wfd: int) -> None:
         # made its CUDA context: closing those breaks it ("OS call failed", seen on an H200).
         sys.stdout = os.fdopen(1, "w", buffering=1)
         sys.stderr = os.fdopen(2, "w", buffering=1)
-        result = {"result": dispatch.handle(request), "pid": os.getpid()}  # which process served it
+        result = {"result": _handle(request), "pid": os.getpid()}  # which process served it
     except BaseException:  # noqa: BLE001 - report anything, including SystemExit from candidate code
         result = {"error": traceback.format_exc()[-OUTPUT_TAIL:]}
         code = 1
@@ -141,6 +143,21 @@ def _child(request: dict, wfd: int) -> None:
             view = view[n:]
     finally:
         os._exit(code)
+
+
+def _handle(request: dict):
+    """The request's handler; under cProfile when ``KFORGE_PROFILE_CHILD`` names a folder (a debugging aid:
+    where a child's seconds go on a device, written as ``<kind>-<pid>.prof`` for ``python -m pstats``)."""
+    folder = os.environ.get(PROFILE_ENV)
+    if not folder:
+        return dispatch.handle(request)
+    import cProfile
+    profiler = cProfile.Profile()
+    try:
+        return profiler.runcall(dispatch.handle, request)
+    finally:
+        os.makedirs(folder, exist_ok=True)
+        profiler.dump_stats(os.path.join(folder, f"{request.get('kind', 'request')}-{os.getpid()}.prof"))
 
 
 def _kill_group(pid: int) -> None:

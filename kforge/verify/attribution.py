@@ -190,6 +190,12 @@ def attribute(events, cuda: bool, own_symbols: set[str], triton_names: set[str])
             row = uses[(e.name, origin)]
             row[0] += 1
             row[1] += e.time_range.end - start
+        if not uses:  # no measurement: say what the profile held, so a profiler that saw nothing is visible
+            found = summarise(uses)
+            found.notes.append(f"the profile attributed no device kernel: {len(device)} device event(s) in all, "
+                               f"{len(events)} event(s), the candidate's range {lo:.0f}-{hi:.0f} us, device events "
+                               f"at {', '.join(f'{e.time_range.start:.0f}' for e in device[:6]) or 'none'} us")
+            return found, _ops(events, cuda)
     else:
         for e in events:
             if _section(e) != CANDIDATE or e.name == CANDIDATE:

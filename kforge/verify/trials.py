@@ -149,7 +149,9 @@ class Trials(Harness):
         from torch.autograd.profiler import profile, record_function
         cuda = self.device.type == "cuda"
         try:
-            prof = profile(use_device="cuda" if cuda else None, record_shapes=True)
+            # use_kineto: this API's default is the legacy profiler, which times operators with CUDA events and
+            # records no kernel at all (torch.profiler passes it; every kernel share came out None without it).
+            prof = profile(use_device="cuda" if cuda else None, use_kineto=True, record_shapes=True)
             prof.__enter__()
         except Exception as exc:  # noqa: BLE001 - no profiler (no CUPTI): judged from the dataflow alone
             self.attribution.notes.append(f"no profile: {first_line(exc)}")
@@ -167,7 +169,7 @@ class Trials(Harness):
         try:
             symbols = candidate_symbols(self.recorder.so_paths) if cuda else set()
             found, self._ops = attribute(prof.function_events, cuda, symbols, self.recorder.triton_names)
-            found.notes = self.attribution.notes
+            found.notes = self.attribution.notes + found.notes
             self.attribution = found
         except Exception as exc:  # noqa: BLE001 - a profile we cannot read is a missing measurement, not a verdict
             self.attribution.notes.append(f"the profile could not be read ({type(exc).__name__}: {first_line(exc)})")

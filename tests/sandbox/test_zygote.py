@@ -200,3 +200,19 @@ def test_an_answer_counts_only_alone_and_with_its_nonce():
     assert "forged" in _answer((json.dumps(ok) + "\n{garbage").encode(), "n1")
     assert "forged" in _answer(b"[1, 2]", "n1")
     assert _answer(b"{garbage", "n1") == {"error": "the worker wrote an unreadable result"}
+
+
+def test_children_write_a_cprofile_of_their_request_when_asked(tmp_path, monkeypatch):
+    """KFORGE_PROFILE_CHILD: each child leaves ``<kind>-<pid>.prof`` that pstats reads (where a device's
+    seconds go, measured there rather than guessed)."""
+    import pstats
+
+    from kforge.sandbox.zygote import PROFILE_ENV
+    folder = tmp_path / "prof"
+    monkeypatch.setenv(PROFILE_ENV, str(folder))
+    with WorkerPool(gpus=[], cpu_workers=1, build_workers=1, build_cache=tmp_path / "cache") as p:
+        reply = p.request("cpu", PROBE, {}, timeout=60)
+    written = folder / f"probe-{reply['pid']}.prof"
+    assert written.exists(), sorted(folder.glob("*"))
+    stats = pstats.Stats(str(written))
+    assert any(name == "handle" for (_, _, name) in stats.stats), "the dispatch handler was not profiled"
