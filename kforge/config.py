@@ -154,7 +154,7 @@ class TablesConfig(StrictConfig):
     tracking_uri: str | None = None
     """MLflow tracking URI (None: ``sqlite:///mlflow.db`` in the directory you start from)."""
     ablations: list[str] = field(default_factory=lambda: ["single_vs_iterative", "reference_transfer",
-                                                           "profiling_ablation"])
+                                                           "profiling_ablation", "iterative_vs_beam"])
     """Which ablations' tables to build."""
     out_dir: str = "results"
     """Where the tables and plots go."""

@@ -1,4 +1,4 @@
-"""`make reproduce`: the paper's three ablation sweeps, then the tables; the checkout's form of
+"""`make reproduce`: the paper's three ablation sweeps and beam search's, then the tables; the checkout's form of
 ``kforge-reproduce``.
 
     python pipelines/reproduce.py --models gpt-5,claude-opus --backends cuda --levels 1,2,3

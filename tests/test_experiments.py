@@ -31,3 +31,15 @@ def test_the_ablations_sweep_what_they_compare():
     assert len(jobs(REPO_DIR / "conf" / "experiment" / "reference_transfer.yaml")) >= 6  # none/oracle x 3 levels
     loops = {o for job in jobs(REPO_DIR / "conf" / "experiment" / "single_vs_iterative.yaml") for o in job}
     assert {"loop=single_shot", "loop=iterative"} <= loops
+
+
+def test_iterative_vs_beam_compares_the_two_searches_at_one_model_call_budget():
+    path = REPO_DIR / "conf" / "experiment" / "iterative_vs_beam.yaml"
+    assert {o for job in jobs(path) for o in job} >= {"loop=iterative", "loop=beam"}
+    budgets = {}
+    with initialize_config_dir(config_dir=str(REPO_DIR / "conf"), version_base="1.3"):
+        for loop in ("iterative", "beam"):
+            cfg = compose("synthesize", overrides=[f"experiment={path.stem}", f"loop={loop}", "loop.iterations=7"])
+            job = JobConfig.from_hydra(cfg)
+            budgets[loop] = (job.loop.budget, cfg.analysis.name if "name" in cfg.analysis else cfg.analysis)
+    assert budgets["iterative"] == budgets["beam"] and budgets["beam"][0] == 7

@@ -65,3 +65,21 @@ def test_problem_without_reference_is_tagged_not_fatal(tmp_path, pool):
     parent = next(r for r in runs if r.data.tags.get("kforge.kind") == "sweep-job")
     assert problem.data.tags["reference_available"] == "false" and problem.data.tags["reference"] == "oracle:cuda"
     assert parent.data.tags["references_available"] == "0/1"
+
+
+def test_the_fourth_ablation_compares_the_chain_and_beam_search(tmp_path):
+    """`make reproduce`'s iterative_vs_beam sweep runs both searches and tables them by loop mode."""
+    from kforge.tables import ABLATIONS
+    assert "iterative_vs_beam" in ABLATIONS
+    cmd = [sys.executable, str(REPO_DIR / "pipelines" / "reproduce.py"), "--models", "oracle", "--backends", "cpu",
+           "--levels", "1", "--iterations", "2", "--ablations", "iterative_vs_beam", "--",
+           "problems.names=[level1/1_ReLU]", *TINY]
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=900)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    table = (tmp_path / "results" / "iterative_vs_beam.md").read_text()
+    assert "| oracle† | cpu | 1 | beam | 1 | 1/1 [1.00, 1.00] |" in table
+    assert "| oracle† | cpu | 1 | iterative | 1 | 1/1 [1.00, 1.00] |" in table
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    exp = client.get_experiment_by_name("kforge-iterative_vs_beam")
+    problems = client.search_runs([exp.experiment_id], "tags.`kforge.kind` = 'problem'")
+    assert sorted(r.data.tags["loop_mode"] for r in problems) == ["beam", "iterative"]

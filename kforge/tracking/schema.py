@@ -191,6 +191,8 @@ class Files:
     BEST_VERDICT = "best/verdict.json"
     ERROR = "error.txt"
     """A problem run that kforge failed on: the traceback."""
+    TREE_PLOT = "tree.png"
+    """A beam search's problem run: its tree, speedup per node coloured by state (`kforge.plots.plot_tree`)."""
     # In a problem run's iter_NNN/ (`at`), and a candidate run's root (kernel.py, verdict.json).
     PROMPT, REPLY, KERNEL = "prompt.md", "reply.md", "kernel.py"
     VERDICT, RECORD = "verdict.json", "record.json"

@@ -14,7 +14,9 @@ the job's summary) is in `view`.
 from __future__ import annotations
 
 import json
+import logging
 import os
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -25,6 +27,8 @@ from . import view
 from .schema import (CANDIDATE_METRICS, CANDIDATE_STATE_INDEX, CANDIDATE_TAGS, JOB_METRIC_NAMES, STATE_CODES, Files,
                      Kind, Metrics, Tags, iteration_values, level_prefix)
 from .store import default_uri, open_client, sqlite_path
+
+log = logging.getLogger(__name__)
 
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, str]:
@@ -160,7 +164,23 @@ class Tracker:
                 self.client.log_dict(run_id, result.best_verdict.to_dict(), Files.BEST_VERDICT)
             if result.error:
                 self.client.log_text(run_id, result.error, Files.ERROR)
+            if any(r.depth is not None for r in recs):
+                self._log_tree(run_id, result)
             self.client.set_terminated(run_id, status="FAILED" if result.error else status)
+
+    def _log_tree(self, run_id: str, result) -> None:
+        """The search tree as a picture on the problem's run (the nodes' numbers are its metrics already)."""
+        from ..plots import plot_tree
+        nodes = [{"id": r.iteration, "parent": r.parent, "depth": r.depth or 0, "state": r.state,
+                  "speedup": r.speedup_eager if r.correct else None, "direction": r.direction,
+                  "best": r.iteration == result.best_iteration} for r in result.records]
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                path = plot_tree(nodes, Path(tmp) / Files.TREE_PLOT, result.problem.key)
+            except Exception as exc:  # noqa: BLE001 - a picture that cannot be drawn loses no result
+                log.warning("kforge: the search tree of %s could not be drawn: %s", result.problem.key, exc)
+                return
+            self.client.log_artifact(run_id, str(path))
 
     def end_parent(self, run_id: str, results: list, status: str = "FINISHED", speedup_vs: str = "eager") -> dict:
         """Summary metrics, and the job's table of problems as the run's description."""
