@@ -2,11 +2,14 @@
 
     python benchmarks/sweep_throughput.py --backend cpu --latency 2 --configs 1x1,1x4
     python benchmarks/sweep_throughput.py --backend cuda --latency 5 --configs 1x1,1x4,2x8
+    python benchmarks/sweep_throughput.py --backend cuda --loop beam --iterations 7 --configs 2x1,2x2
 
 A config ``GxC`` runs the sweep on G devices (GPUs; on the cpu backend, G CPU run slots) with C problem
 loops in flight. The model is the oracle (hand-written kernels, not an LLM) with a simulated latency
 per call, so the numbers show how well kforge overlaps model calls, builds and timing — not how
 fast any real model is. Builds are warmed first, as they are from the second iteration of a sweep.
+With ``--loop beam`` each problem is a search tree (``loop=beam``, ``--iterations`` model calls per problem)
+whose children are verified concurrently, so even one problem loop in flight can keep several devices busy.
 """
 
 from __future__ import annotations
@@ -21,14 +24,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def run_config(backend: str, devices: int, concurrency: int, latency: float, iterations: int, size: str,
-               levels: str, workdir: Path, spare: bool = True, extra: tuple[str, ...] = ()) -> dict:
+               levels: str, workdir: Path, spare: bool = True, extra: tuple[str, ...] = (),
+               loop: str = "iterative") -> dict:
     from hydra import compose, initialize_config_dir
 
     from kforge import REPO_DIR
     from kforge.pipeline import run
     from kforge.sandbox.gpus import detect_gpus
     from kforge.verify import WorkerPool
-    overrides = [f"backend={backend}", "model=oracle", f"model.latency_s={latency}", "loop=iterative",
+    overrides = [f"backend={backend}", "model=oracle", f"model.latency_s={latency}", f"loop={loop}",
                  f"loop.iterations={iterations}", f"loop.concurrency={concurrency}", f"problems.levels=[{levels}]",
                  f"problems.size={size}", f"tracking.uri=sqlite:///{workdir}/mlflow.db",
                  f"tracking.experiment=throughput-{devices}x{concurrency}", "resume=false", *extra]
@@ -120,7 +124,9 @@ def main() -> None:
     ap.add_argument("--backend", default="cpu")
     ap.add_argument("--latency", type=float, default=2.0, help="simulated seconds per model call")
     ap.add_argument("--configs", default="1x1,1x4", help="comma-separated DEVICESxCONCURRENCY")
-    ap.add_argument("--iterations", type=int, default=3)
+    ap.add_argument("--iterations", type=int, default=3, help="iterations per problem (beam: model calls)")
+    ap.add_argument("--loop", choices=["iterative", "beam"], default="iterative",
+                    help="the chain, or beam search (set width/beam/depth with --override loop.width=3 ...)")
     ap.add_argument("--levels", default="1", help="built-in levels, e.g. 1 or 1,2")
     ap.add_argument("--size", default=None, help="problem size preset (default: cpu on cpu, gpu on GPUs)")
     ap.add_argument("--spare", action=argparse.BooleanOptionalAction, default=True,
@@ -137,9 +143,10 @@ def main() -> None:
     for spec in args.configs.split(","):
         g, c = (int(x) for x in spec.lower().split("x"))
         rows.append(run_config(args.backend, g, c, args.latency, args.iterations, size, args.levels, work / spec,
-                               args.spare, extra))
+                               args.spare, extra, args.loop))
         print(rows[-1], flush=True)
-    print(f"\nsweep throughput: backend {args.backend}, {args.iterations} iterations per problem, simulated model "
+    print(f"\nsweep throughput: backend {args.backend}, loop {args.loop}, {args.iterations} iterations per problem, "
+          f"simulated model "
           f"latency {args.latency:g} s per call (oracle, not an LLM), spare children {'on' if args.spare else 'off'}"
           + (f", overrides {' '.join(extra)}" if extra else "") + "\n")
     # Host CPU: this process's CPU time over the wall (all its threads; Python runs one at a time, so near
