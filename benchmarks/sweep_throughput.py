@@ -138,7 +138,7 @@ def main() -> None:
     size = args.size or ("cpu" if args.backend == "cpu" else "gpu")
     work = Path(tempfile.mkdtemp(prefix="kforge-throughput-"))
     print("warming the build cache ...", flush=True)
-    run_config(args.backend, 1, 4, 0.0, 1, size, args.levels, work / "warm", args.spare, extra)
+    run_config(args.backend, 1, 4, 0.0, 1, size, args.levels, work / "warm", args.spare, extra, args.loop)
     rows = []
     for spec in args.configs.split(","):
         g, c = (int(x) for x in spec.lower().split("x"))
