@@ -199,6 +199,8 @@ class LoopState:
     next_iteration: int = 0
     last_code: str | None = None
     last_verdict: Verdict | None = None
+    kernels: dict[int, tuple[str | None, Verdict, IterationRecord]] = field(default_factory=dict)
+    """Every restored iteration's kernel, verdict and record by id: a beam search resumes its tree from them."""
 
 
 @dataclass

@@ -17,7 +17,13 @@ own thread: a rerun of the same configuration replays each node's model call by 
 (`kforge.llm.replay`). The budget is ``loop.budget`` model calls (generation calls, and the analysis
 model's calls where ``analysis=llm``) and ``loop.max_cost_usd``: a call is reserved before it starts, so
 the call budget is never exceeded; the dollar limit is checked before each call, and calls already in
-flight may end past it. A problem cut off mid-tree starts its tree again on resume, its calls replayed.
+flight may end past it.
+
+A problem cut off mid-tree resumes mid-tree: the tree is walked again in the same order, and a node whose
+id was already recorded (`LoopState.kernels`, restored from MLflow) takes its recorded kernel, verdict and
+record instead of a model call and a verification, and is not logged again; its call still counts against
+the budget, so the walk goes on exactly where the first one stopped. Advisors are asked again for kept
+nodes (an analysis model's reply is replayed).
 """
 
 from __future__ import annotations
@@ -30,7 +36,8 @@ from typing import Any, Callable, Sequence
 
 from .agents import Attempt, Recommendation, Reference
 from .agents.analysis import generic_directions
-from .loop import LoopState, ProblemLoop, Step, make_record, rank_speedup
+from .candidate import Candidate
+from .loop import IterationRecord, LoopState, ProblemLoop, Step, make_record, rank_speedup
 from .problems import Problem
 from .verify import Verdict
 
@@ -53,6 +60,8 @@ class Node:
     llm_s: float = 0.0
     verify_s: float = 0.0
     analysis_s: float = 0.0
+    restored: IterationRecord | None = None
+    """Resumed: the record an earlier run of this job logged for this node (nothing is run or logged again)."""
 
     @property
     def code(self) -> str | None:
@@ -101,10 +110,10 @@ class BeamSearch(ProblemLoop):
 
     def _iterate(self, problem: Problem, reference: Reference | None, state: LoopState) -> None:
         cfg, result = self.config, state.result
-        if state.next_iteration:  # cut off mid-tree: the tree starts again (see the module's docstring)
-            result.records.clear()
-            result.best_code = result.best_verdict = result.best_iteration = None
-            state.next_iteration, state.last_code, state.last_verdict = 0, None, None
+        # Cut off mid-tree: walk the tree again from its root, taking recorded nodes as they come (`_generate`).
+        result.records.clear()
+        result.best_code = result.best_verdict = result.best_iteration = None
+        state.next_iteration, state.last_code, state.last_verdict = 0, None, None
         budget = Budget(cfg.budget, cfg.max_cost_usd)
         kinds = self.verifier.device_kinds(self.agent.backend)
         # Two per device slot: one child's model call or build overlaps another's timing; the pool itself
@@ -118,6 +127,12 @@ class BeamSearch(ProblemLoop):
                 children = self._expand(problem, kept, depth, state, budget, pool)
                 nodes = children + self._fix_waves(problem, children, state, budget, pool)
                 kept = select_survivors(nodes, cfg.beam, self._speed) or kept
+        walked = {r.iteration for r in result.records}
+        for it, (code, verdict, record) in sorted(state.kernels.items()):
+            if it not in walked:  # recorded, but not on this walk's path (the walk stopped before it)
+                record.is_best = result.offer(code, verdict, it, cfg.speedup_vs)
+                result.records.append(record)
+        result.records.sort(key=lambda r: r.iteration)
 
     def _speed(self, node: Node) -> float | None:
         return rank_speedup(node.verdict, self.config.speedup_vs) if node.verdict and node.verdict.correct else None
@@ -138,9 +153,9 @@ class BeamSearch(ProblemLoop):
             step = Node(state.next_iteration, node.iteration if node else None, 0, ROOT_DIRECTION)
             state.next_iteration += 1
             if node is None:
-                made = self._generate(problem, step, lambda it: self.agent.single_shot(problem, reference, iteration=it))
+                made = self._generate(problem, state, step, lambda it: self.agent.single_shot(problem, reference, iteration=it))
             else:
-                made = self._generate(problem, step, self._fixer(problem, node))
+                made = self._generate(problem, state, step, self._fixer(problem, node))
             if not self._record(problem, [made], state, budget):
                 return []
             node = made
@@ -169,7 +184,7 @@ class BeamSearch(ProblemLoop):
             wave.append((parent, child))
         if self.stop.is_set():
             return []
-        made = list(pool.map(lambda pc: self._generate(problem, pc[1], self._optimiser(problem, *pc)), wave))
+        made = list(pool.map(lambda pc: self._generate(problem, state, pc[1], self._optimiser(problem, *pc)), wave))
         return self._record(problem, made, state, budget)
 
     def _fix_waves(self, problem: Problem, children: list[Node], state: LoopState, budget: Budget,
@@ -184,7 +199,7 @@ class BeamSearch(ProblemLoop):
                     break
                 wave.append((f, Node(state.next_iteration, f.iteration, f.depth, f.direction)))
                 state.next_iteration += 1
-            made = list(pool.map(lambda fw: self._generate(problem, fw[1], self._fixer(problem, fw[0])), wave))
+            made = list(pool.map(lambda fw: self._generate(problem, state, fw[1], self._fixer(problem, fw[0])), wave))
             recorded = self._record(problem, made, state, budget)
             fixed += recorded
             failed = [n for n in recorded if not n.verdict.correct]
@@ -216,8 +231,15 @@ class BeamSearch(ProblemLoop):
     def _fixer(self, problem: Problem, failed: Node) -> Callable[[int], Attempt]:
         return lambda it: self.agent.fix(problem, failed.code, failed.verdict, iteration=it)
 
-    def _generate(self, problem: Problem, node: Node, write: Callable[[int], Any]) -> Node:
-        """The node's model call and verification (in a pool thread); not verified once stopped."""
+    def _generate(self, problem: Problem, state: LoopState, node: Node, write: Callable[[int], Any]) -> Node:
+        """The node's model call and verification (in a pool thread); not verified once stopped. A node an
+        earlier run of the job recorded takes that run's kernel, verdict and place in the tree instead."""
+        if node.iteration in state.kernels:
+            code, node.verdict, node.restored = state.kernels[node.iteration]
+            node.attempt = Attempt(node.restored.phase, [], Candidate(code))
+            node.parent, node.depth, node.direction = (node.restored.parent, node.restored.depth or 0,
+                                                       node.restored.direction or node.direction)
+            return node
         t0 = time.monotonic()
         node.attempt = write(node.iteration)
         node.llm_s = time.monotonic() - t0
@@ -237,6 +259,13 @@ class BeamSearch(ProblemLoop):
                 continue
             verdict = node.verdict
             is_best = result.offer(node.code, verdict, node.iteration, cfg.speedup_vs)
+            if node.restored is not None:  # logged by the earlier run: counted, not told again
+                node.restored.is_best = is_best
+                budget.spend(node.restored.cost_usd)
+                result.records.append(node.restored)
+                state.last_code, state.last_verdict = node.code, verdict
+                done.append(node)
+                continue
             record = make_record(node.iteration, node.attempt, verdict, node.recommendation, is_best=is_best,
                                  llm_s=node.llm_s, verify_s=node.verify_s, analysis_s=node.analysis_s,
                                  wall_s=node.llm_s + node.verify_s + node.analysis_s)

@@ -14,7 +14,7 @@ from kforge.agents import GenerationAgent
 from kforge.agents.analysis import GENERIC_DIRECTIONS, parse_recommendations
 from kforge.backends import get_backend
 from kforge.llm import LLMResponse, ModelConfig
-from kforge.loop import GenericAdvisor, LoopConfig, ProblemLoop
+from kforge.loop import GenericAdvisor, LoopConfig, LoopObserver, LoopState, ProblemLoop, ProblemResult
 from kforge.pipeline import run
 from kforge.problems import load_builtin
 from kforge.profile.digest import Digest
@@ -183,3 +183,53 @@ def test_loop_beam_through_the_pipeline_leaves_the_tree_in_mlflow(tmp_path: Path
     depths = {m.step: m.value for m in client.get_metric_history(run_.info.run_id, "depth")}
     assert parents == {1: 0, 2: 0, 3: 0, 4: 3} and depths == {0: 0, 1: 1, 2: 1, 3: 1, 4: 1}
     assert run_.data.tags["direction.2"] == "memory_traffic" and run_.data.tags["direction.0"] == "root"
+    assert "tree.png" in {a.path for a in client.list_artifacts(run_.info.run_id)}  # the tree, drawn
+
+
+class Steps(LoopObserver):
+    """Keeps every step it is told of (what `kforge.tracking.resume.restore` reads back from MLflow)."""
+
+    def __init__(self):
+        self.steps = []
+
+    def iteration_done(self, problem, step):
+        self.steps.append(step)
+
+
+def test_a_tree_cut_off_mid_search_resumes_where_it_stopped(pool, relu):
+    """Cut off after round 1 (five nodes recorded), the same search resumed from what was recorded runs no
+    recorded node again, tells the observers only of new ones and ends with the budget's seven nodes."""
+
+    class StopsAt(KeyedModel):
+        def __init__(self, call: int):
+            super().__init__()
+            self.stop_at, self.loop = call, None
+
+        def complete(self, messages, context=None):
+            with self._lock:
+                if self.calls + 1 == self.stop_at:  # a Ctrl-C just as round 2's first call starts
+                    self.loop.stop.set()
+            return super().complete(messages, context)
+
+    settings = dict(mode="beam", max_calls=7, width=3, beam=2, depth=3)
+    first_model, first_steps = StopsAt(6), Steps()
+    first = loop_of(BeamSearch, pool, first_model, **settings)
+    first_model.loop = first
+    first.observers = [first_steps]
+    cut = first.run(relu)
+    assert cut.stopped and [r.iteration for r in cut.records] == [0, 1, 2, 3, 4]
+
+    # The state a resumed job rebuilds from the run's iter_NNN/ files.
+    state = LoopState(ProblemResult(relu, records=[s.record for s in first_steps.steps]), next_iteration=5,
+                      kernels={s.record.iteration: (s.attempt.candidate.source, s.verdict, s.record)
+                               for s in first_steps.steps})
+    before = {r.iteration: (r.parent, r.depth, r.direction, r.state) for r in cut.records}
+    model, steps = KeyedModel(), Steps()
+    loop = loop_of(BeamSearch, pool, model, **settings)
+    loop.observers = [steps]
+    result = loop.run(relu, resume=state)
+    assert model.calls == 2 and [s.record.iteration for s in steps.steps] == [5, 6]  # round 2 only
+    assert [r.iteration for r in result.records] == list(range(7)) and not result.stopped
+    assert {r.iteration: (r.parent, r.depth, r.direction, r.state) for r in result.records if r.iteration < 5} == before
+    assert all(r.depth == 2 and r.parent in (1, 2, 4) for r in result.records[5:])
+    assert result.correct and repeat_of(result.best_code) in (40, 50)

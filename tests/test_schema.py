@@ -54,6 +54,9 @@ def test_every_reader_reads_back_what_a_job_wrote(tmp_path, pool):
     assert [r.to_dict() for r in state.result.records] == [r.to_dict() for r in written.records]
     assert state.result.best_code == written.best_code and state.result.best_iteration == 1
     assert state.last_verdict.state.value == "correct"
+    # Every iteration's kernel and verdict, not only the best and the last (a beam search resumes from them).
+    assert sorted(state.kernels) == [0, 1] and state.kernels[1][0] == written.best_code
+    assert state.kernels[0][1].state.value == "numerical_mismatch" and state.kernels[0][2].iteration == 0
 
     runs = load_runs(tracker.client, "kforge-single_vs_iterative")
     row = dedupe(runs).iloc[0]

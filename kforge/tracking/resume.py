@@ -83,6 +83,7 @@ def restore(client, run, problem: Problem) -> Previous:
             v = Verdict.from_dict(verdict)
             code = _download_text(client, run.info.run_id, Files.at(step, Files.KERNEL), tmp)
             result.records.append(record)
+            state.kernels[record.iteration] = (code, v, record)
             if record.is_best:
                 result.best_code, result.best_verdict, result.best_iteration = code, v, record.iteration
             state.last_code, state.last_verdict = code, v
