@@ -259,20 +259,18 @@ class BeamSearch(ProblemLoop):
                 continue
             verdict = node.verdict
             is_best = result.offer(node.code, verdict, node.iteration, cfg.speedup_vs)
-            if node.restored is not None:  # logged by the earlier run: counted, not told again
-                node.restored.is_best = is_best
-                budget.spend(node.restored.cost_usd)
-                result.records.append(node.restored)
-                state.last_code, state.last_verdict = node.code, verdict
-                done.append(node)
-                continue
-            record = make_record(node.iteration, node.attempt, verdict, node.recommendation, is_best=is_best,
-                                 llm_s=node.llm_s, verify_s=node.verify_s, analysis_s=node.analysis_s,
-                                 wall_s=node.llm_s + node.verify_s + node.analysis_s)
-            record.parent, record.depth, record.direction = node.parent, node.depth, node.direction
+            record = node.restored
+            if record is not None:  # logged by the earlier run: counted, not told again
+                record.is_best = is_best
+            else:
+                record = make_record(node.iteration, node.attempt, verdict, node.recommendation, is_best=is_best,
+                                     llm_s=node.llm_s, verify_s=node.verify_s, analysis_s=node.analysis_s,
+                                     wall_s=node.llm_s + node.verify_s + node.analysis_s)
+                record.parent, record.depth, record.direction = node.parent, node.depth, node.direction
             budget.spend(record.cost_usd)
             result.records.append(record)
-            self._tell("iteration_done", problem, Step(record, node.attempt, verdict, node.recommendation))
+            if node.restored is None:
+                self._tell("iteration_done", problem, Step(record, node.attempt, verdict, node.recommendation))
             state.last_code, state.last_verdict = node.code, verdict
             done.append(node)
         return done

@@ -31,13 +31,17 @@ def test_make_reproduce_with_a_litellm_model_string_names_its_key(tmp_path):
     assert "unknown model" not in res.stderr and not (REPO_DIR / "mlflow.db").exists()
 
 
-def test_oracle_dry_run_of_one_sweep_writes_tables(tmp_path):
+def oracle_dry_run(tmp_path, ablation: str) -> str:
+    """`make reproduce` of one ablation with the oracle on one tiny problem; its Markdown table."""
     cmd = [sys.executable, str(REPO_DIR / "pipelines" / "reproduce.py"), "--models", "oracle", "--backends", "cpu",
-           "--levels", "1", "--iterations", "2", "--ablations", "single_vs_iterative", "--",
-           "problems.names=[level1/1_ReLU]", *TINY]
+           "--levels", "1", "--iterations", "2", "--ablations", ablation, "--", "problems.names=[level1/1_ReLU]", *TINY]
     res = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=900)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    table = (tmp_path / "results" / "single_vs_iterative.md").read_text()
+    return (tmp_path / "results" / f"{ablation}.md").read_text()
+
+
+def test_oracle_dry_run_of_one_sweep_writes_tables(tmp_path):
+    table = oracle_dry_run(tmp_path, "single_vs_iterative")
     assert "| oracle† | cpu | 1 | iterative | 1 | 1/1 [1.00, 1.00] |" in table
     assert "| oracle† | cpu | 1 | single_shot | 1 | 1/1 [1.00, 1.00] |" in table
     # One oracle kernel timed in both arms (three timings): the caption says how much its timings varied.
@@ -71,12 +75,7 @@ def test_the_fourth_ablation_compares_the_chain_and_beam_search(tmp_path):
     """`make reproduce`'s iterative_vs_beam sweep runs both searches and tables them by loop mode."""
     from kforge.tables import ABLATIONS
     assert "iterative_vs_beam" in ABLATIONS
-    cmd = [sys.executable, str(REPO_DIR / "pipelines" / "reproduce.py"), "--models", "oracle", "--backends", "cpu",
-           "--levels", "1", "--iterations", "2", "--ablations", "iterative_vs_beam", "--",
-           "problems.names=[level1/1_ReLU]", *TINY]
-    res = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=900)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    table = (tmp_path / "results" / "iterative_vs_beam.md").read_text()
+    table = oracle_dry_run(tmp_path, "iterative_vs_beam")
     assert "| oracle† | cpu | 1 | beam | 1 | 1/1 [1.00, 1.00] |" in table
     assert "| oracle† | cpu | 1 | iterative | 1 | 1/1 [1.00, 1.00] |" in table
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
