@@ -312,3 +312,30 @@ def test_a_beam_job_killed_mid_tree_then_run_again_logs_each_node_once_and_verif
         assert sorted(steps) == sorted(set(steps)), (metric, steps)
     assert sorted(m.step for m in client.get_metric_history(again.info.run_id, "state_index")) == [0, 1, 2, 3, 4]
     assert {a.path for a in client.list_artifacts(again.info.run_id)} >= {f"iter_00{i}" for i in range(5)}
+
+
+def test_a_wave_cut_off_part_way_resumes_with_its_recorded_nodes_and_makes_the_rest(pool, relu):
+    """A stop can land while a wave's nodes are verified concurrently: some are recorded, the others not.
+    Resumed from nodes 0-2 of round 1's wave of three, the search makes node 3 and what follows, verifies
+    nothing it restored, and places every node where a search never cut off does."""
+    settings = dict(mode="beam", max_calls=7, width=3, beam=2, depth=3)
+    whole_steps = Steps()
+    whole = loop_of(BeamSearch, pool, KeyedModel(), **settings)
+    whole.observers = [whole_steps]
+    whole.run(relu)
+    kept = [s for s in whole_steps.steps if s.record.iteration <= 2]
+    state = LoopState(ProblemResult(relu, records=[s.record for s in kept]), next_iteration=3,
+                      kernels={s.record.iteration: (s.attempt.candidate.source, s.verdict, s.record) for s in kept})
+
+    model, steps = KeyedModel(), Steps()
+    loop = loop_of(BeamSearch, pool, model, **settings)
+    loop.observers = [steps]
+    verified = []
+    verify = loop.verifier.verify
+    loop.verifier.verify = lambda problem, cand, backend: verified.append(cand.source) or verify(problem, cand, backend)
+    result = loop.run(relu, resume=state)
+    assert model.calls == len(verified) == 4 and [s.record.iteration for s in steps.steps] == [3, 4, 5, 6]
+    assert not {s.attempt.candidate.source for s in kept} & set(verified)  # no restored kernel verified again
+    tree = lambda records: [(r.iteration, r.parent, r.depth, r.direction, r.phase, r.state) for r in records]
+    assert tree(result.records)[:5] == tree(s.record for s in whole_steps.steps)[:5]
+    assert [r.iteration for r in result.records] == list(range(7)) and all(r.depth == 2 for r in result.records[5:])
