@@ -23,7 +23,8 @@ A problem cut off mid-tree resumes mid-tree: the tree is walked again in the sam
 id was already recorded (`LoopState.kernels`, restored from MLflow) takes its recorded kernel, verdict and
 record instead of a model call and a verification, and is not logged again; its call still counts against
 the budget, so the walk goes on exactly where the first one stopped. Advisors are asked again for kept
-nodes (an analysis model's reply is replayed).
+nodes (a profiler profiles them again; an analysis model's reply is replayed), and a restored child keeps
+its recorded direction.
 """
 
 from __future__ import annotations

@@ -233,3 +233,109 @@ def test_a_tree_cut_off_mid_search_resumes_where_it_stopped(pool, relu):
     assert {r.iteration: (r.parent, r.depth, r.direction, r.state) for r in result.records if r.iteration < 5} == before
     assert all(r.depth == 2 and r.parent in (1, 2, 4) for r in result.records[5:])
     assert result.correct and repeat_of(result.best_code) in (40, 50)
+
+
+def test_a_beam_job_killed_mid_tree_then_run_again_logs_each_node_once_and_verifies_only_new_ones(
+        tmp_path: Path, pool, monkeypatch):
+    """Through the pipeline and MLflow: SIGTERM lands as round 2 starts (nodes 0-2 recorded). The same
+    command again takes nodes 0-2 from the run's iter_NNN/ files (no model call, no verification, no second
+    log) and makes round 2's two nodes: the same tree and the same five calls as a job never cut off.
+    width=2 keeps the tree free of timing noise: round 1's two correct children (REPEAT 190 and 50, four
+    times apart) both survive, so round 2's parents do not depend on a close race."""
+    import os
+    import signal
+
+    import mlflow
+
+    import kforge.pipeline
+
+    settings = ("loop=beam", "loop.max_calls=5", "loop.width=2", "loop.beam=2", "loop.depth=2")
+
+    def tree(records):
+        return [(r.iteration, r.parent, r.depth, r.direction, r.phase, r.state) for r in records]
+
+    whole_model = KeyedModel()
+    (whole,) = run(config(tmp_path / "whole", *settings), llm=whole_model, pool=pool).results
+    assert whole_model.calls == 5 and [r.iteration for r in whole.records] == [0, 1, 2, 3, 4]
+    assert [(r.parent, r.depth) for r in whole.records[3:]] == [(2, 2), (1, 2)]  # the fast branch first
+
+    class SignalsMidTree(KeyedModel):
+        """A scheduler's SIGTERM as round 2's calls start; those calls end once the job has stopped, so
+        neither of round 2's nodes is verified."""
+
+        loop, asked = None, 0
+
+        def complete(self, messages, context=None):
+            with self._lock:  # counted here, before the wait: round 2's two calls race, one signal only
+                self.asked += 1
+                nth = self.asked
+            if nth == 4:
+                os.kill(os.getpid(), signal.SIGTERM)
+            if nth >= 4:
+                assert self.loop.stop.wait(30), "SIGTERM did not stop the job"
+            return super().complete(messages, context)
+
+    cut_model = SignalsMidTree()
+
+    class Seen(BeamSearch):  # the job's loop, for its stop event
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            cut_model.loop = self
+
+    with monkeypatch.context() as m:
+        m.setattr(kforge.pipeline, "BeamSearch", Seen)
+        cut = run(config(tmp_path / "cut", *settings), llm=cut_model, pool=pool)
+    assert cut.interrupted and cut.results == []
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path}/cut/mlflow.db")
+    (problem_run,) = client.search_runs([client.get_experiment_by_name("kforge").experiment_id],
+                                        "tags.`kforge.kind` = 'problem'")
+    assert problem_run.info.status == "KILLED"
+    assert sorted(m.step for m in client.get_metric_history(problem_run.info.run_id, "state_index")) == [0, 1, 2]
+
+    model = KeyedModel()
+    (resumed,) = run(config(tmp_path / "cut", *settings), llm=model, pool=pool).results
+    # Only round 2's nodes were asked of the model and verified; the budget ends where the whole job's did.
+    assert model.calls == 2 and 3 + model.calls == whole_model.calls
+    parents = client.search_runs([client.get_experiment_by_name("kforge").experiment_id],
+                                 "tags.`kforge.kind` = 'sweep-job'", order_by=["attributes.start_time DESC"])
+    assert parents[0].data.metrics["verifications"] == 2
+    # The same tree as the job never cut off, each node once, in id order.
+    assert tree(resumed.records) == tree(whole.records)
+    # 50 against 40 may time either way (as in the first test); the restored node 2 competes as recorded.
+    assert (repeat_of(resumed.best_code), resumed.best_iteration) in ((40, 3), (50, 2))
+    assert [r.iteration for r in resumed.records if r.is_best][-1] == resumed.best_iteration
+    (again,) = client.search_runs([client.get_experiment_by_name("kforge").experiment_id],
+                                  "tags.`kforge.kind` = 'problem'")
+    assert again.info.run_id == problem_run.info.run_id and again.info.status == "FINISHED"
+    for metric in ("state_index", "parent", "depth"):  # every step logged once: nothing twice
+        steps = [m.step for m in client.get_metric_history(again.info.run_id, metric)]
+        assert sorted(steps) == sorted(set(steps)), (metric, steps)
+    assert sorted(m.step for m in client.get_metric_history(again.info.run_id, "state_index")) == [0, 1, 2, 3, 4]
+    assert {a.path for a in client.list_artifacts(again.info.run_id)} >= {f"iter_00{i}" for i in range(5)}
+
+
+def test_a_wave_cut_off_part_way_resumes_with_its_recorded_nodes_and_makes_the_rest(pool, relu):
+    """A stop can land while a wave's nodes are verified concurrently: some are recorded, the others not.
+    Resumed from nodes 0-2 of round 1's wave of three, the search makes node 3 and what follows, verifies
+    nothing it restored, and places every node where a search never cut off does."""
+    settings = dict(mode="beam", max_calls=7, width=3, beam=2, depth=3)
+    whole_steps = Steps()
+    whole = loop_of(BeamSearch, pool, KeyedModel(), **settings)
+    whole.observers = [whole_steps]
+    whole.run(relu)
+    kept = [s for s in whole_steps.steps if s.record.iteration <= 2]
+    state = LoopState(ProblemResult(relu, records=[s.record for s in kept]), next_iteration=3,
+                      kernels={s.record.iteration: (s.attempt.candidate.source, s.verdict, s.record) for s in kept})
+
+    model, steps = KeyedModel(), Steps()
+    loop = loop_of(BeamSearch, pool, model, **settings)
+    loop.observers = [steps]
+    verified = []
+    verify = loop.verifier.verify
+    loop.verifier.verify = lambda problem, cand, backend: verified.append(cand.source) or verify(problem, cand, backend)
+    result = loop.run(relu, resume=state)
+    assert model.calls == len(verified) == 4 and [s.record.iteration for s in steps.steps] == [3, 4, 5, 6]
+    assert not {s.attempt.candidate.source for s in kept} & set(verified)  # no restored kernel verified again
+    tree = lambda records: [(r.iteration, r.parent, r.depth, r.direction, r.phase, r.state) for r in records]
+    assert tree(result.records)[:5] == tree(s.record for s in whole_steps.steps)[:5]
+    assert [r.iteration for r in result.records] == list(range(7)) and all(r.depth == 2 for r in result.records[5:])
