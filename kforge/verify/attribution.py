@@ -18,6 +18,7 @@ The same profile says which PyTorch operators the reference and the candidate ra
 
 from __future__ import annotations
 
+import bisect
 import ctypes
 import ctypes.util
 import functools
@@ -40,33 +41,46 @@ _TORCH = re.compile(r"\bat::|\bc10::|^triton_(?:poi|red|per|tem|for|unk)_|^Memcp
 
 
 # -- symbols of the candidate's extensions -------------------------------------------------------------
-def elf_functions(path: str) -> set[str]:
-    """Mangled names of the functions a 64-bit ELF shared object defines (.symtab, else .dynsym)."""
+_SYMBOL = {"<": struct.Struct("<IBBHQQ"), ">": struct.Struct(">IBBHQQ")}  # Elf64_Sym
+
+
+def _defined(path: str) -> list[tuple[bytes, list[int]]]:
+    """Per symbol table of a 64-bit ELF shared object (.symtab, else .dynsym): its string table and the
+    sorted offsets in it of the names of the functions the object defines."""
     try:
         with open(path, "rb") as fh:
             data = fh.read()
     except OSError:
-        return set()
+        return []
     if data[:4] != b"\x7fELF" or data[4] != 2:
-        return set()
+        return []
     end = "<" if data[5] == 1 else ">"
     (shoff,) = struct.unpack_from(end + "Q", data, 0x28)
     shentsize, shnum = struct.unpack_from(end + "HH", data, 0x3A)
     sections = [struct.unpack_from(end + "IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
-    names: set[str] = set()
+    sym = _SYMBOL[end]
     for wanted in (2, 11):  # SHT_SYMTAB, SHT_DYNSYM
+        tables = []
         for _, typ, _, _, off, size, link, _, _, entsize in sections:
-            if typ != wanted or not entsize:
+            if typ != wanted or entsize != sym.size:
                 continue
-            strtab = sections[link][4]
-            for j in range(size // entsize):
-                st_name, st_info, _, st_shndx, _, _ = struct.unpack_from(end + "IBBHQQ", data, off + j * entsize)
-                if st_info & 0xF == 2 and st_shndx != 0:  # a defined function
-                    start = strtab + st_name
-                    names.add(data[start:data.index(b"\0", start)].decode(errors="replace"))
-        if names:
-            break
-    return names
+            strtab = sections[link]
+            rows = sym.iter_unpack(memoryview(data)[off:off + size - size % sym.size])
+            starts = sorted({name for name, info, _, shndx, _, _ in rows if info & 0xF == 2 and shndx != 0})
+            if starts:  # a defined function (STT_FUNC, not SHN_UNDEF)
+                tables.append((data[strtab[4]:strtab[4] + strtab[5]], starts))
+        if tables:
+            return tables
+    return []
+
+
+def _name(table: bytes, start: int) -> str:
+    return table[start:table.index(b"\0", start)].decode(errors="replace")
+
+
+def elf_functions(path: str) -> set[str]:
+    """Mangled names of the functions a 64-bit ELF shared object defines (.symtab, else .dynsym)."""
+    return {_name(table, s) for table, starts in _defined(path) for s in starts}
 
 
 @functools.lru_cache(maxsize=1)
@@ -97,13 +111,54 @@ def demangle(name: str) -> str:
 
 
 #: Mangled names from the headers every extension includes (ATen, c10, torch, std, pybind11, CUB, Thrust):
-#: thousands of inline instantiations that are not the candidate's kernels; skipping them keeps this ~10 ms.
+#: thousands of inline instantiations that are not the candidate's kernels.
 _HEADER_SYMBOLS = re.compile(r"^_ZN?K?(?:2at|3c10|5torch|St|8pybind11|9__gnu_cxx|3cub|6thrust)|^_ZSt|^_GLOBAL__|^__")
 
 
-def candidate_symbols(so_paths: list[str]) -> set[str]:
-    """Demangled names of the functions the candidate's extensions define, kernels among them."""
-    return {demangle(n) for p in dict.fromkeys(so_paths) for n in elf_functions(p) if not _HEADER_SYMBOLS.match(n)}
+_IDENT = re.compile(r"[A-Za-z_]\w*")
+_KEYWORDS = frozenset("void bool char short int long float double signed unsigned const volatile struct class enum "
+                      "typename".split())
+#: A kernel in these namespaces could never be the candidate's: its symbol is one `_HEADER_SYMBOLS` skips.
+_HEADER_KERNEL = re.compile(r"^(?:void )?(?:at|c10|torch|std|pybind11|__gnu_cxx|cub|thrust)::")
+
+
+def _keys(name: str) -> set[bytes]:
+    """Byte strings one of which the mangled symbol of a function Kineto calls ``name`` must hold: its own
+    identifier spelled ``<length><identifier>`` (any identifier of the name that is no keyword and no
+    qualifier, as a function's own never is), or the name itself for an ``extern "C"`` one."""
+    keys = {f"{len(m[0])}{m[0]}".encode() for m in _IDENT.finditer(name)
+            if m[0] not in _KEYWORDS and not name.startswith("::", m.end())}
+    return keys | {name.encode()}
+
+
+def candidate_symbols(so_paths: list[str], kernels) -> set[str]:
+    """The kernels among ``kernels`` (named as Kineto names them: demangled) that the candidate's extensions
+    define.
+
+    Only a function whose mangled name could be one of them is demangled (see `_keys`): a CUDA extension
+    defines thousands of functions (nvcc's stubs, pybind11, inline ATen), and demangling them all cost
+    50 ms of each verification on an H100."""
+    wanted = {n for n in kernels if not _HEADER_KERNEL.match(n)}
+    if not wanted:
+        return set()
+    keys = set().union(*map(_keys, wanted))
+    found: set[str] = set()
+    for path in dict.fromkeys(so_paths):
+        for table, starts in _defined(path):
+            seen: set[int] = set()
+            for key in keys:
+                pos = table.find(key)
+                while pos >= 0:
+                    # the string holding this hit, and the function names inside it (a linker may point a
+                    # name at the tail of a longer string)
+                    first = bisect.bisect_left(starts, table.rfind(b"\0", 0, pos) + 1)
+                    seen.update(starts[first:bisect.bisect_right(starts, pos)])
+                    pos = table.find(key, pos + 1)
+            for start in seen:
+                name = _name(table, start)
+                if not _HEADER_SYMBOLS.match(name) and (plain := demangle(name)) in wanted:
+                    found.add(plain)
+    return found
 
 
 def origin_of(name: str, own: set[str]) -> str:
@@ -166,12 +221,11 @@ def _ops(events, cuda: bool) -> dict[str, dict[str, list[float]]]:
     return out
 
 
-def attribute(events, cuda: bool, own_symbols: set[str], triton_names: set[str]) -> tuple[Attribution, dict]:
+def attribute(events, cuda: bool, so_paths: list[str], triton_names: set[str]) -> tuple[Attribution, dict]:
     """The candidate section's attribution from a profile's function events, and the operator tables of both
-    sections (for `replayed`)."""
+    sections (for `replayed`). ``so_paths``: the candidate's extensions; ``triton_names``: its Triton kernels."""
     from torch.autograd import DeviceType
     events = list(events)
-    own = set(own_symbols) | set(triton_names)
     uses: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0])
     if cuda:
         ranges = {e.name: (e.time_range.start, e.time_range.end) for e in events
@@ -180,10 +234,10 @@ def attribute(events, cuda: bool, own_symbols: set[str], triton_names: set[str])
         device = [e for e in events if e.device_type == DeviceType.CUDA]
         calls = [(e.time_range.start, e.time_range.end) for e in device
                  if e.name.startswith("kforge::") and e.name not in (REFERENCE, CANDIDATE)]
-        for e in device:
+        ran = [e for e in device if not e.name.startswith("kforge") and lo <= e.time_range.start <= hi]
+        own = candidate_symbols(so_paths, {e.name for e in ran}) | set(triton_names)
+        for e in ran:
             start = e.time_range.start
-            if e.name.startswith("kforge") or not lo <= start <= hi:
-                continue
             origin = origin_of(e.name, own)
             if origin == "unknown" and any(a <= start <= b for a, b in calls):
                 origin = "candidate"  # launched inside one of the candidate's calls, by no known library

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..sandbox.harness import Harness, HarnessVerdict, first_line
 from ..sandbox.settings import Swap
-from .attribution import CANDIDATE, REFERENCE, attribute, candidate_symbols, replayed
+from .attribution import CANDIDATE, REFERENCE, attribute, replayed
 from .compare import Mismatch, as_outputs, check_degenerate, check_structure, compare_tensor
 from .config import VerifyConfig
 from .verdict import Attribution
@@ -167,8 +167,8 @@ class Trials(Harness):
             self.recorder.stop()
             prof.__exit__(None, None, None)
         try:
-            symbols = candidate_symbols(self.recorder.so_paths) if cuda else set()
-            found, self._ops = attribute(prof.function_events, cuda, symbols, self.recorder.triton_names)
+            found, self._ops = attribute(prof.function_events, cuda, self.recorder.so_paths,
+                                         self.recorder.triton_names)
             found.notes = self.attribution.notes + found.notes
             self.attribution = found
         except Exception as exc:  # noqa: BLE001 - a profile we cannot read is a missing measurement, not a verdict

@@ -1,10 +1,16 @@
 """Attributing kernels to the candidate, PyTorch or a library, and spotting a reference re-run in PyTorch."""
 
 import ctypes.util
+import random
+import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
+import torch
 
-from kforge.verify.attribution import CANDIDATE, REFERENCE, demangle, elf_functions, origin_of, replayed, summarise
+from kforge.verify.attribution import (CANDIDATE, REFERENCE, _HEADER_KERNEL, _HEADER_SYMBOLS, candidate_symbols,
+                                       demangle, elf_functions, origin_of, replayed, summarise)
 
 # Names as Kineto reported them on an H100 (torch 2.11, CUDA 13).
 SEEN_ON_H100 = {
@@ -47,6 +53,60 @@ def test_elf_symbols_and_demangling():
     assert demangle("_Z12scale_kernelIfEvPT_S0_i") == "void scale_kernel<float>(float*, float, int)"
     assert demangle("not_mangled") == "not_mangled"
     assert elf_functions("/nonexistent.so") == set()
+
+
+def every_function(so: str) -> set[str]:
+    """What `candidate_symbols` must find: every function the object defines, demangled, that is no header's."""
+    return {demangle(n) for n in elf_functions(so) if not _HEADER_SYMBOLS.match(n)}
+
+
+EXTENSION = r"""
+namespace ops { template <typename T, int B> void softmax_kernel(const T* x, T* y, int n) { y[0] = x[n % B]; }
+                template void softmax_kernel<float, 256>(const float*, float*, int);
+                namespace { void hidden_kernel(float* x) { x[0] = 1; } }
+                void (*keep)(float*) = hidden_kernel; }
+void relu_kernel(const float* x, float* y, int n) { y[0] = x[n]; }
+void k(float* x) { x[0] = 0; }                        // a one-letter name
+void relu_kernel_v2(const float* x, float* y) { y[0] = x[0]; }  // a longer name holding another
+extern "C" void tri_relu(float* x) { x[0] = 2; }
+namespace at { namespace native { template <int N> void vectorized_elementwise_kernel(float* x) { x[0] = N; }
+                                   template void vectorized_elementwise_kernel<4>(float*); } }
+struct Half { unsigned short bits; };
+void cast_kernel(const Half* x, float* y) { y[0] = x[0].bits; }
+""" + "".join(f"float noise_{i}(float x) {{ return x * {i}; }}\n" for i in range(300))
+
+
+def test_candidate_symbols_finds_what_demangling_everything_finds(tmp_path: Path):
+    """The candidate's kernels among a profile's names: found by demangling only the symbols that could be one
+    of them, with the same answer as demangling every function the object defines."""
+    if not shutil.which("g++"):
+        pytest.skip("no g++ to build a shared object")
+    (tmp_path / "ext.cpp").write_text(EXTENSION)
+    so = str(tmp_path / "ext.so")
+    subprocess.run(["g++", "-shared", "-fPIC", "-O1", "-o", so, str(tmp_path / "ext.cpp")], check=True)
+    everything = every_function(so)
+    profiled = everything | {"relu_kernel(float const*, float*, long)", "void softmax_kernel<float, 128>(float const*, "
+                             "float*, int)", "tri_relu2", "Memset (Device)", "void at::native::vectorized_elementwise_"
+                             "kernel<4>(float*)", "void at::native::vectorized_elementwise_kernel<4, at::native::"
+                             "FillFunctor<float>, std::array<char*, 1ul> >(int, at::native::FillFunctor<float>)"}
+    found = candidate_symbols([so, so], profiled)
+    assert found == {n for n in everything if not _HEADER_KERNEL.match(n)}
+    assert {"relu_kernel(float const*, float*, int)", "void ops::softmax_kernel<float, 256>(float const*, float*, int)",
+            "ops::(anonymous namespace)::hidden_kernel(float*)", "k(float*)", "tri_relu", "cast_kernel(Half const*, "
+            "float*)", "relu_kernel_v2(float const*, float*)"} <= found
+    assert candidate_symbols([so], {"relu_kernel(float const*, float*, int)"}) == {"relu_kernel(float const*, float*, "
+                                                                                  "int)"}
+    assert candidate_symbols([so], set()) == set() and candidate_symbols(["/nonexistent.so"], profiled) == set()
+
+
+def test_candidate_symbols_on_a_large_real_object():
+    """PyTorch's own Python bindings (34k functions): a sample of their names is found as demangling all finds."""
+    so = Path(torch.__file__).parent / "lib" / "libtorch_python.so"
+    if not so.exists():
+        pytest.skip("no libtorch_python.so in this torch")
+    everything = sorted(n for n in every_function(str(so)) if not _HEADER_KERNEL.match(n))
+    sample = set(random.Random(0).sample(everything, 300))
+    assert candidate_symbols([str(so)], sample | {"relu_kernel(float const*, float*, int)"}) == sample
 
 
 def test_summary_shares_and_top():

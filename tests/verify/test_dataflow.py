@@ -88,3 +88,23 @@ def test_an_operator_the_candidate_registered_counts_as_its_kernel():
     lib.impl("twice", lambda x: x * 2, "CPU")
     x = torch.randn(8)
     assert traced(lambda f: torch.ops.kforge_test_flow.twice(x)) is True
+
+
+def test_fingerprints_see_any_changed_byte_of_any_storage():
+    """One changed byte anywhere in a storage (8-byte aligned or not, whole words or a tail) changes its
+    fingerprint and changing it back restores it (a storage is only ever compared with itself); swapped words
+    differ."""
+    flow = Dataflow(torch, lambda: None)
+    for nbytes in (1, 3, 4, 7, 8, 12, 4096 + 5):
+        for shift in (0, 1, 4):  # memory not at an 8-byte boundary: the storage's own pointer is misaligned
+            buf = bytearray(range(256)) * (nbytes // 256 + 1)
+            t = torch.frombuffer(buf, dtype=torch.uint8, count=nbytes - shift if nbytes > shift else nbytes,
+                                 offset=shift if nbytes > shift else 0)
+            before = flow.fingerprint(t)
+            for at in {0, t.numel() // 2, t.numel() - 1}:
+                t[at] += 1
+                assert flow.fingerprint(t) != before, (nbytes, shift, at)
+                t[at] -= 1
+            assert flow.fingerprint(t) == before
+    words = torch.tensor([1, 2, 3, 4], dtype=torch.int32)
+    assert flow.fingerprint(words) != flow.fingerprint(torch.tensor([2, 1, 3, 4], dtype=torch.int32))
