@@ -81,9 +81,11 @@ def main() -> None:
     triton_cache.mkdir()
     os.environ["TRITON_CACHE_DIR"] = str(triton_cache)
     rows = []
-    with WorkerPool(build_cache=work / "cache") as pool:
+    skip = set(filter(None, args.skip.split(",")))
+    # Cold builds need a build cache of their own; without them the machine's (KFORGE_CACHE_DIR) serves,
+    # so kernels built before (`kforge build --oracle`) are not built again.
+    with WorkerPool(build_cache=None if "cold" in skip else work / "cache") as pool:
         verifier = Verifier(VerifyConfig(), pool=pool)
-        skip = set(filter(None, args.skip.split(",")))
         names = [n for n in args.problems.split(",") if n]
         problems = load_builtin(names=names or None, size=args.size)
         for bname in args.backends.split(","):
