@@ -77,10 +77,12 @@ def test_compile_reference_is_timed(verifier, relu):
     # The next candidate for the same problem reuses that median instead of compiling the reference again.
     again = verifier.verify(relu, candidate("cpu", "relu_explicit_include.py"), "cpu",
                             config=fast_config(compile_ref=True))
-    # (Its time relative to eager carries over: equal medians only when neither came from a cache on disk.)
     assert again.speedup_compile > 0 and "compile reference" not in again.phases, again.summary()
-    assert again.compile_ref.median_ms / again.ref.median_ms == pytest.approx(
-        v.compile_ref.median_ms / v.ref.median_ms, rel=1e-6)
+    if any("times it anew" in n for n in v.evidence.notes):  # a kept cache (KFORGE_TEST_CACHE) had it on disk:
+        assert again.compile_ref.median_ms / again.ref.median_ms == pytest.approx(  # its ratio to eager serves
+            v.compile_ref.median_ms / v.ref.median_ms, rel=1e-6)
+    else:
+        assert again.compile_ref == v.compile_ref
     assert any("compile_ref_reuse" in n for n in again.evidence.notes)
     fresh = verifier.verify(relu, candidate("cpu", "relu_ok.py"), "cpu",
                             config=fast_config(compile_ref=True, compile_ref_reuse=False))
