@@ -12,8 +12,9 @@ from kforge.verify import State, Verifier, WorkerPool
 from tests.helpers import candidate, fast_config
 
 
-def test_start_boots_every_worker_at_once_and_later_requests_reuse_them_and_time_is_booked(tmp_path):
-    with WorkerPool(gpus=[], build_workers=2, cpu_workers=1, build_cache=tmp_path / "cache") as pool:
+def test_start_boots_every_worker_at_once_and_later_requests_reuse_them_and_time_is_booked(cache_dir):
+    # The session's build cache: a fresh one would compile torch's headers again (a minute on 2 cores).
+    with WorkerPool(gpus=[], build_workers=2, cpu_workers=1, build_cache=cache_dir / "ext") as pool:
         pool.start(["build", "cpu"])
         assert sorted(pool.preloads()) == ["build-0", "build-1", "cpu-0"]
         started = {k: t["start"] for k, t in pool.time_s.items()}
@@ -83,9 +84,9 @@ def test_gpu_workers_warn_when_a_cuda_mps_daemon_would_serve_them(tmp_path, monk
             pool._env("cuda:0")  # no spare to lose
 
 
-def test_a_light_pool_leaves_the_compiler_stack_to_the_children_and_still_verifies(tmp_path):
+def test_a_light_pool_leaves_the_compiler_stack_to_the_children_and_still_verifies(cache_dir):
     # `kforge verify` runs one candidate: its workers skip importing dynamo, inductor and Triton up front.
-    with WorkerPool(gpus=[], build_workers=1, build_cache=tmp_path / "cache", light=True) as pool:
+    with WorkerPool(gpus=[], build_workers=1, build_cache=cache_dir / "ext", light=True) as pool:
         relu = resolve_problem("level1/1_ReLU", size="cpu")
         verifier = Verifier(fast_config(compile_ref=True), pool=pool)
         v = verifier.verify(relu, candidate("cpu", "relu_ok.py"), "cpu")
