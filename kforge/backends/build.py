@@ -105,6 +105,11 @@ class Builder:
         self.built: list[str] = []
         """Build directories this process compiled (not cache hits), for reporting."""
         self.hits: list[str] = []
+        self.failed: dict[str, str] = {}
+        """Build key -> compiler log of each build that failed here, whether or not the candidate caught it."""
+        self.known_failures: dict[str, str] = {}
+        """Build key -> compiler log of builds that failed earlier in this verification (its build phase):
+        they fail again at once instead of compiling again (the same source, flags and toolchain)."""
 
     # -- public -----------------------------------------------------------------------------------
     def install(self) -> None:
@@ -121,12 +126,19 @@ class Builder:
     def load_inline(self, name: str, cpp_sources: Any, cuda_sources: Any = None, **kwargs: Any):
         key = self.key(name, cpp_sources, cuda_sources, kwargs)
         build_dir = self.root / "builds" / key
+        if key in self.known_failures:
+            self.failed[key] = self.known_failures[key]
+            raise CompilationError(self.known_failures[key])
         with _locked(self.root / "builds" / f"{key}.lock"):
             module = self._load_cached(build_dir, name, kwargs)
             if module is not None:
                 self.hits.append(str(build_dir))
                 return module
-            module = self._build(build_dir, name, cpp_sources, cuda_sources, kwargs)
+            try:
+                module = self._build(build_dir, name, cpp_sources, cuda_sources, kwargs)
+            except CompilationError as exc:
+                self.failed[key] = exc.log
+                raise
             self.built.append(str(build_dir))
             return module
 

@@ -129,6 +129,8 @@ class Harness:
         self.clock = self.backend.make_clock(flush)  # trusted: made before any candidate code exists
         phase("setup: backend")
         self.backend.prepare(WorkerContext(cache_dir=self.req["cache_dir"], arch=self.req.get("arch")))
+        if getattr(self.backend, "builder", None) is not None:  # builds the build phase saw fail: not tried again
+            self.backend.builder.known_failures = dict(self.req.get("failed_builds") or {})
         from .recorder import Recorder
         self.recorder = Recorder()  # wraps what the backend installed, before the tripwire's snapshot
         self.recorder.install()

@@ -21,7 +21,7 @@ import contextlib
 from dataclasses import asdict
 from typing import Any
 
-from ..sandbox.harness import Harness, HarnessVerdict, first_line
+from ..sandbox.harness import Harness, HarnessVerdict, first_line, tail
 from ..sandbox.settings import Swap
 from .attribution import CANDIDATE, REFERENCE, attribute, replayed
 from .compare import Mismatch, as_outputs, check_degenerate, check_structure, compare_tensor
@@ -218,6 +218,8 @@ class Trials(Harness):
         if not self.cfg.require_kernel:
             return
         ran = self._own_kernels_ran()
+        if ran is False or a.output_from_kernel is False:
+            self._caught_build_failure()
         if ran is False:
             raise self._verdict("kernel_not_run", "the candidate's own kernels did not run in its forward: "
                                 + self._who())
@@ -238,6 +240,15 @@ class Trials(Harness):
         if ran is None and self.req.get("soft_findings"):
             f = self.req["soft_findings"][0]  # nothing measured: the static rules decide after all
             raise self._verdict(f["rule"], f"{f['message']} (and the run could not be measured)")
+
+    def _caught_build_failure(self) -> None:
+        """PyTorch did the work because the candidate's extension failed to build and its code caught the error
+        (a guarded load with a fallback): a compilation failure, with the compiler's words, not a cheat."""
+        builder = getattr(self.backend, "builder", None)
+        if builder is not None and builder.failed:
+            raise HarnessVerdict("compilation_failure", "the candidate's extension does not build; its code caught "
+                                 "the error and ran without its kernels",
+                                 evidence={"compiler_log": tail(next(iter(builder.failed.values())))})
 
     def _own_kernels_ran(self) -> bool | None:
         a = self.attribution

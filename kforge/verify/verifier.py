@@ -191,6 +191,10 @@ class Verifier:
         result = build.get("result") or {}
         build_info = {"built": result.get("built", []), "cached": result.get("cached", []),
                       "seconds": round(build.get("wall_s", 0.0), 3)}
+        failed = result.get("failed") if isinstance(result.get("failed"), dict) else {}
+        if failed:  # builds the candidate caught failing: the run fails them at once instead of compiling again
+            build_info["failed"] = len(failed)
+            request["failed_builds"] = {str(k): str(v) for k, v in failed.items()}
         if result.get("compile_error"):
             return Verdict(State.COMPILATION_FAILURE, "the candidate does not build",
                            evidence=Evidence(compiler_log=result["compile_error"]), build=build_info)

@@ -36,7 +36,8 @@ def build(req: dict[str, Any]) -> dict[str, Any]:
     backend.prepare(WorkerContext(cache_dir=req["cache_dir"], arch=req.get("arch"), build_only=True))
     phase("build")
     try:
-        import_file("candidate.py", "kforge_candidate")
+        with _reporting_the_device(backend):
+            import_file("candidate.py", "kforge_candidate")
     except CompilationError as exc:
         return {"compile_error": tail(exc.log)}
     except SyntaxError as exc:
@@ -45,7 +46,26 @@ def build(req: dict[str, Any]) -> dict[str, Any]:
     except BaseException:  # noqa: BLE001 - anything else is judged in the run phase, with a device
         return {"import_error": tail(traceback.format_exc())}
     b = backend.builder
-    return {"ok": True, "built": list(b.built) if b else [], "cached": list(b.hits) if b else []}
+    return {"ok": True, "built": list(b.built) if b else [], "cached": list(b.hits) if b else [],
+            "failed": {k: tail(log) for k, log in b.failed.items()} if b else {}}
+
+
+@contextlib.contextmanager
+def _reporting_the_device(backend):
+    """Models often build only ``if torch.cuda.is_available()``; this process hides the GPU, so it says there is
+    one while the candidate imports, or such a build would wait for the run, holding the GPU for its minute
+    of compiling (seen with published KernelBench kernels). Code that then touches the device fails here and
+    is judged in the run."""
+    if backend.device != "cuda":
+        yield
+        return
+    import torch
+    real = torch.cuda.is_available
+    torch.cuda.is_available = lambda: True
+    try:
+        yield
+    finally:
+        torch.cuda.is_available = real
 
 
 def run(req: dict[str, Any]) -> dict[str, Any]:

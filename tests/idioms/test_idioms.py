@@ -35,12 +35,23 @@ def test_cpu_idiom(pool, path):
         assert v.kernel_share is not None and v.kernel_share > 0 and v.attribution.output_from_kernel, v.summary()
 
 
+def test_a_build_the_candidate_caught_failing_is_reported_and_not_compiled_again(pool):
+    """The build phase saw the extension fail (the candidate caught it); the run phase is told, fails the same
+    build at once with the same compiler log, and the verdict is the compilation failure."""
+    v = check(pool, HERE / "cpu" / "d_guarded_load_build_fails.py", "cpu", "cpu")
+    assert v.build["failed"] == 1 and v.build["built"] == [], v.build
+    assert "expected" in v.evidence.compiler_log and v.phases.get("load", 0) < 1, v.phases
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("path", cases("cuda"), ids=lambda p: p.stem)
 def test_cuda_idiom(pool, path):
     v = check(pool, path, "cuda", "gpu")
     if header(path)["expect"] == "correct":
         assert v.kernel_share is not None and v.kernel_share > 0, v.summary()
+    if path.stem in ("h_load_if_cuda_available", "d_guarded_load_build_fails"):
+        # Built only `if torch.cuda.is_available()`: the build phase (no GPU visible) still tried it.
+        assert v.build["built"] or v.build["cached"] or v.build.get("failed"), v.build
 
 
 @pytest.mark.gpu
