@@ -1,9 +1,10 @@
 """The harness that runs inside a freshly forked worker process, one candidate per process.
 
 It serves the verifier's request kinds (registered in `kforge.verify.verifier`): ``build`` (import the
-candidate with no GPU visible, so its extensions compile in the CPU build pool), ``run`` (correctness
-trials then timing) and ``audit`` (the problem alone). The process exits after one request, so nothing a
-candidate changes — patched functions, leaked threads, a broken CUDA context — reaches the next verdict.
+candidate with no GPU visible, and construct it if it builds in ``__init__``, so its extensions compile
+in the CPU build pool), ``run`` (correctness trials then timing) and ``audit`` (the problem alone). The
+process exits after one request, so nothing a candidate changes — patched functions, leaked threads, a
+broken CUDA context — reaches the next verdict.
 
 Order inside ``run``: trusted clocks and functions are captured, the reference is built, and only
 then is candidate code imported. Each correctness trial draws fresh inputs from a secret seed, runs
@@ -37,7 +38,8 @@ def build(req: dict[str, Any]) -> dict[str, Any]:
     phase("build")
     try:
         with _reporting_the_device(backend):
-            import_file("candidate.py", "kforge_candidate")
+            module = import_file("candidate.py", "kforge_candidate")
+            _construct_for_its_builds(module, backend.builder)
     except CompilationError as exc:
         return {"compile_error": tail(exc.log)}
     except SyntaxError as exc:
@@ -48,6 +50,37 @@ def build(req: dict[str, Any]) -> dict[str, Any]:
     b = backend.builder
     return {"ok": True, "built": list(b.built) if b else [], "cached": list(b.hits) if b else [],
             "failed": {k: tail(log) for k, log in b.failed.items()} if b else {}}
+
+
+def _construct_for_its_builds(module, builder) -> None:
+    """A candidate that built nothing on import but builds extensions at all most often builds them in
+    ``ModelNew.__init__`` (an extension on ``self``); construct it once, on the CPU, so that build runs here
+    in the build pool and the run finds it cached, instead of compiling for a minute on the GPU slot (seen
+    with published RL-written kernels). A build failing here is the candidate's compilation failure; any
+    other error (a tensor put on the hidden GPU, say) is left for the run to judge, with a device."""
+    from ..backends.build import CompilationError
+    if builder is None or builder.built or builder.hits or builder.failed or not hasattr(module, "ModelNew"):
+        return
+    if not _builds_extensions(getattr(module, "__file__", None) or "candidate.py"):
+        return
+    import torch
+    try:
+        reference = import_file("problem.py", "kforge_reference")
+        torch.random.manual_seed(0)
+        with torch.device("cpu"), torch.no_grad():
+            module.ModelNew(*list(reference.get_init_inputs()))
+    except CompilationError:
+        raise
+    except BaseException:  # noqa: BLE001 - judged in the run, where the model is built on its device
+        pass
+
+
+def _builds_extensions(path: str) -> bool:
+    try:
+        text = open(path, encoding="utf-8", errors="replace").read()
+    except OSError:
+        return False
+    return "load_inline" in text or "cpp_extension" in text
 
 
 @contextlib.contextmanager

@@ -33,6 +33,9 @@ def test_cpu_idiom(pool, path):
     v = check(pool, path, "cpu", "cpu")
     if header(path)["expect"] == "correct":
         assert v.kernel_share is not None and v.kernel_share > 0 and v.attribution.output_from_kernel, v.summary()
+    if path.stem == "h_load_in_init":
+        # Built in ModelNew.__init__: the build phase constructs the model once, so the pool builds it.
+        assert v.build["built"] or v.build["cached"], v.build
 
 
 def test_a_build_the_candidate_caught_failing_is_reported_and_not_compiled_again(pool):
@@ -49,9 +52,11 @@ def test_cuda_idiom(pool, path):
     v = check(pool, path, "cuda", "gpu")
     if header(path)["expect"] == "correct":
         assert v.kernel_share is not None and v.kernel_share > 0, v.summary()
-    if path.stem in ("h_load_if_cuda_available", "d_guarded_load_build_fails"):
-        # Built only `if torch.cuda.is_available()`: the build phase (no GPU visible) still tried it.
+    if path.stem in ("h_load_if_cuda_available", "d_guarded_load_build_fails", "h_load_in_init"):
+        # Built only `if torch.cuda.is_available()` or in __init__: the build phase (no GPU visible) still tried it.
         assert v.build["built"] or v.build["cached"] or v.build.get("failed"), v.build
+    if path.stem == "h_init_on_device_then_load":  # constructing it without a GPU fails before the build
+        assert not (v.build["built"] or v.build["cached"]), v.build
 
 
 @pytest.mark.gpu
@@ -60,3 +65,51 @@ def test_triton_idiom(pool, path):
     v = check(pool, path, "triton", "gpu")
     if header(path)["expect"] == "correct":
         assert v.kernel_share is not None and v.kernel_share > 0, v.summary()
+
+
+INIT_RAISES = """
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        raise RuntimeError("kf-init-raised")
+        self.ext = load_inline(name="kf_never", cpp_sources=["int f() { return 1; }"], functions=["f"])
+
+    def forward(self, x):
+        return self.ext.f(x)
+"""
+
+INIT_BUILD_FAILS = """
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+SRC = "torch::Tensor relu_forward(torch::Tensor x) { return x.clamp_min(0) }"
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ext = load_inline(name="kf_idiom_init_typo", cpp_sources=[SRC], functions=["relu_forward"])
+
+    def forward(self, x):
+        return self.ext.relu_forward(x)
+"""
+
+
+def test_constructing_the_model_in_the_build_phase_leaves_other_errors_to_the_run(pool, tmp_path):
+    path = tmp_path / "init_raises.py"
+    path.write_text("# expect: runtime_error\n" + INIT_RAISES)
+    v = check(pool, path, "cpu", "cpu")
+    assert "kf-init-raised" in (v.evidence.traceback or v.message) and not v.build.get("failed"), v.summary()
+
+
+def test_a_build_failing_in_init_fails_in_the_build_phase(pool, tmp_path):
+    path = tmp_path / "init_build_fails.py"
+    path.write_text("# expect: compilation_failure\n" + INIT_BUILD_FAILS)
+    v = check(pool, path, "cpu", "cpu")
+    assert "expected" in v.evidence.compiler_log and "load" not in (v.phases or {}), (v.phases, v.summary())
