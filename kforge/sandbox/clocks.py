@@ -29,7 +29,7 @@ class CpuClock:
     def flush(self) -> None:
         """CPU inputs are rotated between rounds instead of flushing the caches."""
 
-    def time(self, fn: Callable[[], Any]) -> tuple[float, float, Any]:
+    def time(self, fn: Callable[[], Any], settled: bool = False) -> tuple[float, float, Any]:
         t0 = self._perf()
         out = fn()
         t1 = self._perf()
@@ -69,17 +69,24 @@ class CudaClock:
         if self._flush_buf is not None:
             self._zero(self._flush_buf)
 
-    def time(self, fn: Callable[[], Any]) -> tuple[float, float, Any]:
+    def time(self, fn: Callable[[], Any], settled: bool = False) -> tuple[float, float, Any]:
         """Time one call with L2 flushed first.
 
         The flush is queued, not waited for, before the start event (as triton's do_bench does): the
         GPU is still busy with it while the host makes the call, so the events time the kernels and not
         the Python launch path in front of them. With no flush, the host's launch latency is included.
+        ``settled`` waits for the flush before the start event, for a call that launches on a side stream
+        of its own: such work waits for nothing on the timed stream, so it would otherwise run beside the
+        flush, before the start event (the launch latency is then timed too, which only costs the call).
+        Its host time then starts after the flush, so it holds the call's own work and nothing else.
         """
         self._sync()
         h0 = self._perf()
         if self._flush_buf is not None:
             self._zero(self._flush_buf)
+        if settled:
+            self._sync()
+            h0 = self._perf()
         self._record(self._start, self._stream)
         out = fn()
         self._record(self._end, self._stream)

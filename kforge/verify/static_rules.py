@@ -32,8 +32,19 @@ MEASUREMENT_PROBES = {"_python_dispatch", "_get_dispatch_mode", "_get_current_di
 INTROSPECTION_ATTRS = {"_getframe", "f_back", "f_globals", "f_locals", "__subclasses__", "__code__", "__globals__",
                        "__closure__", "modules", "settrace", "setprofile", "__builtins__", "gi_frame", "tb_frame"}
 OS_PROCESS = {"fork", "system", "popen", "spawnl", "spawnv", "execv", "execve", "kill", "posix_spawn", "forkpty"}
-CPP_THREADS = re.compile(r"std::thread|std::async|pthread_create|cudaStreamCreate|cudaLaunchHostFunc|"
+CPP_THREADS = re.compile(r"std::thread|std::async|pthread_create|cudaLaunchHostFunc|"
                          r"cudaStreamAddCallback|#include\s*<thread>|#include\s*<future>")
+# Streams of the candidate's own. Models use them honestly and wait for them; work on one that nobody waits
+# for escapes the timed stream. A candidate that has any is timed with the device settled (see own_streams).
+PY_STREAMS = ("torch.cuda.Stream", "torch.cuda.stream", "torch.cuda.set_stream", "torch.cuda.ExternalStream",
+              "torch.cuda.StreamContext", "torch.Stream", "torch.cuda.streams.Stream")
+CPP_STREAMS = re.compile(r"getStreamFromPool|cudaStreamCreate\w*|setCurrentCUDAStream|getStreamFromExternal|"
+                         r"CUDAStreamGuard")
+# Joining a stream back: the calling stream (or the host) waits for its work.
+STREAM_JOINS = re.compile(r"\.wait_stream\s*\(|\.wait_event\s*\(|\bsynchronize\s*\(|cudaStreamSynchronize|"
+                          r"cudaStreamWaitEvent|cudaDeviceSynchronize|cudaEventSynchronize")
+# Streams that are the caller's own: `torch.cuda.stream(torch.cuda.current_stream())` changes nothing.
+CALLER_STREAMS = ("torch.cuda.current_stream", "torch.cuda.default_stream")
 CPP_ENV = re.compile(r"\bgetenv\s*\(|\benviron\b")
 # Raw descriptor writes and abrupt exits: the worker's reply pipe is a descriptor of the candidate's process.
 OS_DESCRIPTORS = {"write", "writev", "pwrite", "pwritev", "fdopen", "dup", "dup2", "_exit", "sendfile"}
@@ -207,6 +218,30 @@ def _monkey_patch(tree: ast.Module, source: str, backend: Backend, problem: Prob
     return out
 
 
+def _streams(tree: ast.Module, aliases: dict[str, str]) -> list[tuple[str, int | None]]:
+    """(what, line) for every stream the candidate makes or switches to, in Python or in its C++ sources."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and (_dotted(node.func, aliases) or "") in PY_STREAMS:
+            arg = node.args[0] if node.args else None
+            if isinstance(arg, ast.Call) and _dotted(arg.func, aliases) in CALLER_STREAMS:
+                continue  # the caller's own stream
+            out.append((_dotted(node.func, aliases), _line(node)))
+    for text in _strings(tree):
+        if m := CPP_STREAMS.search(text):
+            out.append((f"the kernel source's {m.group(0)}", None))
+    return out
+
+
+def own_streams(source: str) -> bool:
+    """Whether the candidate runs work on streams of its own: the run then times it with the device settled."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return False
+    return bool(_streams(tree, _aliases(tree)))
+
+
 @rule("threads_processes")
 def _threads(tree: ast.Module, source: str, backend: Backend, problem: Problem | None) -> list[Finding]:
     aliases = _aliases(tree)
@@ -217,9 +252,16 @@ def _threads(tree: ast.Module, source: str, backend: Backend, problem: Problem |
             d = _dotted(node.func, aliases) or ""
             if d.startswith("os.") and d.split(".")[1] in OS_PROCESS:
                 out.append(Finding("threads_processes", f"calls {d}", _line(node)))
-            if d in ("torch.cuda.Stream", "torch.cuda.stream", "torch.cuda.set_stream", "torch.cuda.ExternalStream") \
-                    or d.endswith(".cuda.Stream"):
-                out.append(Finding("threads_processes", f"uses {d}: work on a side stream is not timed", _line(node)))
+    # A stream joined back is judged at run time (the output read on the calling stream, event time against
+    # host time); whether *this* join is reached cannot be read from the source, so one join anywhere will do.
+    joined = STREAM_JOINS.search(source) is not None
+    for what, line in _streams(tree, aliases):
+        if joined:
+            out.append(Finding("threads_processes", f"uses {what} and joins it back: allowed; timed with the device "
+                               "idle at the start event, and its output read on the calling stream", line, "warn"))
+        else:
+            out.append(Finding("threads_processes", f"uses {what} and never waits for it: work on a side stream is "
+                               "not timed", line))
     for text in _strings(tree):
         m = CPP_THREADS.search(text)
         if m:

@@ -25,6 +25,7 @@ from ..sandbox.gpus import arch_of
 from ..sandbox.pool import WorkerLost, WorkerPool
 from .config import VerifyConfig
 from .static import StaticConfig, check
+from .static_rules import own_streams
 from .verdict import Attribution, Evidence, State, TimingStats, Verdict
 
 
@@ -175,7 +176,8 @@ class Verifier:
         known_ref, ref_note = self._known_compile_ref(ref_key)
         run_cfg = replace(cfg, compile_ref=False) if known_ref else cfg
         request = {"problem": problem.to_dict(), "backend": backend.spec(), "config": run_cfg.to_dict(),
-                   "arch": self.arch(backend, kinds), "soft_findings": soft}
+                   "arch": self.arch(backend, kinds), "soft_findings": soft,
+                   "own_streams": own_streams(candidate.source)}
 
         section("checks")
         try:

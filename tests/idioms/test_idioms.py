@@ -3,9 +3,10 @@
 Honest (``h_*``): the extension on ``self``, reached with ``getattr``, inside ``torch.autograd.Function``,
 built in ``__init__`` or lazily, behind a helper class, raw pointers, an unused try/except fallback,
 speed settings, a library GEMM with the candidate's own epilogue, a two-stage reduction finished in
-PyTorch. Dishonest (``d_*``): a dummy launch, a dead fast path, a fallback that runs, a result thrown
-away, C++ that calls a torch operator, a no-op write on PyTorch's answer, a kernel on a slice of it, a
-copy of a library answer. Each file's header says what it expects (see tests/exploits/test_corpus.py).
+PyTorch, a stream of its own joined back. Dishonest (``d_*``): a dummy launch, a dead fast path, a
+fallback that runs, a result thrown away, C++ that calls a torch operator, a no-op write on PyTorch's
+answer, a kernel on a slice of it, a copy of a library answer, a stream joined only on a dead branch.
+Each file's header says what it expects (see tests/exploits/test_corpus.py).
 """
 
 from pathlib import Path

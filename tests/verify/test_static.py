@@ -8,8 +8,8 @@ from tests.helpers import candidate
 RELU = resolve_problem("level1/1_ReLU")
 
 
-def rules(source, **cfg):
-    return [(f.rule, f.severity) for f in check(source, get_backend("cpu"), RELU, StaticConfig(**cfg))]
+def rules(source, backend="cpu", **cfg):
+    return [(f.rule, f.severity) for f in check(source, get_backend(backend), RELU, StaticConfig(**cfg))]
 
 
 def test_honest_kernel_has_no_findings():
@@ -59,3 +59,69 @@ def test_kernel_source_writing_to_descriptors_is_denied_but_methods_named_write_
         assert ("environment", "deny") in rules(src), call
     for call in ("writer.write(buf);", "stream->write(buf);", "rewrite(buf);"):
         assert rules(honest.replace("return out;", call + "\n    return out;")) == [], call
+
+
+STREAM_MODEL = '''
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stream = torch.cuda.Stream() if torch.cuda.is_available() else None
+
+    def forward(self, x):
+        with torch.cuda.stream(self.stream):
+            y = self.ops.launch(x)
+{join}        return y
+'''
+
+
+def test_a_side_stream_joined_back_is_a_warning_and_one_never_waited_for_is_denied():
+    joined = rules(STREAM_MODEL.format(join="        torch.cuda.current_stream().wait_stream(self.stream)\n"),
+                   disabled=["no_kernel", "kernel_not_called"])
+    assert joined and set(joined) == {("threads_processes", "warn")}, joined
+    host_waits = rules(STREAM_MODEL.format(join="        self.stream.synchronize()\n"),
+                       disabled=["no_kernel", "kernel_not_called"])
+    assert set(host_waits) == {("threads_processes", "warn")}, host_waits
+    never = rules(STREAM_MODEL.format(join=""), disabled=["no_kernel", "kernel_not_called"])
+    assert ("threads_processes", "deny") in never, never
+
+
+def test_a_candidate_with_its_own_streams_is_timed_with_the_device_settled():
+    from kforge.verify.static_rules import own_streams
+    model = STREAM_MODEL.format(join="")
+    assert own_streams(model)
+    aliased = model.replace("import torch.nn as nn", "import torch.nn as nn\nfrom torch.cuda import Stream")
+    assert own_streams(aliased.replace("torch.cuda.Stream()", "Stream()").replace(
+        "with torch.cuda.stream(self.stream):", "if True:"))
+    assert own_streams('SRC = "auto s = at::cuda::getStreamFromPool();"')
+    assert not own_streams(candidate("cpu", "relu_ok.py"))
+    assert not own_streams("import torch\ntorch.cuda.current_stream().synchronize()")
+    # The caller's own stream is no stream of the candidate's.
+    assert not own_streams("import torch\nwith torch.cuda.stream(torch.cuda.current_stream()):\n    pass")
+
+
+CPP_STREAMS = """
+import torch
+from torch.utils.cpp_extension import load_inline
+SRC = r\"\"\"
+torch::Tensor two_halves(torch::Tensor x) {{
+    cudaStream_t s;
+    cudaStreamCreate(&s);
+    launch_half(x, 0, at::cuda::getCurrentCUDAStream());
+    launch_half(x, 1, s);
+{join}    return x;
+}}
+\"\"\"
+ext = load_inline(name="kf_two", cpp_sources=[""], cuda_sources=[SRC], functions=["two_halves"])
+"""
+
+
+def test_a_stream_made_in_cpp_is_judged_like_one_made_in_python():
+    joined = rules(CPP_STREAMS.format(join="    cudaStreamSynchronize(s);\n"), disabled=["kernel_not_called", "no_kernel"],
+                   backend="cuda")
+    assert set(joined) == {("threads_processes", "warn")}, joined
+    never = rules(CPP_STREAMS.format(join=""), disabled=["kernel_not_called", "no_kernel"], backend="cuda")
+    assert ("threads_processes", "deny") in never, never
