@@ -1,13 +1,15 @@
 """Loading a problem and a candidate inside a worker's child: the part verifying and profiling share.
 
 Order matters: numerics, device and the trusted clock are set up, the reference model is built, and
-only then is candidate code imported (with the tripwire's snapshot taken just before).
+only then is candidate code imported (with the tripwire's snapshot taken and the write guard installed
+just before).
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib.util
+import os
 import random
 import secrets
 import sys
@@ -20,6 +22,7 @@ from typing import Any, Protocol
 from ..backends import WorkerContext, from_spec
 from ..problems import Problem
 from .clocks import l2_flush_bytes
+from .writeguard import WriteGuard, install_write_guard
 
 TAIL = 6000
 
@@ -105,6 +108,8 @@ class Harness:
         seed = self.cfg.seed
         self.rng = random.Random(seed) if seed is not None else secrets.SystemRandom()
         self.notes: list[str] = []
+        self.writes: WriteGuard | None = None
+        """Where the candidate may write (installed with its import)."""
 
     def draw(self) -> int:
         return self.rng.randrange(1 << 62)
@@ -172,6 +177,9 @@ class Harness:
 
     def _fail_exception(self, exc: BaseException, where: str) -> HarnessVerdict:
         from ..backends.build import CompilationError
+        refused = self.writes.finding() if self.writes is not None else None
+        if refused:  # the candidate failed because it was refused a write: that write is the verdict
+            return HarnessVerdict("cheat_detected", f"{refused[1]} ({where})", rule=refused[0])
         if isinstance(exc, CompilationError):
             return HarnessVerdict("compilation_failure", f"the candidate's extension does not build ({where})",
                             evidence={"compiler_log": tail(exc.log)})
@@ -189,6 +197,7 @@ class Harness:
     def load_candidate(self):
         from .tripwire import Tripwire
         self.tripwire = Tripwire(self.WATCHED)  # everything the harness set up is the baseline
+        self.writes = install_write_guard(os.getcwd(), self.req["cache_dir"])
         try:
             mod = import_file("candidate.py", "kforge_candidate")
         except BaseException as exc:  # noqa: BLE001 - SystemExit from a candidate is its error too
@@ -204,7 +213,7 @@ class Harness:
         return model
 
     def trip(self, where: str) -> None:
-        found = self.tripwire.check()
+        found = (self.writes.finding() if self.writes is not None else None) or self.tripwire.check()
         if found:
             raise HarnessVerdict("cheat_detected", f"{found[1]} ({where})", rule=found[0])
 

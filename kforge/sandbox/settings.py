@@ -26,7 +26,8 @@ NUMERICS = (("torch.backends.cuda.matmul", "allow_tf32"), ("torch.backends.cudnn
             ("torch.backends.cuda.matmul", "allow_bf16_reduced_precision_reduction"))
 #: Attributes a candidate may assign: they change speed, not results.
 NEUTRAL = (("torch.backends.cudnn", "benchmark"), ("torch.backends.cudnn", "deterministic"),
-           ("torch.backends.cudnn", "enabled"), ("torch.backends.mkldnn", "enabled"))
+           ("torch.backends.cudnn", "enabled"), ("torch.backends.cudnn", "benchmark_limit"),
+           ("torch.backends.mkldnn", "enabled"))
 #: SDPA backend switches: (getter, setter) on torch.backends.cuda.
 SDPA = (("flash_sdp_enabled", "enable_flash_sdp"), ("mem_efficient_sdp_enabled", "enable_mem_efficient_sdp"),
         ("math_sdp_enabled", "enable_math_sdp"), ("cudnn_sdp_enabled", "enable_cudnn_sdp"))

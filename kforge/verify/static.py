@@ -11,7 +11,7 @@ import ast
 import re
 from ..backends import Backend
 from ..problems import Problem
-from . import static_rules  # noqa: F401 - registers the rules, in the order they run
+from . import static_rules, static_surroundings  # noqa: F401 - register the rules, in the order they run
 from .config import StaticConfig  # noqa: F401 - its home is config.py; importable here as before
 from .findings import RULES, Finding
 

@@ -197,6 +197,9 @@ class Verifier:
         if failed:  # builds the candidate caught failing: the run fails them at once instead of compiling again
             build_info["failed"] = len(failed)
             request["failed_builds"] = {str(k): str(v) for k, v in failed.items()}
+        if result.get("refused_write"):  # see kforge.sandbox.writeguard
+            return Verdict(State.CHEAT_DETECTED, f"{result['refused_write']} (while building)", rule="environment",
+                           evidence=Evidence(findings=[f.to_dict() for f in findings]), build=build_info)
         if result.get("compile_error"):
             return Verdict(State.COMPILATION_FAILURE, "the candidate does not build",
                            evidence=Evidence(compiler_log=result["compile_error"]), build=build_info)

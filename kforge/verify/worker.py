@@ -17,6 +17,7 @@ output cache keyed by pointer or shape fails.
 from __future__ import annotations
 
 import contextlib
+import os
 import traceback
 from typing import Any
 
@@ -25,6 +26,7 @@ from ..cachefile import read_json, write_json
 from ..sandbox.harness import HarnessVerdict, first_line, import_file, phase, phase_times, tail
 from ..sandbox.quiet import take_quiet_lock
 from ..sandbox.settings import Swap
+from ..sandbox.writeguard import install_write_guard
 from .compare import as_outputs
 from .timing import Sampler
 from .trials import Trials
@@ -36,20 +38,24 @@ def build(req: dict[str, Any]) -> dict[str, Any]:
     backend = from_spec(req["backend"])
     backend.prepare(WorkerContext(cache_dir=req["cache_dir"], arch=req.get("arch"), build_only=True))
     phase("build")
+    guard = install_write_guard(os.getcwd(), req["cache_dir"])
     try:
         with _reporting_the_device(backend):
             module = import_file("candidate.py", "kforge_candidate")
             _construct_for_its_builds(module, backend.builder)
     except CompilationError as exc:
-        return {"compile_error": tail(exc.log)}
+        result = {"compile_error": tail(exc.log)}
     except SyntaxError as exc:
-        return {"compile_error": f"Python syntax error in the candidate: line {exc.lineno}: {exc.msg}\n"
-                                 + tail(traceback.format_exc(limit=0))}
+        result = {"compile_error": f"Python syntax error in the candidate: line {exc.lineno}: {exc.msg}\n"
+                                   + tail(traceback.format_exc(limit=0))}
     except BaseException:  # noqa: BLE001 - anything else is judged in the run phase, with a device
-        return {"import_error": tail(traceback.format_exc())}
-    b = backend.builder
-    return {"ok": True, "built": list(b.built) if b else [], "cached": list(b.hits) if b else [],
-            "failed": {k: tail(log) for k, log in b.failed.items()} if b else {}}
+        result = {"import_error": tail(traceback.format_exc())}
+    else:
+        b = backend.builder
+        result = {"ok": True, "built": list(b.built) if b else [], "cached": list(b.hits) if b else [],
+                  "failed": {k: tail(log) for k, log in b.failed.items()} if b else {}}
+    refused = guard.finding()  # a refused write is the verdict, whatever the candidate made of the refusal
+    return {"refused_write": refused[1]} if refused else result
 
 
 def _construct_for_its_builds(module, builder) -> None:

@@ -1,0 +1,74 @@
+"""What a candidate may touch around its kernel: the lines models write while building honest kernels pass,
+the ones a cheat needs do not (each snippet is put into an honest CPU candidate's forward or module level)."""
+
+import pytest
+
+from tests.helpers import candidate
+from tests.verify.test_static import rules
+
+HONEST = candidate("cpu", "relu_ok.py")
+
+
+def at_module_level(lines: str) -> str:
+    return "import os\nimport gc\nimport ctypes\nimport tempfile\nfrom pathlib import Path\n" + lines + "\n" + HONEST
+
+
+def in_forward(lines: str) -> str:
+    body = "".join(f"        {ln}\n" for ln in lines.splitlines())
+    return "import os\nimport gc\n" + HONEST.replace("        return ext.relu_fwd(x)", body + "        return ext.relu_fwd(x)")
+
+
+BUILDING = {
+    "arch list set": 'os.environ["TORCH_CUDA_ARCH_LIST"] = "9.0"',
+    "job count by default": 'os.environ.setdefault("MAX_JOBS", "4")',
+    "several build settings": 'os.environ.update({"CXX": "g++", "CC": "gcc"})',
+    "a build setting read": 'cuda = os.environ.get("CUDA_HOME", "/usr/local/cuda")',
+    "getenv of one": 'home = os.getenv("CUDA_HOME")',
+    "membership": 'ok = "TORCH_CUDA_ARCH_LIST" in os.environ',
+    "source written to a temp dir": 'd = tempfile.mkdtemp()\nwith open(os.path.join(d, "k.cu"), "w") as f:\n    f.write("x")',
+    "written in binary": 'open("k.cpp", mode="wb").write(b"x")',
+    "pathlib write": 'Path(tempfile.mkdtemp(), "k.cu").write_text("x")',
+    "build dir under home": 'build = os.path.join(os.path.expanduser("~"), ".cache", "torch_extensions")',
+    "garbage collected": "gc.collect()",
+    "an address for the CUDA runtime": "p = ctypes.c_void_p()\nq = ctypes.byref(p)",
+}
+
+CHEATING = {
+    "the grader's variable": 'graded = "KFORGE_CACHE_DIR" in os.environ',
+    "a variable by a computed name": 'k = "KF" + "ORGE"\nv = os.environ.get(k)',
+    "the whole environment": "env = dict(os.environ)",
+    "a copy of it": "env = os.environ.copy()",
+    "a file read": 'src = open("problem.py").read()',
+    "read and write": 'f = open("problem.py", "r+")',
+    "a mode not known": 'm = "r"\nf = open("problem.py", m)',
+    "pathlib read": 'src = Path("problem.py").read_text()',
+    "a directory listing": 'names = os.listdir(".")',
+    "the collector's objects": "objs = gc.get_objects()",
+    "raw memory through a value type": "v = ctypes.c_void_p.from_address(1234)",
+    "a pointer cast": "p = ctypes.cast(1234, ctypes.c_void_p)",
+    "module-level locals are the globals": "g = locals()",
+}
+
+
+@pytest.mark.parametrize("lines", BUILDING.values(), ids=BUILDING.keys())
+def test_what_models_write_while_building_passes(lines):
+    assert rules(at_module_level(lines)) == [], lines
+
+
+@pytest.mark.parametrize("lines", CHEATING.values(), ids=CHEATING.keys())
+def test_what_a_cheat_needs_is_denied(lines):
+    found = rules(at_module_level(lines))
+    assert ("environment", "deny") in found or ("introspection", "deny") in found, (lines, found)
+
+
+def test_imported_names_are_judged_like_module_attributes():
+    assert rules(at_module_level("from gc import collect\ncollect()")) == []
+    assert ("introspection", "deny") in rules(at_module_level("from gc import get_objects"))
+    raw = "from ctypes import c_void_p\nv = c_void_p.from_address(1234)"
+    assert ("introspection", "deny") in rules(at_module_level(raw))
+    assert ("environment", "deny") in rules(at_module_level("from os import environ\nv = environ.get('HOME')"))
+    assert rules(at_module_level("from os import environ\nenviron['MAX_JOBS'] = '2'")) == []
+
+
+def test_locals_inside_a_function_is_the_functions_own():
+    assert rules(in_forward("if 'y' not in locals():\n    y = None")) == []
