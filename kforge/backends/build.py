@@ -31,7 +31,7 @@ import subprocess
 import sys
 import sysconfig
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import KforgeError
 
@@ -125,6 +125,13 @@ class Builder:
 
     def load_inline(self, name: str, cpp_sources: Any, cuda_sources: Any = None, **kwargs: Any):
         key = self.key(name, cpp_sources, cuda_sources, kwargs)
+        return self._cached(key, name, kwargs, lambda build_dir: self._build(build_dir, name, cpp_sources,
+                                                                             cuda_sources, kwargs))
+
+    # -- internals --------------------------------------------------------------------------------
+    def _cached(self, key: str, name: str, kwargs: dict[str, Any], build: Callable[[Path], Any]):
+        """The one path of every loader: a build known to fail fails at once; otherwise, under the key's lock
+        (parallel workers never build the same thing twice), the cached module or ``build(build_dir)``."""
         build_dir = self.root / "builds" / key
         if key in self.known_failures:
             self.failed[key] = self.known_failures[key]
@@ -135,14 +142,13 @@ class Builder:
                 self.hits.append(str(build_dir))
                 return module
             try:
-                module = self._build(build_dir, name, cpp_sources, cuda_sources, kwargs)
+                module = build(build_dir)
             except CompilationError as exc:
                 self.failed[key] = exc.log
                 raise
             self.built.append(str(build_dir))
             return module
 
-    # -- internals --------------------------------------------------------------------------------
     def _load_cached(self, build_dir: Path, name: str, kwargs: dict[str, Any]):
         marker = build_dir / "kforge_ok.json"
         if not marker.is_file():
@@ -172,25 +178,31 @@ class Builder:
             cpp = ["#include <torch/extension.h>"] + cpp
             cuda = ["#include <cuda.h>", "#include <cuda_runtime.h>"] + cuda
             tweaked = True
-        if self.use_pch:
-            pch_dir = self._ensure_pch(list(kwargs.get("extra_cflags") or []))
-            if pch_dir is not None:
-                tuned["extra_include_paths"] = [str(pch_dir)] + list(kwargs.get("extra_include_paths") or [])
         try:
-            return self._run_build(build_dir, name, cpp, cuda, tuned)
+            return self._run_build(build_dir, name, self._real_load_inline, self._accepted, self._with_pch(tuned),
+                                   cpp_sources=cpp, cuda_sources=cuda or None)
         except CompilationError as exc:
             if not (tweaked and _MISSING_DECL.search(exc.log)):
                 raise
         # The .cu needed something from torch's headers after all: build it the way torch would.
-        return self._run_build(build_dir, name, _as_list(cpp_sources), _as_list(cuda_sources), dict(kwargs))
+        return self._run_build(build_dir, name, self._real_load_inline, self._accepted, dict(kwargs),
+                               cpp_sources=_as_list(cpp_sources), cuda_sources=_as_list(cuda_sources) or None)
 
-    def _run_build(self, build_dir: Path, name: str, cpp: list[str], cuda: list[str], kwargs: dict[str, Any]):
+    def _with_pch(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """``kwargs`` with the precompiled torch/extension.h first on the include path, where one can be had."""
+        pch_dir = self._ensure_pch(list(kwargs.get("extra_cflags") or [])) if self.use_pch else None
+        if pch_dir is None:
+            return kwargs
+        return {**kwargs, "extra_include_paths": [str(pch_dir)] + list(kwargs.get("extra_include_paths") or [])}
+
+    def _run_build(self, build_dir: Path, name: str, real: Callable, accepted: set[str], kwargs: dict[str, Any],
+                   **sources: Any):
+        """Torch's own ``real`` loader, building into ``build_dir``; marks the build done for `_load_cached`."""
         shutil.rmtree(build_dir, ignore_errors=True)
         build_dir.mkdir(parents=True)
-        kwargs = {k: v for k, v in kwargs.items() if k in self._accepted and k not in _NOT_IN_KEY}
+        kwargs = {k: v for k, v in kwargs.items() if k in accepted and k not in _NOT_IN_KEY}
         try:
-            module = self._real_load_inline(name=name, cpp_sources=cpp, cuda_sources=cuda or None,
-                                            build_directory=str(build_dir), verbose=False, **kwargs)
+            module = real(name=name, **sources, build_directory=str(build_dir), verbose=False, **kwargs)
         except Exception as exc:  # torch raises RuntimeError with ninja's output; keep all of it
             raise CompilationError(_clean_log(str(exc))) from None
         so = build_dir / f"{name}.so"
