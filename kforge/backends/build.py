@@ -1,15 +1,17 @@
-"""A caching, faster ``torch.utils.cpp_extension.load_inline`` for candidates' C++/CUDA extensions.
+"""A caching, faster ``torch.utils.cpp_extension.load_inline`` and ``load`` for candidates' C++/CUDA extensions.
 
 Installed in the worker process before a candidate is imported, so a KernelBench-style candidate that
-calls ``load_inline`` gets:
+calls ``load_inline`` (or writes its sources to files and calls ``load``) gets:
 
 * a persistent build cache keyed by (sources, every build argument, torch version, CUDA version,
   target arch, compiler, this recipe's version): re-verifying the same source loads the built ``.so``
-  directly (milliseconds) instead of rebuilding;
+  directly (milliseconds) instead of rebuilding. Source files count by basename and contents, not by
+  path: each verification phase runs in its own directory, so its run phase finds what its build phase
+  built instead of compiling again on the GPU slot;
 * a precompiled ``torch/extension.h`` (GCC PCH) per set of compile flags, kept in the cache, for the
   C++ binding file that every extension has;
-* a ``.cu`` file without torch headers when the CUDA source uses none (``torch/types.h`` dominates
-  nvcc's time): one-shot examples keep torch types in the C++ part to benefit;
+* a ``.cu`` file without torch headers when the CUDA source (inline) uses none (``torch/types.h``
+  dominates nvcc's time): one-shot examples keep torch types in the C++ part to benefit;
 * one lock per build, so parallel build processes never build the same thing twice or collide.
 
 A build failure raises `CompilationError` carrying the compiler's output.
@@ -31,7 +33,7 @@ import subprocess
 import sys
 import sysconfig
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import KforgeError
 
@@ -84,7 +86,7 @@ def _cxx_std() -> str:
 
 
 class Builder:
-    """Builds and caches extensions; `install` swaps it in for torch's ``load_inline``."""
+    """Builds and caches extensions; `install` swaps it in for torch's ``load_inline`` and ``load``."""
 
     def __init__(self, cache_root: str | os.PathLike, *, arch: str | None = None, use_pch: bool = True,
                  torch_free_cu: bool = True):
@@ -97,6 +99,8 @@ class Builder:
         self._ce = ce
         self._real_load_inline = ce.load_inline
         self._accepted = set(inspect.signature(ce.load_inline).parameters)
+        self._real_load = ce.load
+        self._load_params = list(inspect.signature(ce.load).parameters)
         version = _compiler_version()
         self._is_gcc = "Free Software Foundation" in version and "clang" not in version.lower()
         self._env = {"torch": torch.__version__, "cuda": torch.version.cuda, "arch": arch,
@@ -114,17 +118,47 @@ class Builder:
     # -- public -----------------------------------------------------------------------------------
     def install(self) -> None:
         self._ce.load_inline = self.load_inline
+        self._ce.load = self.load
         if self.arch:
             os.environ["TORCH_CUDA_ARCH_LIST"] = self.arch
 
     def key(self, name: str, cpp_sources: Any, cuda_sources: Any, kwargs: dict[str, Any]) -> str:
-        payload = {"name": name, "cpp": _as_list(cpp_sources), "cuda": _as_list(cuda_sources),
-                   "kw": {k: v for k, v in sorted(kwargs.items()) if k not in _NOT_IN_KEY}, "env": self._env}
+        return self._digest({"name": name, "cpp": _as_list(cpp_sources), "cuda": _as_list(cuda_sources)}, kwargs)
+
+    def file_key(self, name: str, sources: list[str], kwargs: dict[str, Any]) -> str:
+        """The key of a build from files: each source by its basename and contents (with the local headers it
+        includes), not by its path, so the same files written into another directory (each verification
+        phase has its own) find the build."""
+        files = []
+        for path in sources:
+            text = _read(path)
+            files.append([os.path.basename(path), _sha(text), _local_headers(path, text)])
+        return self._digest({"name": name, "files": files}, kwargs)
+
+    def _digest(self, payload: dict[str, Any], kwargs: dict[str, Any]) -> str:
+        """``payload`` with the build arguments that matter and the toolchain, hashed."""
+        payload = dict(payload, kw={k: v for k, v in sorted(kwargs.items()) if k not in _NOT_IN_KEY}, env=self._env)
         blob = json.dumps(payload, sort_keys=True, default=repr)
         return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
     def load_inline(self, name: str, cpp_sources: Any, cuda_sources: Any = None, **kwargs: Any):
         key = self.key(name, cpp_sources, cuda_sources, kwargs)
+        return self._cached(key, name, kwargs, lambda build_dir: self._build(build_dir, name, cpp_sources,
+                                                                             cuda_sources, kwargs))
+
+    def load(self, name: str, sources: Any, *args: Any, **kwargs: Any):
+        """Torch's ``load`` (extension source files), cached like `load_inline`; the candidate's
+        ``build_directory`` is replaced by the cache's."""
+        kwargs.update(zip(self._load_params[2:], args))  # torch's parameters may be passed by position
+        paths = [os.fspath(p) for p in ([sources] if isinstance(sources, (str, os.PathLike)) else sources)]
+        key = self.file_key(name, paths, kwargs)  # a missing source raises here, as in torch's load
+        return self._cached(key, name, kwargs, lambda build_dir: self._run_build(
+            build_dir, name, self._real_load, set(self._load_params), self._with_pch(kwargs), sources=paths))
+
+    # -- internals --------------------------------------------------------------------------------
+    def _cached(self, key: str, name: str, kwargs: dict[str, Any], build: Callable[[Path], Any]):
+        """The one path of every loader: a build known to fail fails at once; otherwise, under the key's lock
+        (parallel workers never build the same thing twice), the cached module or ``build(build_dir)``."""
         build_dir = self.root / "builds" / key
         if key in self.known_failures:
             self.failed[key] = self.known_failures[key]
@@ -135,14 +169,13 @@ class Builder:
                 self.hits.append(str(build_dir))
                 return module
             try:
-                module = self._build(build_dir, name, cpp_sources, cuda_sources, kwargs)
+                module = build(build_dir)
             except CompilationError as exc:
                 self.failed[key] = exc.log
                 raise
             self.built.append(str(build_dir))
             return module
 
-    # -- internals --------------------------------------------------------------------------------
     def _load_cached(self, build_dir: Path, name: str, kwargs: dict[str, Any]):
         marker = build_dir / "kforge_ok.json"
         if not marker.is_file():
@@ -172,25 +205,31 @@ class Builder:
             cpp = ["#include <torch/extension.h>"] + cpp
             cuda = ["#include <cuda.h>", "#include <cuda_runtime.h>"] + cuda
             tweaked = True
-        if self.use_pch:
-            pch_dir = self._ensure_pch(list(kwargs.get("extra_cflags") or []))
-            if pch_dir is not None:
-                tuned["extra_include_paths"] = [str(pch_dir)] + list(kwargs.get("extra_include_paths") or [])
         try:
-            return self._run_build(build_dir, name, cpp, cuda, tuned)
+            return self._run_build(build_dir, name, self._real_load_inline, self._accepted, self._with_pch(tuned),
+                                   cpp_sources=cpp, cuda_sources=cuda or None)
         except CompilationError as exc:
             if not (tweaked and _MISSING_DECL.search(exc.log)):
                 raise
         # The .cu needed something from torch's headers after all: build it the way torch would.
-        return self._run_build(build_dir, name, _as_list(cpp_sources), _as_list(cuda_sources), dict(kwargs))
+        return self._run_build(build_dir, name, self._real_load_inline, self._accepted, dict(kwargs),
+                               cpp_sources=_as_list(cpp_sources), cuda_sources=_as_list(cuda_sources) or None)
 
-    def _run_build(self, build_dir: Path, name: str, cpp: list[str], cuda: list[str], kwargs: dict[str, Any]):
+    def _with_pch(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """``kwargs`` with the precompiled torch/extension.h first on the include path, where one can be had."""
+        pch_dir = self._ensure_pch(list(kwargs.get("extra_cflags") or [])) if self.use_pch else None
+        if pch_dir is None:
+            return kwargs
+        return {**kwargs, "extra_include_paths": [str(pch_dir)] + list(kwargs.get("extra_include_paths") or [])}
+
+    def _run_build(self, build_dir: Path, name: str, real: Callable, accepted: set[str], kwargs: dict[str, Any],
+                   **sources: Any):
+        """Torch's own ``real`` loader, building into ``build_dir``; marks the build done for `_load_cached`."""
         shutil.rmtree(build_dir, ignore_errors=True)
         build_dir.mkdir(parents=True)
-        kwargs = {k: v for k, v in kwargs.items() if k in self._accepted and k not in _NOT_IN_KEY}
+        kwargs = {k: v for k, v in kwargs.items() if k in accepted and k not in _NOT_IN_KEY}
         try:
-            module = self._real_load_inline(name=name, cpp_sources=cpp, cuda_sources=cuda or None,
-                                            build_directory=str(build_dir), verbose=False, **kwargs)
+            module = real(name=name, **sources, build_directory=str(build_dir), verbose=False, **kwargs)
         except Exception as exc:  # torch raises RuntimeError with ninja's output; keep all of it
             raise CompilationError(_clean_log(str(exc))) from None
         so = build_dir / f"{name}.so"
@@ -234,6 +273,38 @@ class Builder:
                 return None
             os.replace(tmp, gch)
         return pch_dir
+
+
+def _read(path: str) -> bytes:
+    """A source's bytes; a missing file raises what torch's ``load`` raises (it opens each source alike)."""
+    with open(path, "rb") as fh:
+        return fh.read()
+
+
+def _sha(data: bytes) -> str:
+    """Contents enter the key by hash: they may be large, or not text."""
+    return hashlib.sha256(data).hexdigest()
+
+
+_LOCAL_INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.MULTILINE)
+
+
+def _local_headers(source: str, text: bytes) -> dict[str, str]:
+    """Path (relative to the source's directory) -> hash of each ``#include "..."`` file found beside its
+    includer, transitively: torch compiles the source where it lies, so these are part of what is built."""
+    base = os.path.dirname(os.path.abspath(source))
+    found: dict[str, str] = {}
+    todo = [(base, text)]
+    while todo:
+        where, text = todo.pop()
+        for inc in _LOCAL_INCLUDE.findall(text):
+            path = os.path.normpath(os.path.join(where, inc.decode(errors="replace")))
+            rel = os.path.relpath(path, base)
+            if rel not in found and os.path.isfile(path):
+                data = _read(path)
+                found[rel] = _sha(data)
+                todo.append((os.path.dirname(path), data))
+    return found
 
 
 def _as_list(sources: Any) -> list[str]:
