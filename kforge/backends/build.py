@@ -133,7 +133,11 @@ class Builder:
         for path in sources:
             text = _read(path)
             files.append([os.path.basename(path), _sha(text), _local_headers(path, text)])
-        return self._digest({"name": name, "files": files}, kwargs)
+        # An include path that is a source's own directory (a model's temporary one) counts by its headers.
+        dirs = {os.path.realpath(os.path.dirname(os.path.abspath(p))) for p in sources}
+        includes = [_headers_in(inc) if os.path.realpath(str(inc)) in dirs else inc
+                    for inc in _as_list(kwargs.get("extra_include_paths"))]
+        return self._digest({"name": name, "files": files}, dict(kwargs, extra_include_paths=includes))
 
     def _digest(self, payload: dict[str, Any], kwargs: dict[str, Any]) -> str:
         """``payload`` with the build arguments that matter and the toolchain, hashed."""
@@ -305,6 +309,12 @@ def _local_headers(source: str, text: bytes) -> dict[str, str]:
                 found[rel] = _sha(data)
                 todo.append((os.path.dirname(path), data))
     return found
+
+
+def _headers_in(folder: str) -> dict[str, str]:
+    """Name -> hash of each header in ``folder``, standing in for its path in a build's key."""
+    return {n: _sha(_read(os.path.join(folder, n))) for n in sorted(os.listdir(folder))
+            if n.endswith((".h", ".hpp", ".cuh", ".hh", ".inl")) and os.path.isfile(os.path.join(folder, n))}
 
 
 def _as_list(sources: Any) -> list[str]:

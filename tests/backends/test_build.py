@@ -4,6 +4,8 @@
 import sys
 import time
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -111,6 +113,13 @@ def test_the_key_is_what_is_built_not_where(tmp_path):
     assert key("d", cpp=FUSED_CPP + "\n// tuned\n") != base
     assert key("e", file="kernel.cpp") != base  # the basename: .cpp or .cu decides how torch builds it
     assert key("f", flags=("-O3",)) != base
+    # An include path that is the sources' own (temporary) directory counts by the headers in it.
+
+    def own_include(directory, **kw):
+        src = write_kernel(tmp_path / directory, **kw)
+        return builder.file_key(NAME, [src], {"extra_cflags": ["-O2"], "extra_include_paths": [str(Path(src).parent)]})
+    assert own_include("h") == own_include("i") != base
+    assert own_include("j", header=FUSED_H + "\n// tuned\n") != own_include("h")
     # Positional arguments are torch's: load(name, sources, extra_cflags) is the keyword call's build.
     builder.known_failures = {key("g"): "fused.cpp: error: kf-known"}
     with pytest.raises(CompilationError, match="kf-known"):
