@@ -159,10 +159,13 @@ class Harness:
 
     # -- pieces ------------------------------------------------------------------------------------
     def _construct(self, cls):
+        """As KernelBench builds both models: seeded, on the CPU, then moved to the device. Parameters drawn in
+        the same order then get the same values however a model creates them; built under a device context,
+        a candidate's ``nn.Parameter(torch.Tensor(...))`` (legacy constructors ignore the context) drew from
+        the CPU's generator and the reference from the GPU's (seen on 8 published H100 kernels)."""
         torch = self.torch
         torch.random.manual_seed(self.weight_seed)
-        with torch.device(self.device):
-            model = cls(*self.init_inputs)
+        model = cls(*self.init_inputs)
         return model.to(self.device) if hasattr(model, "to") else model
 
     def inputs(self, seed: int) -> list[Any]:

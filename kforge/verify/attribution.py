@@ -181,6 +181,13 @@ def _section(event) -> str | None:
     return None
 
 
+def _annotation(event) -> bool:
+    """A range on the device's timeline, not a kernel: ``record_function`` ranges, such as torch.compile's
+    ``## Call CompiledFxGraph ... ##`` (taken for an unknown kernel of the candidate's, it once made a
+    candidate whose own kernels never ran look as if they did)."""
+    return bool(getattr(event, "is_user_annotation", False)) or event.name.startswith("## ")
+
+
 def _inside_call(event) -> bool:
     e = event.cpu_parent
     while e is not None and e.name != CANDIDATE:
@@ -234,7 +241,8 @@ def attribute(events, cuda: bool, so_paths: list[str], triton_names: set[str]) -
         device = [e for e in events if e.device_type == DeviceType.CUDA]
         calls = [(e.time_range.start, e.time_range.end) for e in device
                  if e.name.startswith("kforge::") and e.name not in (REFERENCE, CANDIDATE)]
-        ran = [e for e in device if not e.name.startswith("kforge") and lo <= e.time_range.start <= hi]
+        ran = [e for e in device if not e.name.startswith("kforge") and not _annotation(e)
+               and lo <= e.time_range.start <= hi]
         own = candidate_symbols(so_paths, {e.name for e in ran}) | set(triton_names)
         for e in ran:
             start = e.time_range.start

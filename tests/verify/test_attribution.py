@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from kforge.verify.attribution import (CANDIDATE, REFERENCE, _HEADER_KERNEL, _HEADER_SYMBOLS, candidate_symbols,
-                                       demangle, elf_functions, origin_of, replayed, summarise)
+from kforge.verify.attribution import (CANDIDATE, REFERENCE, _HEADER_KERNEL, _HEADER_SYMBOLS, attribute,
+                                       candidate_symbols, demangle, elf_functions, origin_of, replayed, summarise)
 
 # Names as Kineto reported them on an H100 (torch 2.11, CUDA 13).
 SEEN_ON_H100 = {
@@ -114,6 +114,28 @@ def test_summary_shares_and_top():
     assert a.kernel_share == pytest.approx(0.1) and a.shares == {"library": 0.9, "candidate": 0.1}
     assert [u.name for u in a.top] == ["gemm", "my_epilogue"] and a.top[0].ms == pytest.approx(0.9)
     assert summarise({}).kernel_share is None
+
+
+def event(name, start, end, device=True, annotation=False):
+    """A profile's FunctionEvent as `attribute` reads it."""
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+    return SimpleNamespace(name=name, time_range=SimpleNamespace(start=start, end=end), cpu_parent=None, kernels=[],
+                           device_type=DeviceType.CUDA if device else DeviceType.CPU, is_user_annotation=annotation)
+
+
+def test_ranges_on_the_device_timeline_are_not_kernels():
+    """A candidate whose extension failed to build fell back to torch.compile: the compiled graph's range, on the
+    device's timeline, was taken for an unknown kernel of the candidate's (seen on a published H100 kernel)."""
+    profile = [event(CANDIDATE, 0, 100, device=False),
+               event("## Call CompiledFxGraph f7bklk32bue ##", 5, 95, annotation=True),
+               event("## Call CompiledFxGraph unmarked ##", 5, 95),  # a torch that does not mark annotations
+               event("triton_per_fused_addmm_relu_t_1", 10, 40), event("sm90_xmma_gemm_f32f32_tf32f32", 40, 60)]
+    a, _ = attribute(profile, cuda=True, so_paths=[], triton_names=set())
+    assert a.shares == pytest.approx({"torch": 0.6, "library": 0.4}) and a.kernel_share == 0.0, a.shares
+    own = [event(CANDIDATE, 0, 100, device=False), event("fused_mlp_kernel(float const*, float*)", 10, 30)]
+    assert attribute(own, cuda=True, so_paths=[], triton_names=set())[0].shares == {"unknown": 1.0}
 
 
 def ops(ref, cand):
