@@ -9,9 +9,10 @@ loads: a write, rename, removal or new directory made while the candidate's file
 land in
 
 * the candidate's own work directory (its current directory),
-* the temporary directory, ``~/.cache`` (``XDG_CACHE_HOME``), ``~/.triton``, ``TORCH_EXTENSIONS_DIR`` or
-  ``TRITON_CACHE_DIR`` (where torch and Triton build what the candidate asks for),
+* the temporary directory, ``~/.cache`` (``XDG_CACHE_HOME``) or ``~/.triton``,
 * the build cache's ``builds/`` and ``pch/`` (where kforge's own builder puts the candidate's extensions),
+  and ``TORCH_EXTENSIONS_DIR``, ``TRITON_CACHE_DIR`` or ``TORCHINDUCTOR_CACHE_DIR`` wherever they point
+  (where torch and Triton build what the candidate asks for),
 
 and never under kforge's package or data directory, the Python installation, kforge's cache outside those
 build folders, or the worker pool's other work directories. Anything else is refused with PermissionError
@@ -75,10 +76,11 @@ class WriteGuard:
         self.workdir = _real(workdir)
         cache = _real(build_cache)
         home_cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-        self.allowed = [_real(p) for p in (tempfile.gettempdir(), home_cache, "~/.triton", "/dev/null", "/dev/shm",
-                                           os.environ.get("TORCH_EXTENSIONS_DIR") or "~/.cache/torch_extensions",
-                                           os.environ.get("TRITON_CACHE_DIR") or "~/.triton") if p]
-        self.builds = [os.path.join(cache, "builds"), os.path.join(cache, "pch")]
+        self.allowed = [_real(p) for p in (tempfile.gettempdir(), home_cache, "~/.triton", "/dev/null", "/dev/shm")]
+        # Build folders, wherever they are (a user may keep torch's or Triton's inside kforge's cache); read
+        # before candidate code runs, so a candidate that sets these variables moves nothing.
+        named = [os.environ.get(v) for v in ("TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR")]
+        self.builds = [os.path.join(cache, "builds"), os.path.join(cache, "pch")] + [_real(p) for p in named if p]
         store = os.path.dirname(cache)  # kforge keeps its timings, audits and ceilings beside the build cache
         kforge_caches = [p for p in (os.environ.get("KFORGE_CACHE_DIR"), os.path.join(home_cache, "kforge")) if p]
         pool = os.path.dirname(os.path.dirname(self.workdir))  # <pool root>/work/<id>

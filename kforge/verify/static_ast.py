@@ -52,3 +52,8 @@ def imports(tree: ast.Module):
                 yield node, a.name
         elif isinstance(node, ast.ImportFrom):
             yield node, node.module or ""
+
+
+def literal(node: ast.AST | None):
+    """The value of a literal (a string key, say), else None."""
+    return node.value if isinstance(node, ast.Constant) else None

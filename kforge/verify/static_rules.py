@@ -17,7 +17,7 @@ from ..problems import Problem
 from ..sandbox.settings import ASSIGNABLE
 from .findings import Finding, rule
 from .static_ast import aliases_of as _aliases, dotted as _dotted, functions as _functions, imports as _imports, \
-    line_of as _line, strings as _strings
+    line_of as _line, literal, strings as _strings
 
 # Modules whose attributes a candidate must never assign (timers, the harness, torch itself).
 PROTECTED = {"torch", "time", "kforge", "triton", "numpy", "builtins", "sys", "os", "gc", "math", "importlib",
@@ -41,13 +41,9 @@ STREAM_JOINS = re.compile(r"\.wait_stream\s*\(|\.wait_event\s*\(|\bsynchronize\s
 CALLER_STREAMS = ("torch.cuda.current_stream", "torch.cuda.default_stream")
 # Environment variables a build reads: models set the CUDA arch list or the job count before building, which
 # changes how the extension is compiled, never what the harness does.
-BUILD_ENV = frozenset({"TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "CXX", "CC", "CUDA_HOME", "CUDA_PATH", "TORCH_EXTENSIONS_DIR",
-                       "TORCH_NVCC_FLAGS", "NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS", "TORCH_DONT_CHECK_COMPILER_ABI"})
-
-
-def _constant(node: ast.AST | None):
-    """The value of a literal (a string key, say), else None."""
-    return node.value if isinstance(node, ast.Constant) else None
+BUILD_ENV = frozenset({"TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "CXX", "CC", "CUDA_HOME", "CUDA_PATH",
+                       "TORCH_EXTENSIONS_DIR", "TORCH_NVCC_FLAGS", "NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS",
+                       "TORCH_DONT_CHECK_COMPILER_ABI"})
 
 
 def _kernel_names(tree: ast.Module, aliases: dict[str, str]) -> set[str]:
@@ -160,7 +156,7 @@ def _monkey_patch(tree: ast.Module, source: str, backend: Backend, problem: Prob
                 out.append(Finding("monkey_patch", f"assigns {_dotted(t, aliases)}: patching torch, timers or the "
                                    "harness is not allowed", _line(node)))
             if isinstance(t, ast.Subscript) and _dotted(t.value, aliases) in ("sys.modules", "os.environ"):
-                if _dotted(t.value, aliases) == "os.environ" and _constant(t.slice) in BUILD_ENV:
+                if _dotted(t.value, aliases) == "os.environ" and literal(t.slice) in BUILD_ENV:
                     continue  # how to build the extension: the environment rule allows it too
                 out.append(Finding("monkey_patch", f"writes {_dotted(t.value, aliases)}[...]", _line(node)))
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr") \

@@ -17,7 +17,7 @@ import re
 from ..backends import Backend
 from ..problems import Problem
 from .findings import Finding, rule
-from .static_ast import aliases_of, dotted, imports, line_of, strings
+from .static_ast import aliases_of, dotted, imports, line_of, literal, strings
 from .static_rules import BUILD_ENV
 
 INTROSPECTION_MODULES = {"gc", "inspect", "ctypes", "importlib", "dis", "traceback", "tracemalloc", "weakref",
@@ -123,30 +123,26 @@ def _env_keys(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> list | None:
     """The variable names one use of ``os.environ``/``os.getenv`` touches, if they are literals; else None."""
     parent = parents.get(node)
     if isinstance(parent, ast.Subscript) and parent.value is node:  # os.environ["X"], read or written
-        return [_literal(parent.slice)]
+        return [literal(parent.slice)]
     if isinstance(parent, ast.Call) and parent.func is node:  # os.getenv("X"), os.putenv("X", v)
-        return [_literal(parent.args[0])] if parent.args else None
+        return [literal(parent.args[0])] if parent.args else None
     if isinstance(parent, ast.Attribute) and isinstance(call := parents.get(parent), ast.Call) and call.func is parent:
         if parent.attr == "update":  # os.environ.update({"X": v}) or update(X=v)
             keys = [k.arg for k in call.keywords]
             for arg in call.args:
                 if not isinstance(arg, ast.Dict):
                     return None
-                keys += [_literal(k) for k in arg.keys]
+                keys += [literal(k) for k in arg.keys]
             return keys
-        return [_literal(call.args[0])] if call.args else None  # .get("X"), .setdefault("X", v), .pop("X")
+        return [literal(call.args[0])] if call.args else None  # .get("X"), .setdefault("X", v), .pop("X")
     if isinstance(parent, ast.Compare) and node in parent.comparators:  # "X" in os.environ
-        return [_literal(parent.left)]
+        return [literal(parent.left)]
     return None
-
-
-def _literal(node: ast.AST | None):
-    return node.value if isinstance(node, ast.Constant) else None
 
 
 def _open_mode(call: ast.Call) -> str | None:
     mode = call.args[1] if len(call.args) > 1 else next((k.value for k in call.keywords if k.arg == "mode"), None)
-    return "r" if mode is None else _literal(mode)
+    return "r" if mode is None else literal(mode)
 
 
 def _writes_only(mode: str | None) -> bool:
@@ -165,7 +161,8 @@ def _environment(tree: ast.Module, source: str, backend: Backend, problem: Probl
             if keys is None or any(k not in BUILD_ENV for k in keys):
                 named = f" ({', '.join(map(str, keys))})" if keys else ""
                 out.append(Finding("environment", f"reads {d}{named}: a candidate must not look at its surroundings "
-                                   f"(build settings excepted: {', '.join(sorted(BUILD_ENV)[:3])}, ...)", line_of(node)))
+                                   f"(build settings excepted: {', '.join(sorted(BUILD_ENV)[:3])}, ...)",
+                                   line_of(node)))
         elif d in SURROUNDINGS:
             out.append(Finding("environment", f"reads {d}: a candidate must not look at its surroundings",
                                line_of(node)))

@@ -54,7 +54,7 @@ def test_a_candidate_writes_where_it_builds_and_nowhere_of_kforges(tmp_path):
     other = pool / "work" / "other"
     store = tmp_path / "kcache"
     build_cache = store / "ext"
-    for d in (workdir, other, build_cache / "builds" / "k1"):
+    for d in (workdir, other, build_cache / "builds" / "k1", store / "triton"):
         d.mkdir(parents=True)
     (workdir / "candidate.py").write_text(CANDIDATE)
     pycache = Path(kforge.__file__).parent / "__pycache__" / "kf_probe.cpython-99.pyc"
@@ -64,6 +64,7 @@ def test_a_candidate_writes_where_it_builds_and_nowhere_of_kforges(tmp_path):
         "mkdir_in_workdir": str(workdir / "build" / "obj"),
         "temp_dir": str(Path(tmp_path.parent) / f"kf_guard_{tmp_path.name}.cu"),
         "build_cache": str(build_cache / "builds" / "k1" / "main.cpp"),
+        "triton_cache_in_kforges": str(store / "triton" / "k.json"),  # TRITON_CACHE_DIR points there
         "kforge_module": str(Path(kforge.__file__).parent / "kf_probe.py"),
         "rename_into_kforge": str(Path(kforge.__file__).parent / "kf_probe2.py"),
         "compile_ref_cache": str(store / "compile_ref" / "x.json"),
@@ -74,7 +75,8 @@ def test_a_candidate_writes_where_it_builds_and_nowhere_of_kforges(tmp_path):
     }
     code = CHILD.format(pkg=str(Path(kforge.__file__).parent.parent), workdir=str(workdir),
                         build_cache=str(build_cache), store=str(store), targets=targets)
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "KFORGE_CACHE_DIR": str(store)}
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "KFORGE_CACHE_DIR": str(store),
+           "TRITON_CACHE_DIR": str(store / "triton")}
     probes = [Path(targets[k]) for k in ("kforge_module", "rename_into_kforge", "python_install", "temp_dir")]
     try:
         proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
@@ -86,7 +88,8 @@ def test_a_candidate_writes_where_it_builds_and_nowhere_of_kforges(tmp_path):
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     results = got["results"]
-    for allowed in ("workdir_file", "relative_file", "mkdir_in_workdir", "temp_dir", "build_cache"):
+    for allowed in ("workdir_file", "relative_file", "mkdir_in_workdir", "temp_dir", "build_cache",
+                    "triton_cache_in_kforges"):
         assert results[allowed] == "written", (allowed, results)
     for kept_out in ("kforge_module", "rename_into_kforge", "compile_ref_cache", "other_workdir", "up_and_over",
                      "python_install", "pycache"):

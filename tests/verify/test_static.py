@@ -120,8 +120,8 @@ ext = load_inline(name="kf_two", cpp_sources=[""], cuda_sources=[SRC], functions
 
 
 def test_a_stream_made_in_cpp_is_judged_like_one_made_in_python():
-    joined = rules(CPP_STREAMS.format(join="    cudaStreamSynchronize(s);\n"), disabled=["kernel_not_called", "no_kernel"],
-                   backend="cuda")
+    off = ["kernel_not_called", "no_kernel"]
+    joined = rules(CPP_STREAMS.format(join="    cudaStreamSynchronize(s);\n"), disabled=off, backend="cuda")
     assert set(joined) == {("threads_processes", "warn")}, joined
-    never = rules(CPP_STREAMS.format(join=""), disabled=["kernel_not_called", "no_kernel"], backend="cuda")
+    never = rules(CPP_STREAMS.format(join=""), disabled=off, backend="cuda")
     assert ("threads_processes", "deny") in never, never

@@ -15,7 +15,8 @@ def at_module_level(lines: str) -> str:
 
 def in_forward(lines: str) -> str:
     body = "".join(f"        {ln}\n" for ln in lines.splitlines())
-    return "import os\nimport gc\n" + HONEST.replace("        return ext.relu_fwd(x)", body + "        return ext.relu_fwd(x)")
+    ret = "        return ext.relu_fwd(x)"
+    return "import os\nimport gc\n" + HONEST.replace(ret, body + ret)
 
 
 BUILDING = {
@@ -25,7 +26,8 @@ BUILDING = {
     "a build setting read": 'cuda = os.environ.get("CUDA_HOME", "/usr/local/cuda")',
     "getenv of one": 'home = os.getenv("CUDA_HOME")',
     "membership": 'ok = "TORCH_CUDA_ARCH_LIST" in os.environ',
-    "source written to a temp dir": 'd = tempfile.mkdtemp()\nwith open(os.path.join(d, "k.cu"), "w") as f:\n    f.write("x")',
+    "source written to a temp dir":
+        'd = tempfile.mkdtemp()\nwith open(os.path.join(d, "k.cu"), "w") as f:\n    f.write("x")',
     "written in binary": 'open("k.cpp", mode="wb").write(b"x")',
     "pathlib write": 'Path(tempfile.mkdtemp(), "k.cu").write_text("x")',
     "build dir under home": 'build = os.path.join(os.path.expanduser("~"), ".cache", "torch_extensions")',
