@@ -83,13 +83,14 @@ class WriteGuard:
         self.builds = [os.path.join(cache, "builds"), os.path.join(cache, "pch")] + [_real(p) for p in named if p]
         store = os.path.dirname(cache)  # kforge keeps its timings, audits and ceilings beside the build cache
         kforge_caches = [p for p in (os.environ.get("KFORGE_CACHE_DIR"), os.path.join(home_cache, "kforge")) if p]
-        pool = os.path.dirname(os.path.dirname(self.workdir))  # <pool root>/work/<id>
+        # The worker pool's other work directories: <pool root>/work/<id> beside this one.
+        pool = [os.path.dirname(os.path.dirname(self.workdir))] \
+            if os.path.basename(os.path.dirname(self.workdir)) == "work" else []
         paths = sysconfig.get_paths()
         self.kept_out = sorted({_real(p) for p in (
             str(PACKAGE_DIR), str(DATA_DIR), sys.prefix, sys.base_prefix, paths["stdlib"], paths["purelib"],
             paths["platlib"], cache, *kforge_caches, os.path.join(store, "audit"), os.path.join(store, "compile_ref"),
-            os.path.join(store, "ceilings.json"), os.path.join(store, "llm"),
-            pool if os.path.basename(os.path.dirname(self.workdir)) == "work" else self.workdir)})
+            os.path.join(store, "ceilings.json"), os.path.join(store, "llm"), *pool)})
         self.refused: list[str] = []
         """Paths the candidate tried to change and was refused, in order."""
 
