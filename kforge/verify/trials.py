@@ -12,8 +12,8 @@ in random order, are also measured (`kforge.verify.attribution`, `kforge.verify.
 `judge` then records whose code did the work (the ``work`` facet): the candidate's own kernels ran and the
 output derives from them, they did not run (``kernel_not_run``), they ran on a decoy while PyTorch computed
 the output (``output_not_from_kernel``), or the forward re-ran every operator of the reference in PyTorch
-with nothing traced to the kernels (``reference_replayed``). The rule sets (`kforge.verify.rules`) decide
-what each means.
+with nothing traced to the kernels (``reference_replayed``). The rule sets (`kforge.verify.rules`,
+docs/verification.md) decide what each means.
 """
 
 from __future__ import annotations
