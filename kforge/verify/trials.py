@@ -209,6 +209,7 @@ class Trials(Harness):
             self.attribution.notes.append(f"{graphs} CUDA graph replay(s): their writes cannot be traced")
         else:
             self._flow = flow.reaches(outs)
+            self.attribution.notes.extend(flow.notes)
         return outs
 
     # -- whose code did the work ----------------------------------------------------------------------
