@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .agents import Reference
-from .backends import get_backend
-from .errors import KforgeError
-from .problems import Problem, builtin_solution_path
-from .strict import StrictConfig
+from ..agents import Reference
+from ..backends import get_backend
+from ..errors import KforgeError
+from ..problems import Problem, builtin_solution_path
+from ..strict import StrictConfig
 
 KINDS = ("none", "oracle", "mlflow")
 
@@ -76,8 +76,8 @@ def _from_mlflow(rcfg: ReferenceConfig, problems: list[Problem], source: str, la
     import tempfile
     from pathlib import Path
 
-    from .tracking import default_uri, open_client
-    from .tracking.schema import Files, Kind, Metrics, Tags, metric, metric_is, tag_is
+    from ..tracking import default_uri, open_client
+    from ..tracking.schema import Files, Kind, Metrics, Tags, metric, metric_is, tag_is
     client = open_client(rcfg.tracking_uri or uri or default_uri())
     filters = [tag_is(Tags.BACKEND, source), tag_is(Tags.KIND, Kind.PROBLEM), metric_is(Metrics.BEST_CORRECT, 1)]
     if rcfg.run_id:

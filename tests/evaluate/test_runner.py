@@ -10,7 +10,7 @@ import pytest
 
 from kforge.backends import get_backend
 from kforge.cli import main
-from kforge.eval_summary import render_markdown, render_text, summarise
+from kforge.evaluate import render_markdown, render_text, summarise
 from kforge.evaluate import (EvalInputError, Job, discover, load_results, make_row, parse_generation_name,
                              read_manifest, run_eval)
 from kforge.problems import BUILTIN_DIR

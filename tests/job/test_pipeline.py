@@ -11,7 +11,7 @@ from mlflow.tracking import MlflowClient
 from kforge import REPO_DIR
 from kforge.apps.hydra_conf import compose, model_strings
 from kforge.llm import ModelConfig, make_model
-from kforge.pipeline import ConfigError, run
+from kforge.job.pipeline import ConfigError, run
 from kforge.tracking import STATE_CODES
 from tests.helpers import candidate
 from tests.llm.stub_server import StubServer

@@ -21,12 +21,12 @@ import traceback
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
-from .agents import Attempt, GenerationAgent, Recommendation, Reference
-from .agents.analysis import GENERIC_RECOMMENDATION, generic_directions
-from .metrics import BASELINES, speedup_over
-from .strict import StrictConfig
-from .problems import Problem
-from .verify import Verdict, Verifier
+from ..agents import Attempt, GenerationAgent, Recommendation, Reference
+from ..agents.analysis import GENERIC_RECOMMENDATION, generic_directions
+from ..metrics import BASELINES, speedup_over
+from ..strict import StrictConfig
+from ..problems import Problem
+from ..verify import Verdict, Verifier
 
 
 MODES = ("single_shot", "iterative", "beam")
@@ -38,7 +38,7 @@ class LoopConfig(StrictConfig):
 
     mode: str = "iterative"
     """``single_shot`` (one generation per problem), ``iterative`` (fix, then optimise) or ``beam`` (a
-    search tree of optimisations, `kforge.search`)."""
+    search tree of optimisations, `kforge.loop.beam`)."""
     iterations: int = 5
     """Generation calls per problem at most, the first included (`budget`: single_shot makes one; beam
     takes it as its model-call budget unless ``max_calls`` is set)."""

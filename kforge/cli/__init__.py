@@ -15,11 +15,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import __version__
-from .errors import KforgeError
-from .log import setup as setup_logging
-from .metrics import BASELINES
-from .problems import SIZES, ProblemError, load_builtin, load_directory, resolve_problem
+from .. import __version__
+from ..errors import KforgeError
+from ..log import setup as setup_logging
+from ..metrics import BASELINES
+from ..problems import SIZES, ProblemError, load_builtin, load_directory, resolve_problem
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +73,8 @@ def _audit_problems(problems, args: argparse.Namespace) -> int:
     """Run each problem's reference through the audit on the backend's device (cached after the first time)."""
     from tqdm import tqdm
 
-    from .backends import get_backend
-    from .verify import BackendUnavailable, Verifier, VerifyConfig
+    from ..backends import get_backend
+    from ..verify import BackendUnavailable, Verifier, VerifyConfig
     try:
         backend = get_backend(args.backend)
     except ValueError as exc:
@@ -111,7 +111,7 @@ def _audit_problems(problems, args: argparse.Namespace) -> int:
 
 
 def _read_candidate(path: str):
-    from .evaluate import read_candidate
+    from ..evaluate import read_candidate
     p = Path(path)
     if not p.is_file():
         raise UsageError(f"{path}: no such candidate file")
@@ -120,7 +120,7 @@ def _read_candidate(path: str):
 
 
 def _verify_config(args: argparse.Namespace):
-    from .verify import VerifyConfig
+    from ..verify import VerifyConfig
     cfg = VerifyConfig(trials=args.trials, timeout_s=args.timeout, compile_ref=not args.no_compile_ref,
                        require_kernel=not args.no_kernel_check, seed=args.seed, skip_timing=args.no_timing)
     if args.atol is not None:
@@ -131,9 +131,9 @@ def _verify_config(args: argparse.Namespace):
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from .backends import get_backend
-    from .firstrun import PCH_NOTICE, pch_pending
-    from .verify import BackendUnavailable, Verifier, WorkerPool
+    from ..backends import get_backend
+    from ..job.firstrun import PCH_NOTICE, pch_pending
+    from ..verify import BackendUnavailable, Verifier, WorkerPool
     try:
         backend = get_backend(args.backend, device=args.device)
     except ValueError as exc:
@@ -182,10 +182,10 @@ def _where_the_time_went(verifier, verdict, total: float) -> str:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     """Verify many candidate files in one pool; rows to --out, the summary printed and written beside it."""
-    from .backends import get_backend
-    from .eval_summary import render_text, write_summary, summarise
-    from .evaluate import EvalInputError, discover, read_manifest, run_eval
-    from .verify import BackendUnavailable, Verifier, WorkerPool
+    from ..backends import get_backend
+    from ..evaluate import render_text, write_summary, summarise
+    from ..evaluate import EvalInputError, discover, read_manifest, run_eval
+    from ..verify import BackendUnavailable, Verifier, WorkerPool
     try:
         if args.manifest:
             if args.problems_dir or args.generations_dir:
@@ -226,8 +226,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         log.info("kforge eval: %d file(s) from %s on %s; %d build worker(s), run slots %s; rows to %s", len(jobs),
                  source, ", ".join(backends), args.jobs, ", ".join(sorted(slots)), out)
         if args.mlflow is not None:
-            from .tracking import Tracker, default_uri
-            from .tracking.schema import Tags
+            from ..tracking import Tracker, default_uri
+            from ..tracking.schema import Tags
             tracker = Tracker(args.mlflow or default_uri(), experiment=args.experiment)
             parent = tracker.start_eval(f"eval {Path(source).name}", params={
                 "source": str(Path(source).resolve()), "problems_dir": args.problems_dir, "out": str(out),
@@ -295,11 +295,11 @@ def cmd_build(args: argparse.Namespace) -> int:
     import time
     from concurrent.futures import ThreadPoolExecutor
 
-    from .backends import get_backend
-    from .candidate import Candidate
-    from .problems import builtin_solution_path, load_builtin
-    from .sandbox.gpus import arch_of
-    from .verify import WorkerPool
+    from ..backends import get_backend
+    from ..candidate import Candidate
+    from ..problems import builtin_solution_path, load_builtin
+    from ..sandbox.gpus import arch_of
+    from ..verify import WorkerPool
     try:
         backend = get_backend(args.backend, device=args.device)
     except ValueError as exc:
@@ -438,6 +438,3 @@ def main(argv: list[str] | None = None) -> int:
         print("kforge: interrupted", file=sys.stderr)
         return 130
 
-
-if __name__ == "__main__":
-    sys.exit(main())
