@@ -38,9 +38,10 @@ from typing import Any, Callable, Sequence
 from ..agents import Attempt, Recommendation, Reference
 from ..agents.analysis import generic_directions
 from ..candidate import Candidate
-from .chain import IterationRecord, LoopState, ProblemLoop, Step, make_record, rank_speedup
 from ..problems import Problem
 from ..verify import Verdict
+from .chain import ProblemLoop
+from .records import IterationRecord, LoopState, Step, make_record, rank_speedup
 
 ROOT_DIRECTION = "root"
 """The direction of round 0's nodes: no recommendation led to them."""
