@@ -22,7 +22,7 @@ from ..errors import ConfigError  # callers import it from here too
 from ..llm import LLM, make_model, replaying
 from ..loop import Advisor, Interrupted, ProblemLoop, ProblemResult, run_problems
 from ..problems import Problem, load_builtin, load_directory
-from .reference import ReferenceError, load_references, reference_backend
+from .reference import ReferenceTransferError, load_references, reference_backend
 from ..loop import BeamSearch
 from ..tracking.schema import Metrics, Tags
 from ..verify import BackendUnavailable, Verifier, WorkerPool
@@ -234,7 +234,7 @@ def _run_tracked(job: Job) -> JobResult:
     labels = job_labels(job)
     try:
         references = load_references(job.config.reference, job.problems, backend.name, tracker.uri)
-    except ReferenceError as exc:
+    except ReferenceTransferError as exc:
         raise ConfigError(str(exc)) from None
     labels[Tags.CONFIG_HASH] = config_hash(conf)
     previous, stale = take_over(tracker, labels[Tags.CONFIG_HASH], job.problems, job.config.resume)

@@ -114,13 +114,13 @@ def test_kforge_errors_share_a_base_and_keep_their_homes():
     from kforge.problems import ProblemError
     from kforge.profile.base import ProfilerUnavailable
     from kforge.profile.ncu import NcuError
-    from kforge.job.reference import ReferenceError
+    from kforge.job.reference import ReferenceTransferError
     from kforge.sandbox.pool import WorkerLost
     from kforge.verify.verifier import BackendUnavailable
     assert PipelineConfigError is ConfigError and issubclass(ConfigError, ValueError)
     for cls in (CompilationError, UsageError, EvalInputError, LLMError, MissingAPIKey, ProblemError,
-                ProfilerUnavailable, NcuError, ReferenceError, WorkerLost, BackendUnavailable):
+                ProfilerUnavailable, NcuError, ReferenceTransferError, WorkerLost, BackendUnavailable):
         assert issubclass(cls, KforgeError), cls
     # Their old builtin bases stay, so existing `except ValueError/RuntimeError` still catch them.
     assert issubclass(ProblemError, ValueError) and issubclass(WorkerLost, RuntimeError)
-    assert issubclass(LLMError, RuntimeError) and issubclass(ReferenceError, ValueError)
+    assert issubclass(LLMError, RuntimeError) and issubclass(ReferenceTransferError, ValueError)
