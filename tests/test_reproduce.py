@@ -9,7 +9,7 @@ from mlflow.tracking import MlflowClient
 
 from kforge import REPO_DIR
 from kforge.job.pipeline import run
-from tests.job.test_pipeline import FAST
+from tests.helpers import FAST
 
 TINY = [o for o in FAST if not o.startswith("problems.names")]
 

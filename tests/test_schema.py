@@ -11,7 +11,7 @@ from kforge.tracking import Tracker
 from kforge.tracking.resume import previous_runs
 from kforge.tracking.schema import (ITERATION_METRICS, RENAMED, STATE_INDEX, Files, Metrics, Tags, iteration_values,
                                     metrics_of)
-from tests.job.test_pipeline import config, fenced, scripted
+from tests.helpers import config, fenced, scripted
 
 
 def test_the_per_iteration_metrics_are_the_records_number_fields():

@@ -21,8 +21,7 @@ from kforge.profile.digest import Digest
 from kforge.profile.rules import classify, findings
 from kforge.loop.beam import BeamSearch, Node, select_survivors
 from kforge.verify import Verifier
-from tests.helpers import candidate, fast_config
-from tests.job.test_pipeline import config
+from tests.helpers import candidate, config, fast_config
 
 
 def kernel(repeat: int, wrong: bool = False) -> str:
