@@ -35,12 +35,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from .agents import Attempt, Recommendation, Reference
-from .agents.analysis import generic_directions
-from .candidate import Candidate
-from .loop import IterationRecord, LoopState, ProblemLoop, Step, make_record, rank_speedup
-from .problems import Problem
-from .verify import Verdict
+from ..agents import Attempt, Recommendation, Reference
+from ..agents.analysis import generic_directions
+from ..candidate import Candidate
+from ..problems import Problem
+from ..verify import Verdict
+from .chain import ProblemLoop
+from .records import IterationRecord, LoopState, Step, make_record, rank_speedup
 
 ROOT_DIRECTION = "root"
 """The direction of round 0's nodes: no recommendation led to them."""

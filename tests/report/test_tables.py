@@ -10,8 +10,8 @@ import pytest
 from mlflow.entities import Metric, RunTag
 from mlflow.tracking import MlflowClient
 
-from kforge.table_render import build_all, latex_escape
-from kforge.tables import (Context, ablation_table, by_iteration, dedupe, fast_p_curve, geomean_speedup,
+from kforge.report.render import build_all, latex_escape
+from kforge.report.tables import (Context, ablation_table, by_iteration, dedupe, fast_p_curve, geomean_speedup,
                            kernel_timings, load_runs, rate, timing_noise)
 
 NEW = {"best": "best_speedup_vs_eager", "step": "speedup_vs_eager"}

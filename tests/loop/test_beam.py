@@ -15,14 +15,13 @@ from kforge.agents.analysis import GENERIC_DIRECTIONS, parse_recommendations
 from kforge.backends import get_backend
 from kforge.llm import LLMResponse, ModelConfig
 from kforge.loop import GenericAdvisor, LoopConfig, LoopObserver, LoopState, ProblemLoop, ProblemResult
-from kforge.pipeline import run
+from kforge.job.pipeline import run
 from kforge.problems import load_builtin
 from kforge.profile.digest import Digest
 from kforge.profile.rules import classify, findings
-from kforge.search import BeamSearch, Node, select_survivors
+from kforge.loop.beam import BeamSearch, Node, select_survivors
 from kforge.verify import Verifier
-from tests.helpers import candidate, fast_config
-from tests.test_pipeline import config
+from tests.helpers import candidate, config, fast_config
 
 
 def kernel(repeat: int, wrong: bool = False) -> str:
@@ -247,7 +246,7 @@ def test_a_beam_job_killed_mid_tree_then_run_again_logs_each_node_once_and_verif
 
     import mlflow
 
-    import kforge.pipeline
+    import kforge.job.pipeline
 
     settings = ("loop=beam", "loop.max_calls=5", "loop.width=2", "loop.beam=2", "loop.depth=2")
 
@@ -283,7 +282,7 @@ def test_a_beam_job_killed_mid_tree_then_run_again_logs_each_node_once_and_verif
             cut_model.loop = self
 
     with monkeypatch.context() as m:
-        m.setattr(kforge.pipeline, "BeamSearch", Seen)
+        m.setattr(kforge.job.pipeline, "BeamSearch", Seen)
         cut = run(config(tmp_path / "cut", *settings), llm=cut_model, pool=pool)
     assert cut.interrupted and cut.results == []
     client = mlflow.MlflowClient(f"sqlite:///{tmp_path}/cut/mlflow.db")

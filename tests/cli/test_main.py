@@ -70,7 +70,7 @@ def test_usage_errors_exit_two(tmp_path, capsys):
 
 def test_first_build_says_it_compiles_torch_headers(tmp_path):
     from kforge.backends import get_backend
-    from kforge.firstrun import _gcc, pch_pending
+    from kforge.job.firstrun import _gcc, pch_pending
     if not sys.platform.startswith("linux") or not _gcc():
         pytest.skip("kforge precompiles torch's header with GCC on Linux only")
     cpu = get_backend("cpu")

@@ -6,7 +6,7 @@ with a bootstrap interval over problems), the mean kernel share of the best kern
 the audit flags degenerate (left out of fast_p, the geomean and the kernel share), the geometric-mean
 speedup of correct kernels (with its interval), and its timing range: what the geomean would be if every best kernel had taken its slowest
 or its fastest timing recorded for the same source anywhere in the experiment (another iteration,
-another arm, a rerun), which is how far timing noise alone moves it. `table_render` writes Markdown,
+another arm, a rerun), which is how far timing noise alone moves it. `render` writes Markdown,
 CSV and LaTeX; `plots` draws fast_p curves and correctness and speedup by iteration.
 
 Runs are deduplicated: for one configuration and problem only the newest finished run counts, so a
@@ -22,8 +22,8 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from .metrics import SPEEDUP_FIELD, geomean
-from .tracking.schema import CONFIG_TAGS, Kind, Metrics, Tags, metric, metric_history, speedup_metric, tag_is
+from ..metrics import SPEEDUP_FIELD, geomean
+from ..tracking.schema import CONFIG_TAGS, Kind, Metrics, Tags, metric, metric_history, speedup_metric, tag_is
 
 #: Ablation name -> (MLflow experiment, the tag that holds its factor).
 ABLATIONS: dict[str, tuple[str, str]] = {

@@ -5,7 +5,7 @@ from pathlib import Path
 from matplotlib.image import imread
 
 from kforge.loop import IterationRecord, ProblemResult
-from kforge.plots import plot_tree
+from kforge.report.plots import plot_tree
 from kforge.problems import resolve_problem
 from kforge.tracking.schema import Files
 from kforge.tracking.tracker import Tracker

@@ -13,19 +13,19 @@ import threading
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .agents import GenerationAgent, Prompts
-from .backends import Backend, get_backend
+from ..agents import GenerationAgent, Prompts
+from ..backends import Backend, get_backend
 from .config import BackendConfig, JobConfig, ProblemsConfig
 from .config import plain as _plain
 from .console import Progress, print_summary
-from .errors import ConfigError  # callers import it from here too
-from .llm import LLM, make_model, replaying
-from .loop import Advisor, Interrupted, ProblemLoop, ProblemResult, run_problems
-from .problems import Problem, load_builtin, load_directory
-from .reference import ReferenceError, load_references, reference_backend
-from .search import BeamSearch
-from .tracking.schema import Metrics, Tags
-from .verify import BackendUnavailable, Verifier, WorkerPool
+from ..errors import ConfigError  # callers import it from here too
+from ..llm import LLM, make_model, replaying
+from ..loop import Advisor, Interrupted, ProblemLoop, ProblemResult, run_problems
+from ..problems import Problem, load_builtin, load_directory
+from .reference import ReferenceTransferError, load_references, reference_backend
+from ..loop import BeamSearch
+from ..tracking.schema import Metrics, Tags
+from ..verify import BackendUnavailable, Verifier, WorkerPool
 
 
 @dataclass
@@ -93,7 +93,7 @@ def load_problems(pcfg: ProblemsConfig, device: str) -> list[Problem]:
         problems = load_directory(pcfg.root, levels=pcfg.levels, ids=pcfg.ids,
                                   names=pcfg.names, size=size, overrides=overrides)
     elif source == "huggingface":
-        from .problems.huggingface import load_huggingface
+        from ..problems.huggingface import load_huggingface
         problems = load_huggingface(pcfg.dataset or "ScalingIntelligence/KernelBench",
                                     levels=pcfg.levels, ids=pcfg.ids, size=size, overrides=overrides)
     else:
@@ -110,7 +110,7 @@ def resolve_profiler(kind: str, backend: Backend) -> str:
     """``auto``: ncu for GPU backends where Nsight Compute is installed, else torch.profiler."""
     if kind != "auto":
         return kind
-    from .profile.ncu import find_ncu
+    from ..profile.ncu import find_ncu
     return "ncu" if backend.device == "cuda" and find_ncu() else "torch"
 
 
@@ -118,8 +118,8 @@ def make_advisor(job: JobConfig, llm: LLM, backend: Backend, pool: WorkerPool, p
                  device_name: str, scratch: str, kind: str, scope: str = ""):
     """What optimisation passes ask for a recommendation: profiler x analysis from the config (``scope``:
     the job's configuration hash, under which a separate analysis model's calls are replayed)."""
-    from .agents import AnalysisAgent, ProfilingAdvisor
-    from .profile import PROFILERS, Profiler
+    from ..agents import AnalysisAgent, ProfilingAdvisor
+    from ..profile import PROFILERS, Profiler
     pcfg, acfg = job.profiler, job.analysis
     pkind, akind = pcfg.kind, acfg.kind
     pkind = resolve_profiler(pkind, backend)
@@ -163,7 +163,7 @@ def run(cfg: Any, *, llm: LLM | None = None, tags: dict[str, str] | None = None,
     job = JobConfig.from_hydra(conf)  # strict: a misspelt key stops here, naming the valid ones
     llm = llm or make_model(job.model)
     llm.check()  # a missing API key stops here, before any problem starts
-    from .tracking.resume import config_hash
+    from ..tracking.resume import config_hash
     chash = config_hash(conf)
     llm = replaying(llm, chash)  # a rerun of this configuration replays its calls
 
@@ -220,9 +220,9 @@ def _run_tracked(job: Job) -> JobResult:
     from omegaconf import OmegaConf
 
     from .firstrun import PCH_NOTICE, pch_pending
-    from .tracking import Tracker
-    from .tracking.observer import MlflowObserver
-    from .tracking.resume import config_hash, take_over
+    from ..tracking import Tracker
+    from ..tracking.observer import MlflowObserver
+    from ..tracking.resume import config_hash, take_over
     conf, backend, loop_cfg, pool = job.conf, job.backend, job.config.loop, job.pool
     tcfg = job.config.tracking
     tracker = Tracker(tcfg.uri, tcfg.experiment or "kforge", tcfg.artifact_root)
@@ -234,7 +234,7 @@ def _run_tracked(job: Job) -> JobResult:
     labels = job_labels(job)
     try:
         references = load_references(job.config.reference, job.problems, backend.name, tracker.uri)
-    except ReferenceError as exc:
+    except ReferenceTransferError as exc:
         raise ConfigError(str(exc)) from None
     labels[Tags.CONFIG_HASH] = config_hash(conf)
     previous, stale = take_over(tracker, labels[Tags.CONFIG_HASH], job.problems, job.config.resume)

@@ -10,7 +10,7 @@ import pytest
 
 from kforge.backends import get_backend
 from kforge.cli import main
-from kforge.eval_summary import render_markdown, render_text, summarise
+from kforge.evaluate import render_markdown, render_text, summarise
 from kforge.evaluate import (EvalInputError, Job, discover, load_results, make_row, parse_generation_name,
                              read_manifest, run_eval)
 from kforge.problems import BUILTIN_DIR
@@ -284,7 +284,7 @@ def test_eval_usage_errors_exit_two(tmp_path, capsys):
 
 
 def test_eval_notices_go_through_logging_to_stderr(tmp_path, capsys, caplog):
-    """The command's notices are `kforge.cli` log records, printed on stderr once each (the rows and the
+    """The command's notices are `kforge.cli.eval` log records, printed on stderr once each (the rows and the
     summary stay on stdout); a second run in the same process prints them once again, not twice."""
     import logging
     caplog.set_level(logging.INFO, logger="kforge")
@@ -296,4 +296,5 @@ def test_eval_notices_go_through_logging_to_stderr(tmp_path, capsys, caplog):
         out, err = capsys.readouterr()
         assert err.count("ignoring 1 .py file(s) not named level_L_problem_ID_sample_S_kernel.py: notes.py\n") == 1
         assert err.count("kforge eval: 1 file(s) from ") == 1 and "1 file(s): " in out and "ignoring" not in out
-    assert {(r.name, r.levelname) for r in caplog.records} >= {("kforge.cli", "WARNING"), ("kforge.cli", "INFO")}
+    assert {(r.name, r.levelname) for r in caplog.records} >= {("kforge.cli.eval", "WARNING"),
+                                                               ("kforge.cli.eval", "INFO")}

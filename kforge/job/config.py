@@ -2,7 +2,7 @@
 
 Groups with a home elsewhere keep it, next to the code that reads them: ``model`` is
 `kforge.llm.ModelConfig`, ``loop`` `kforge.loop.LoopConfig`, ``verify`` `kforge.verify.VerifyConfig`
-(with ``verify.timing`` and ``verify.static``), ``reference`` `kforge.reference.ReferenceConfig`. The
+(with ``verify.timing`` and ``verify.static``), ``reference`` `kforge.job.reference.ReferenceConfig`. The
 others are here. ``conf/experiment`` files only override other groups, and ``conf/hydra`` is Hydra's
 own; neither is a key of the job. Every class reads its dict through `kforge.strict.from_dict`, so a
 misspelt key (``+verify.trails=3``) stops the job with a `ConfigError` naming the valid ones.
@@ -13,11 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .llm.base import ModelConfig
-from .loop import LoopConfig
+from ..llm.base import ModelConfig
+from ..loop import LoopConfig
 from .reference import ReferenceConfig
-from .strict import StrictConfig
-from .verify.config import VerifyConfig
+from ..strict import StrictConfig
+from ..verify.config import VerifyConfig
 
 
 @dataclass

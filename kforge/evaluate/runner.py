@@ -4,7 +4,7 @@ Inputs are KernelBench's generations layout (`discover`) or a manifest (`read_ma
 `Job`s. `run_eval` loads each problem once, skips what the results file already holds, verifies the
 rest from several threads (builds go to the pool's build workers in parallel, runs to any free device
 slot) and appends a row per candidate as it finishes (the main thread alone writes). The summary
-lives in `kforge.eval_summary`.
+lives in `kforge.evaluate.summary`.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from .candidate import Candidate
-from .errors import KforgeError
-from .eval_summary import ERROR_STATE
-from .problems import Problem, ProblemError, kernelbench_root, parse_ids, resolve_problem
+from ..candidate import Candidate
+from ..errors import KforgeError
+from .summary import ERROR_STATE
+from ..problems import Problem, ProblemError, kernelbench_root, parse_ids, resolve_problem
 
 #: The file names KernelBench's scripts/generate_samples.py writes into a run directory.
 GENERATION_NAME = re.compile(r"^level_(\d+)_problem_(\d+)_sample_(\d+)_kernel\.py$")

@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .agents import Reference
-from .backends import get_backend
-from .errors import KforgeError
-from .problems import Problem, builtin_solution_path
-from .strict import StrictConfig
+from ..agents import Reference
+from ..backends import get_backend
+from ..errors import KforgeError
+from ..problems import Problem, builtin_solution_path
+from ..strict import StrictConfig
 
 KINDS = ("none", "oracle", "mlflow")
 
@@ -29,8 +29,9 @@ def reference_backend(backend: str | None, target: str) -> str:
     return source
 
 
-class ReferenceError(KforgeError, ValueError):
-    """The reference configuration cannot work (unknown kind, same backend, missing experiment)."""
+class ReferenceTransferError(KforgeError, ValueError):
+    """The reference configuration cannot work (unknown kind, same backend, missing experiment). Named so, not
+    ``ReferenceError``, which is a Python builtin (a dead weak reference)."""
 
 
 @dataclass
@@ -54,13 +55,13 @@ def load_references(rcfg: ReferenceConfig | dict[str, Any], problems: list[Probl
     rcfg = ReferenceConfig.from_dict(rcfg, "reference")
     kind = rcfg.kind
     if kind not in KINDS:
-        raise ReferenceError(f"reference.kind must be one of {', '.join(KINDS)}, not {kind!r}")
+        raise ReferenceTransferError(f"reference.kind must be one of {', '.join(KINDS)}, not {kind!r}")
     if kind == "none":
         return {p.key: None for p in problems}
     source = reference_backend(rcfg.backend, target)
     if source == target:
-        raise ReferenceError(f"reference.backend={source} is the target backend itself; pick another accelerator's "
-                             "kernels (e.g. reference.backend=cuda when targeting triton or cpu)")
+        raise ReferenceTransferError(f"reference.backend={source} is the target backend itself; pick another "
+                                     "accelerator's kernels (e.g. reference.backend=cuda when targeting triton or cpu)")
     language = get_backend(source).language
     if kind == "oracle":
         out = {}
@@ -76,8 +77,8 @@ def _from_mlflow(rcfg: ReferenceConfig, problems: list[Problem], source: str, la
     import tempfile
     from pathlib import Path
 
-    from .tracking import default_uri, open_client
-    from .tracking.schema import Files, Kind, Metrics, Tags, metric, metric_is, tag_is
+    from ..tracking import default_uri, open_client
+    from ..tracking.schema import Files, Kind, Metrics, Tags, metric, metric_is, tag_is
     client = open_client(rcfg.tracking_uri or uri or default_uri())
     filters = [tag_is(Tags.BACKEND, source), tag_is(Tags.KIND, Kind.PROBLEM), metric_is(Metrics.BEST_CORRECT, 1)]
     if rcfg.run_id:
@@ -87,10 +88,10 @@ def _from_mlflow(rcfg: ReferenceConfig, problems: list[Problem], source: str, la
     else:
         name = rcfg.experiment
         if not name:
-            raise ReferenceError("reference=mlflow needs reference.experiment=NAME or reference.run_id=ID")
+            raise ReferenceTransferError("reference=mlflow needs reference.experiment=NAME or reference.run_id=ID")
         exp = client.get_experiment_by_name(name)
         if exp is None:
-            raise ReferenceError(f"no MLflow experiment named {name!r} at {client.tracking_uri}")
+            raise ReferenceTransferError(f"no MLflow experiment named {name!r} at {client.tracking_uri}")
         experiment_ids = [exp.experiment_id]
     runs = client.search_runs(experiment_ids, " and ".join(filters), max_results=50000)
     fastest = Metrics.best_speedup("eager")

@@ -4,7 +4,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from kforge.problems import load_builtin, load_problem_file
-from kforge.reference import ReferenceError, load_references
+from kforge.job.reference import ReferenceTransferError, load_references
 
 SRC = ("import torch\nN = 8\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n"
        "def get_inputs():\n    return [torch.randn(N)]\ndef get_init_inputs():\n    return []\n")
@@ -24,9 +24,9 @@ def test_oracle_reference_and_missing_one(tmp_path):
 
 def test_same_backend_and_unknown_kind_are_errors():
     problems = load_builtin(names=["level1/1_ReLU"])
-    with pytest.raises(ReferenceError, match="is the target backend itself"):
+    with pytest.raises(ReferenceTransferError, match="is the target backend itself"):
         load_references({"kind": "oracle", "backend": "cpu"}, problems, "cpu")
-    with pytest.raises(ReferenceError, match="must be one of"):
+    with pytest.raises(ReferenceTransferError, match="must be one of"):
         load_references({"kind": "telepathy"}, problems, "cpu")
 
 
@@ -44,6 +44,6 @@ def test_mlflow_reference_takes_the_fastest_correct_kernel(tmp_path):
                            f"sqlite:///{tmp_path}/mlflow.db")
     assert refs["level1/1_ReLU"].code == "# fastest kernel" and refs["level1/1_ReLU"].source.startswith("mlflow:")
     assert refs["level1/2_Softmax"] is None
-    with pytest.raises(ReferenceError, match="no MLflow experiment named 'nope'"):
+    with pytest.raises(ReferenceTransferError, match="no MLflow experiment named 'nope'"):
         load_references({"kind": "mlflow", "backend": "cuda", "experiment": "nope"}, problems, "triton",
                         f"sqlite:///{tmp_path}/mlflow.db")

@@ -9,12 +9,12 @@ import pytest
 
 from kforge import REPO_DIR
 from kforge.apps.hydra_conf import compose
-from kforge.config import (AnalysisConfig, BackendConfig, JobConfig, ProblemsConfig, ProfilerConfig, TablesConfig,
+from kforge.job.config import (AnalysisConfig, BackendConfig, JobConfig, ProblemsConfig, ProfilerConfig, TablesConfig,
                            TrackingConfig, WorkersConfig)
 from kforge.errors import ConfigError, KforgeError
 from kforge.llm import ModelConfig, make_model
 from kforge.loop import LoopConfig
-from kforge.reference import ReferenceConfig
+from kforge.job.reference import ReferenceConfig
 from kforge.strict import StrictConfig
 from kforge.verify import StaticConfig, TimingConfig, VerifyConfig
 
@@ -110,17 +110,17 @@ def test_kforge_errors_share_a_base_and_keep_their_homes():
     from kforge.cli import UsageError
     from kforge.evaluate import EvalInputError
     from kforge.llm import LLMError, MissingAPIKey
-    from kforge.pipeline import ConfigError as PipelineConfigError
+    from kforge.job.pipeline import ConfigError as PipelineConfigError
     from kforge.problems import ProblemError
     from kforge.profile.base import ProfilerUnavailable
     from kforge.profile.ncu import NcuError
-    from kforge.reference import ReferenceError
+    from kforge.job.reference import ReferenceTransferError
     from kforge.sandbox.pool import WorkerLost
     from kforge.verify.verifier import BackendUnavailable
     assert PipelineConfigError is ConfigError and issubclass(ConfigError, ValueError)
     for cls in (CompilationError, UsageError, EvalInputError, LLMError, MissingAPIKey, ProblemError,
-                ProfilerUnavailable, NcuError, ReferenceError, WorkerLost, BackendUnavailable):
+                ProfilerUnavailable, NcuError, ReferenceTransferError, WorkerLost, BackendUnavailable):
         assert issubclass(cls, KforgeError), cls
     # Their old builtin bases stay, so existing `except ValueError/RuntimeError` still catch them.
     assert issubclass(ProblemError, ValueError) and issubclass(WorkerLost, RuntimeError)
-    assert issubclass(LLMError, RuntimeError) and issubclass(ReferenceError, ValueError)
+    assert issubclass(LLMError, RuntimeError) and issubclass(ReferenceTransferError, ValueError)

@@ -7,9 +7,9 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable
 
-from .loop import IterationRecord, LoopObserver, ProblemResult, Step
-from .problems import Problem
-from .tracking.schema import Files
+from ..loop import IterationRecord, LoopObserver, ProblemResult, Step
+from ..problems import Problem
+from ..tracking.schema import Files
 
 
 def status_line(problem: Problem, record: IterationRecord, budget: int) -> str:

@@ -9,29 +9,12 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from kforge import REPO_DIR
-from kforge.apps.hydra_conf import compose, model_strings
+from kforge.apps.hydra_conf import model_strings
 from kforge.llm import ModelConfig, make_model
-from kforge.pipeline import ConfigError, run
+from kforge.job.pipeline import ConfigError, run
 from kforge.tracking import STATE_CODES
-from tests.helpers import candidate
+from tests.helpers import FAST, config, fenced, scripted
 from tests.llm.stub_server import StubServer
-
-FAST = ["problems.names=[level1/1_ReLU]", "problems.overrides={BATCH:8,DIM:4096}", "verify.trials=2",
-        "verify.compile_ref=false", "verify.timing.min_trials=3", "verify.timing.max_trials=6",
-        "verify.timing.budget_s=1", "verify.timing.warmup=1", "loop.concurrency=1"]
-
-
-def config(tmp_path: Path, *overrides: str):
-    return compose("synthesize", [f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", *FAST, *overrides])
-
-
-def fenced(name: str) -> str:
-    return f"Here is the program.\n```python\n{candidate('cpu', name)}```\n"
-
-
-def scripted(*replies: str):
-    return make_model(ModelConfig(name="scripted", kind="scripted", replies=list(replies)))
-
 
 def problem_runs(tmp_path: Path, experiment: str = "kforge"):
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")

@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable
 
-from .metrics import fast_p, geomean, speedup_over
+from ..metrics import fast_p, geomean, speedup_over
 
 FAST = (0.0, 1.0, 1.5, 2.0)
 """The fast_p thresholds reported (KernelBench's fast_0 is the correctness rate over counted candidates)."""
