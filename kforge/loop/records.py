@@ -26,6 +26,9 @@ class IterationRecord:
     state: str
     correct: bool
     message: str
+    correct_kernelbench: bool = False
+    """Correct under KernelBench's rules (matching outputs suffice; `kforge.verify.rules`), beside ``correct``
+    under the job's, so a paper can count both ways."""
     speedup_eager: float | None = None
     speedup_compile: float | None = None
     runtime_ms: float | None = None
@@ -153,7 +156,7 @@ def make_record(it: int, attempt: Attempt, verdict: Verdict, recommendation: Rec
     resp = attempt.response
     record = IterationRecord(
         iteration=it, phase=attempt.phase, state=verdict.state.value, correct=verdict.correct,
-        message=verdict.message, speedup_eager=verdict.speedup_eager,
+        correct_kernelbench=verdict.correct_under("kernelbench"), message=verdict.message, speedup_eager=verdict.speedup_eager,
         speedup_compile=verdict.speedup_compile,
         runtime_ms=verdict.runtime.median_ms if verdict.runtime else None,
         speed_of_light=verdict.speed_of_light, kernel_share=verdict.kernel_share,
