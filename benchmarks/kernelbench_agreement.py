@@ -14,8 +14,8 @@ program defining ``ModelNew``, relative to the manifest. Four steps, each resuma
    built in ``__init__`` lands in the same folder (KernelBench's eval reuses it; its verdict is unchanged).
 2. ``kforge``: ``python -m kforge.cli eval --manifest ... --rules kernelbench --backend cuda``.
 3. ``kernelbench``: ``eval_kernel_against_ref`` per candidate, each in a fresh process, one at a time
-   (seed 42, ``--trials`` correctness trials, ``--timed`` timed ones, cuda events, fp32; a process that
-   hangs is killed after ``--timeout``, one that dies is a row).
+   unless ``--eval-jobs`` says otherwise (seed 42, ``--trials`` correctness trials, ``--timed`` timed ones,
+   cuda events, fp32; a process that hangs is killed after ``--timeout``, one that dies is a row).
 4. ``report``: the table (stdout, ``OUT/agreement.md``, ``OUT/agreement.csv``), the agreement count and
    every disagreement.
 
@@ -197,7 +197,7 @@ def step_children(kind: str, args, entries: list[Entry], deadline: Deadline) -> 
             _clear_locks(out / "build" / key)
 
     timeout = args.build_timeout if kind == "build" else args.timeout
-    left = run_children(jobs, args.jobs if kind == "build" else 1, timeout, deadline, on_done, on_kill)
+    left = run_children(jobs, args.jobs if kind == "build" else args.eval_jobs, timeout, deadline, on_done, on_kill)
     if left:
         print(f"[{kind}] deadline: {len(left)} left for the next run", flush=True)
     return left
@@ -306,6 +306,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--out", required=True, help="folder for records, builds, logs and the table (resumable)")
     ap.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1),
                     help="parallel builds (both harnesses)")
+    ap.add_argument("--eval-jobs", type=int, default=1,
+                    help="KernelBench evaluations at a time on the GPU (1, as its one-GPU batch; more overlap "
+                         "the builds some do at eval time but disturb the timings)")
     ap.add_argument("--trials", type=int, default=5, help="correctness trials (KernelBench's num_correct_trials)")
     ap.add_argument("--timed", type=int, default=100, help="timed trials (KernelBench's num_perf_trials)")
     ap.add_argument("--gpu-arch", nargs="+", default=["Hopper"],
