@@ -109,11 +109,12 @@ def child_eval(job: dict[str, Any]) -> dict[str, Any]:
                 "metadata": {kind: f"{type(exc).__name__}: {exc}"[:2000], f"{kind}_name": kb_eval.get_error_name(exc)}}
     if res is None:
         return {"status": "none", "error": "eval_kernel_against_ref returned None (a lock-file error while building)"}
+    ref_ms = getattr(res, "ref_runtime", -1.0)  # older KernelBench results have no reference timing
     rec = {"status": "result", "compiled": res.compiled, "correctness": res.correctness, "runtime": res.runtime,
-           "ref_runtime": res.ref_runtime, "runtime_stats": _plain(res.runtime_stats),
-           "ref_runtime_stats": _plain(res.ref_runtime_stats), "metadata": _plain(res.metadata),
-           "ref_timing_from": "eval_kernel_against_ref" if res.ref_runtime and res.ref_runtime > 0 else None}
-    if res.correctness and not (res.ref_runtime and res.ref_runtime > 0):
+           "ref_runtime": ref_ms, "runtime_stats": _plain(res.runtime_stats),
+           "ref_runtime_stats": _plain(getattr(res, "ref_runtime_stats", {})), "metadata": _plain(res.metadata),
+           "ref_timing_from": "eval_kernel_against_ref" if ref_ms and ref_ms > 0 else None}
+    if res.correctness and not (ref_ms and ref_ms > 0):
         stats = kb_timing.measure_ref_program_time(Path(job["problem"]).stem, ref_src, num_trials=job["timed"],
                                                    device=device, precision=torch.float32)
         if stats:
