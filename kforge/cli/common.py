@@ -11,6 +11,7 @@ from typing import Any
 
 from ..errors import KforgeError
 from ..problems import SIZES
+from ..verify.config import RULE_SETS
 
 
 class UsageError(KforgeError):
@@ -64,7 +65,8 @@ def verify_config(args: argparse.Namespace):
     """The verifier's config from the options `add_verify_options` adds."""
     from ..verify import VerifyConfig
     cfg = VerifyConfig(trials=args.trials, timeout_s=args.timeout, compile_ref=not args.no_compile_ref,
-                       require_kernel=not args.no_kernel_check, seed=args.seed, skip_timing=args.no_timing)
+                       require_kernel=not args.no_kernel_check, seed=args.seed, skip_timing=args.no_timing,
+                       rules=args.rules)
     if args.atol is not None:
         cfg.atol = args.atol
     if args.rtol is not None:
@@ -88,6 +90,10 @@ def add_verify_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-kernel-check", action="store_true",
                    help="accept candidates without a kernel of their own (attribution is still reported)")
     p.add_argument("--no-timing", action="store_true", help="check correctness only (no speedups)")
+    p.add_argument("--rules", choices=RULE_SETS, default="kforge",
+                   help="the rule set that decides the state (default kforge: the candidate's own kernels must do "
+                        "the work; kernelbench: what KernelBench's harness decides, matching outputs suffice; "
+                        "strict: kforge and a 90%% kernel share). The state under every rule set is recorded too")
 
 
 def default_jobs() -> int:

@@ -313,6 +313,8 @@ def run_eval(jobs: Iterable[Job], verifier, backends: dict[str, Any], *, size_of
             try:
                 verdict = verifier.verify(problem, cand, backends[job.backend], config)
                 return i, make_row(job, h, problem.size, problem, verdict.to_dict()), texts[i]
+            except ProblemError as exc:  # the problem's own failure, with its traceback: no candidate is judged
+                return i, make_row(job, h, problem.size, problem, error=f"the problem fails: {exc}"), texts[i]
             except Exception as exc:  # noqa: BLE001 - a verifier fault on one file must not end the evaluation
                 tail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
                 return i, make_row(job, h, problem.size, problem, error=f"verification failed: {tail}"), texts[i]

@@ -16,6 +16,9 @@ from typing import Any, Iterable
 
 from ..metrics import fast_p, geomean, speedup_over
 
+SIDE_BY_SIDE = ("kforge", "kernelbench")
+"""The rule sets the summary reports beside each other (`kforge.verify.rules`): kforge's (the candidate's own
+kernels did the work) and KernelBench's (matching outputs suffice), so figures compare with its leaderboard."""
 FAST = (0.0, 1.0, 1.5, 2.0)
 """The fast_p thresholds reported (KernelBench's fast_0 is the correctness rate over counted candidates)."""
 ERROR_STATE = "error"
@@ -26,15 +29,21 @@ def _speedup(row: dict[str, Any], baseline: str) -> float | None:
     return speedup_over(baseline, row.get("speedup_eager"), row.get("speedup_compile"))
 
 
+def correct_under(row: dict[str, Any], rules: str) -> bool:
+    """Whether a row is correct under a rule set (a row from before rule sets: its own ``correct``)."""
+    states = row.get("states") or {}
+    return states.get(rules) == "correct" if rules in states else bool(row.get("correct"))
+
+
 def group_stats(rows: list[dict[str, Any]], baseline: str = "eager",
-                degenerate: set[str] | None = None) -> dict[str, Any]:
-    """Every figure of the summary for one group of rows (a level, or all of them)."""
+                degenerate: set[str] | None = None, rules: str = "kforge") -> dict[str, Any]:
+    """Every figure of the summary for one group of rows (a level, or all of them), under one rule set."""
     degenerate = degenerate or set()
     verified = [r for r in rows if r.get("state") != ERROR_STATE]
     counted = [r for r in verified if r.get("problem") not in degenerate]
-    outcomes = [(bool(r.get("correct")), _speedup(r, baseline)) for r in counted]
+    outcomes = [(correct_under(r, rules), _speedup(r, baseline)) for r in counted]
     timed = any(s is not None for _, s in outcomes)
-    correct = [r for r in verified if r.get("correct")]
+    correct = [r for r in verified if correct_under(r, rules)]
     shares = [r["kernel_share"] for r in rows if isinstance(r.get("kernel_share"), (int, float))]
     flags: dict[str, set[str]] = {}
     for r in rows:
@@ -52,7 +61,8 @@ def group_stats(rows: list[dict[str, Any]], baseline: str = "eager",
         out[f"fast_{p:g}"] = fast_p(outcomes, p) if counted and (p == 0 or timed) else None
     out["geomean_speedup"] = geomean(s for c, s in outcomes if c)
     out["kernel_share_mean"] = sum(shares) / len(shares) if shares else None
-    out["states"] = dict(sorted(Counter(r.get("state") or "?" for r in rows).items()))
+    out["states"] = dict(sorted(Counter((r.get("states") or {}).get(rules) or r.get("state") or "?"
+                                        for r in rows).items()))
     out["problem_flags"] = {f: len(ps) for f, ps in sorted(flags.items())}
     out["degenerate_problems"] = len({r.get("problem") for r in rows} & degenerate)
     return out
@@ -66,10 +76,12 @@ def summarise(rows: Iterable[dict[str, Any]], baseline: str = "eager") -> dict[s
     for r in rows:
         levels.setdefault(str(r["level"]) if r.get("level") is not None else "-", []).append(r)
     order = sorted(levels, key=lambda k: (k == "-", int(k) if k.isdigit() else 0))
+    by_rules = {rules: {"levels": {k: group_stats(levels[k], baseline, degenerate, rules) for k in order},
+                        "all": group_stats(rows, baseline, degenerate, rules)} for rules in SIDE_BY_SIDE}
     return {
         "baseline": baseline,
-        "levels": {k: group_stats(levels[k], baseline, degenerate) for k in order},
-        "all": group_stats(rows, baseline, degenerate),
+        **by_rules["kforge"],
+        "rules": by_rules,
         "not_verified": [{"candidate": r.get("candidate"), "problem": r.get("problem"), "error": r.get("error")}
                          for r in rows if r.get("state") == ERROR_STATE]}
 
@@ -79,14 +91,15 @@ def _pct(x: float | None) -> str:
 
 
 def _table(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    head = ["level", "files", "correct", *[f"fast_{p:g}" for p in FAST], "geomean", "kernel_share", "states"]
+    head = ["level", "rules", "files", "correct", *[f"fast_{p:g}" for p in FAST], "geomean", "kernel_share", "states"]
     body = []
-    groups = list(summary["levels"].items())
-    if len(groups) > 1:
-        groups.append(("all", summary["all"]))
-    for name, g in groups:
+    by_rules = summary.get("rules") or {"kforge": {"levels": summary["levels"], "all": summary["all"]}}
+    names = list(summary["levels"]) + (["all"] if len(summary["levels"]) > 1 else [])
+    groups = [(name, rules, (r["levels"].get(name) if name != "all" else r["all"]))
+              for name in names for rules, r in by_rules.items()]
+    for name, rules, g in groups:
         gm, ks = g["geomean_speedup"], g["kernel_share_mean"]
-        body.append([name, str(g["candidates"]),
+        body.append([name, rules, str(g["candidates"]),
                      "-" if g["correct_pct"] is None else f"{g['correct_pct']:.1f}%",
                      *[_pct(g[f"fast_{p:g}"]) for p in FAST],
                      "-" if gm is None else f"{gm:.2f}x", "-" if ks is None else f"{100 * ks:.0f}%",
@@ -97,7 +110,9 @@ def _table(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 def _notes(summary: dict[str, Any]) -> list[str]:
     g = summary["all"]
     lines = [f"speedups against {'torch.compile' if summary['baseline'] == 'compile' else 'eager PyTorch'}; "
-             f"fast_p: correct and faster than that by more than p, over {g['fast_p_candidates']} file(s)"]
+             f"fast_p: correct and faster than that by more than p, over {g['fast_p_candidates']} file(s)",
+             "rules: kforge counts a file correct when its own kernels computed the answer; kernelbench as "
+             "KernelBench's harness does (matching outputs suffice)"]
     if g["problem_flags"]:
         lines.append("problem flags: " + ", ".join(f"{f} {n} problem(s)" for f, n in g["problem_flags"].items()))
     if g["degenerate_problems"]:
@@ -115,7 +130,7 @@ def render_text(summary: dict[str, Any]) -> str:
     """The summary as an aligned plain-text table and a few notes (what `kforge eval` prints)."""
     head, body = _table(summary)
     widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head) - 1)]
-    lines = ["  ".join([*(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))), r[-1]])
+    lines = ["  ".join([*(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))), r[-1]])
              for r in [head, *body]]
     return "\n".join(lines + _notes(summary))
 

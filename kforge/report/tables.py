@@ -163,6 +163,15 @@ def faster(p: float) -> Callable[[pd.DataFrame, Context], np.ndarray]:
     return lambda group, ctx: np.nan_to_num(_speed(_fair(group, ctx), ctx), nan=0.0) > p
 
 
+def _kernelbench(group: pd.DataFrame, p: float | None) -> np.ndarray:
+    """Correct under KernelBench's rules (and more than ``p`` times faster than the baseline)."""
+    ok = group.get("correct_kb", pd.Series(False, index=group.index)).fillna(False).to_numpy(dtype=bool)
+    if p is None:
+        return ok
+    s = pd.to_numeric(group.get("speed_kb", pd.Series(np.nan, index=group.index)), errors="coerce").to_numpy(float)
+    return ok & (np.nan_to_num(s, nan=0.0) > p)
+
+
 def kernel_share(group: pd.DataFrame, ctx: Context) -> Estimate:
     """The mean share of the best correct kernels' device time spent in their own kernels (not PyTorch's or a
     library's), with its bootstrap interval."""
@@ -206,6 +215,10 @@ COLUMNS: list[Column] = [
            "over problems in brackets."),
     Column("fast_1", "fast_1", rate(faster(1.0)), "fast_p: correct and more than p times faster than {baseline}."),
     Column("fast_1.5", "fast_1.5", rate(faster(1.5)), ""),
+    Column("correct_kb", "correct (KB rules)", rate(lambda g, ctx: _kernelbench(g, None)),
+           "correct and fast_1 (KB rules): the same under KernelBench's rules, where matching outputs suffice and a "
+           "program whose own kernels did not do the work counts too, so they compare with its leaderboard."),
+    Column("fast_1_kb", "fast_1 (KB rules)", rate(lambda g, ctx: _kernelbench(_fair(g, ctx), 1.0)), ""),
     Column("kernel_share", "kernel share", kernel_share,
            "kernel share: the mean share of the best correct kernels' device time spent in their own kernels rather "
            "than PyTorch's or a library's (cuBLAS, cuDNN), with its {confidence} bootstrap interval."),
@@ -246,12 +259,22 @@ def load_runs(client, experiment: str, baseline: str = "eager", iterations: bool
                    iterations=m.get(Metrics.ITERATIONS), cost_usd=m.get(Metrics.TOTAL_COST_USD),
                    kernel_share=m.get(Metrics.BEST_KERNEL_SHARE),
                    degenerate="degenerate" in t.get(Tags.PROBLEM_FLAGS, "").split(","))
+        speed = _history(client, r.info.run_id, speedup_metric(baseline))
+        row.update(_kernelbench_best(_history(client, r.info.run_id, Metrics.CORRECT_KERNELBENCH), speed))
         if iterations:
             correct = _history(client, r.info.run_id, Metrics.CORRECT)
-            speed = _history(client, r.info.run_id, speedup_metric(baseline))
             row["steps"] = [(s, bool(correct[s]), speed.get(s), t.get(Tags.kernel_at(s), "")) for s in sorted(correct)]
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _kernelbench_best(correct: dict[int, float], speed: dict[int, float]) -> dict[str, Any]:
+    """A problem's outcome under KernelBench's rules: solved once any iteration was, at that iteration's best
+    speedup (runs logged before the rule sets have no such metric: None)."""
+    if not correct:
+        return {"correct_kb": None, "speed_kb": None}
+    ok = [s for s, v in correct.items() if v]
+    return {"correct_kb": bool(ok), "speed_kb": max((speed[s] for s in ok if speed.get(s)), default=None)}
 
 
 def dedupe(df: pd.DataFrame) -> pd.DataFrame:

@@ -129,6 +129,8 @@ class Metrics:
     """A problem run's summary (step 0) and a parent run's."""
 
     CORRECT = "correct"
+    CORRECT_KERNELBENCH = "correct_kernelbench"
+    """Correct under KernelBench's rules (`kforge.verify.rules`), beside ``correct`` under the job's."""
     SPEED_OF_LIGHT = "speed_of_light"
     BEST_CORRECT = "best_correct"
     BEST_KERNEL_SHARE = "best_kernel_share"

@@ -233,6 +233,7 @@ class Tracker:
                 **{k: str(row[k]) for k in CANDIDATE_TAGS if row.get(k) is not None}}
         values = {k: row.get(k) for k in CANDIDATE_METRICS}
         values[Metrics.CORRECT] = float(bool(row.get("correct")))
+        values[Metrics.CORRECT_KERNELBENCH] = float((row.get("states") or {}).get("kernelbench") == "correct")
         if row.get("state") in STATE_CODES:
             values[CANDIDATE_STATE_INDEX] = STATE_CODES[row["state"]]
         now = int(time.time() * 1000)
@@ -251,6 +252,10 @@ class Tracker:
         from mlflow.entities import Metric
         now = int(time.time() * 1000)
         groups = [("", summary["all"])] + [(level_prefix(k), g) for k, g in summary["levels"].items() if k != "-"]
+        kb = (summary.get("rules") or {}).get("kernelbench")  # the same figures under KernelBench's rules
+        if kb:
+            groups += [("kernelbench.", kb["all"])] + [(f"kernelbench.{level_prefix(k)}", g)
+                                                       for k, g in kb["levels"].items() if k != "-"]
         metrics = [Metric(f"{prefix}{k}", float(v), now, 0) for prefix, g in groups
                    for k, v in flatten(g).items() if _is_number(v)]
         with self._lock:

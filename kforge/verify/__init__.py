@@ -5,7 +5,7 @@ from ..sandbox.pool import WorkerPool
 from .config import DEFAULT_TOLERANCES, TimingConfig, VerifyConfig
 from .static import Finding, StaticConfig
 from .verdict import STATES, Evidence, State, TimingStats, Verdict
-from .verifier import BackendUnavailable, Verifier
+from .verifier import BackendUnavailable, ProblemFails, Verifier
 
 # What serves the verifier's requests in a worker's child: registered on import, so before any pool
 # that serves them starts its workers (see kforge.sandbox.dispatch).
@@ -13,4 +13,4 @@ for _kind in ("build", "run", "audit"):
     register(_kind, f"kforge.verify.worker:{_kind}")
 
 __all__ = ["DEFAULT_TOLERANCES", "TimingConfig", "VerifyConfig", "WorkerPool", "Finding", "StaticConfig", "STATES",
-           "Evidence", "State", "TimingStats", "Verdict", "BackendUnavailable", "Verifier"]
+           "Evidence", "State", "TimingStats", "Verdict", "BackendUnavailable", "ProblemFails", "Verifier"]

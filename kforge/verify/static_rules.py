@@ -168,6 +168,11 @@ def _monkey_patch(tree: ast.Module, source: str, backend: Backend, problem: Prob
             if isinstance(t, ast.Attribute) and _dotted(t, aliases) in ASSIGNABLE:
                 continue  # speed settings are allowed; numerics flags are judged at run time (tripwire)
             if isinstance(t, ast.Attribute) and protected(_dotted(t.value, aliases)):
+                if _backend_flag(t, node, aliases):  # e.g. cudnn.fastest = True: a flag torch does not read
+                    out.append(Finding("monkey_patch", f"sets {_dotted(t, aliases)} to a constant: not a setting "
+                                       "PyTorch reads, so it changes nothing (numerics flags are checked at run "
+                                       "time)", _line(node), severity="warn"))
+                    continue
                 out.append(Finding("monkey_patch", f"assigns {_dotted(t, aliases)}: patching torch, timers or the "
                                    "harness is not allowed", _line(node)))
             if isinstance(t, ast.Subscript) and _dotted(t.value, aliases) in ("sys.modules", "os.environ"):
@@ -178,6 +183,15 @@ def _monkey_patch(tree: ast.Module, source: str, backend: Backend, problem: Prob
                 and node.args and not (isinstance(node.args[0], ast.Name) and node.args[0].id == "self"):
             out.append(Finding("monkey_patch", f"{node.func.id}() on {ast.unparse(node.args[0])}", _line(node)))
     return out
+
+
+def _backend_flag(target: ast.Attribute, node: ast.AST, aliases: dict[str, str]) -> bool:
+    """A constant assigned to a ``torch.backends.*`` attribute: models set flags there that no PyTorch release
+    reads (``cudnn.fastest``, ``cudnn.workspace_limit``: seen in published kernels). A value is data, not a
+    patched function; whatever it does to the numerics, the run's tripwire sees."""
+    return (isinstance(node, ast.Assign) and (_dotted(target.value, aliases) or "").startswith("torch.backends.")
+            and all(isinstance(n, (ast.Constant, ast.BinOp, ast.UnaryOp, ast.operator, ast.unaryop))
+                    for n in ast.walk(node.value)))
 
 
 def _streams(tree: ast.Module, aliases: dict[str, str]) -> list[tuple[str, int | None]]:

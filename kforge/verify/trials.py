@@ -233,6 +233,8 @@ class Trials(Harness):
             self.build_log = tail(next(iter(builder.failed.values())))
             return _work(Work.BUILD_FAILED, None, "the candidate's extension does not build; its code caught the "
                          "error and ran without its kernels")
+        if a.output_from_kernel is False and self._ops is not None and self._profiled_calls == 0:
+            ran = False  # kernels of unknown origin ran (cuDNN's, ...), but no call into the candidate's own was seen
         if ran is False:
             return _work(Work.NONE, "kernel_not_run", "the candidate's own kernels did not run in its forward, so "
                          "PyTorch computed the answer. " + self._who())

@@ -18,14 +18,14 @@ from typing import Any
 from ..backends import Backend, get_backend
 from ..candidate import Candidate
 from ..errors import KforgeError
-from ..problems import Problem
+from ..problems import Problem, ProblemError
 from ..cachefile import read_json, write_json
 from ..sandbox.ceilings import CPU_FLOOR_MIN_BYTES, floor_ms
 from ..sandbox.gpus import arch_of
+from ..sandbox.harness import PROBLEM_ERROR
 from ..sandbox.pool import WorkerLost, WorkerPool
 from .config import VerifyConfig
 from .static import StaticConfig, check
-from ..sandbox.harness import PROBLEM_ERROR
 from .rules import decide_all
 from .static_rules import own_streams
 from .verdict import Attribution, Evidence, Facets, State, TimingStats, Verdict, Work
@@ -57,8 +57,9 @@ class BackendUnavailable(KforgeError, RuntimeError):
     """The backend needs a device this machine does not have; the message says what to do."""
 
 
-class ProblemError(KforgeError, RuntimeError):
-    """The problem itself fails (its ``Model``, ``get_inputs`` or ``get_init_inputs``): no candidate is judged."""
+class ProblemFails(ProblemError):
+    """The problem itself fails when run (its ``Model``, ``get_inputs`` or ``get_init_inputs``): no candidate is
+    judged. A `ProblemError`, as a malformed problem file is: callers that skip or report bad problems catch both."""
 
     def __init__(self, message: str, traceback: str | None = None):
         super().__init__(message + (f"\n--- the problem's traceback ---\n{traceback.rstrip()}" if traceback else ""))
@@ -361,7 +362,7 @@ class Verifier:
         r = reply["result"]
         ev = dict(r.get("evidence") or {})
         if r["state"] == PROBLEM_ERROR:
-            raise ProblemError(f"{problem.key}: {r.get('message', '')}", traceback=ev.get("traceback"))
+            raise ProblemFails(f"{problem.key}: {r.get('message', '')}", traceback=ev.get("traceback"))
         ev.setdefault("output_tail", tail)
         stats = {k: TimingStats(**r[k]) if r.get(k) else None for k in ("runtime", "ref", "compile_ref", "ref_strict")}
         attribution = Attribution.from_dict(r.get("attribution"))

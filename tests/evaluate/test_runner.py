@@ -155,9 +155,19 @@ def test_summary_per_level_with_kernel_share_and_flags():
     untimed = summarise([row(1, 1, 0, _verdict("correct")), row(1, 2, 0, _verdict("runtime_error"))])["all"]
     assert untimed["fast_0"] == 0.5 and untimed["fast_1"] is None and untimed["geomean_speedup"] is None
     text = render_text(s)
-    assert text.splitlines()[0].split()[:4] == ["level", "files", "correct", "fast_0"]
+    assert text.splitlines()[0].split()[:5] == ["level", "rules", "files", "correct", "fast_0"]
     assert "all" in text and "1 degenerate problem(s) left out of fast_p" in text and "no problem level1/3_*.py" in text
-    assert "| 2 | 2 | 50.0% |" in render_markdown(s)
+    assert "| 2 | kforge | 2 | 50.0% |" in render_markdown(s)
+    # The same figures under KernelBench's rules, side by side: a kernel_unused row (PyTorch computed its answer,
+    # honestly) is correct there and not under kforge's.
+    kept = [row(1, 1, 0, _verdict("correct")), row(1, 2, 0, _verdict("kernel_unused"))]
+    kept[1]["states"] = {"kforge": "kernel_unused", "kernelbench": "correct", "strict": "kernel_unused"}
+    both = summarise(kept)["rules"]
+    assert both["kforge"]["all"]["correct_pct"] == 50.0 and both["kernelbench"]["all"]["correct_pct"] == 100.0
+    assert both["kernelbench"]["all"]["states"] == {"correct": 2}
+    lines = render_text(summarise(kept)).splitlines()
+    assert lines[1].split()[:4] == ["1", "kforge", "2", "50.0%"] and lines[2].split()[:4] == ["1", "kernelbench", "2",
+                                                                                           "100.0%"]
 
 
 # -- running: resume and bad files --------------------------------------------------------------------
@@ -219,7 +229,7 @@ def test_eval_command_end_to_end(tmp_path, cache_dir):
     rows = {(r["problem_id"], r["sample_id"]): r for r in load_results(gen / "kforge_eval.jsonl").values()}
     states = {k: r["state"] for k, r in rows.items()}
     assert states == {(1, 0): "correct", (1, 1): "runtime_error", (1, 2): "generation_failure",
-                      (1, 3): "cheat_detected", (2, 0): "correct", (7, 0): "error"}, rows
+                      (1, 3): "kernel_unused", (2, 0): "correct", (7, 0): "error"}, rows
     assert "SIGSEGV" in rows[(1, 1)]["message"] and rows[(1, 3)]["rule"] == "kernel_not_run"
     for key in ("state", "correct", "speedup_eager", "speedup_compile", "runtime_ms", "ref_runtime_ms", "rule",
                 "message", "level", "problem_id", "sample_id", "candidate", "candidate_hash", "backend"):
@@ -227,7 +237,9 @@ def test_eval_command_end_to_end(tmp_path, cache_dir):
     summary = json.loads((gen / "kforge_eval.summary.json").read_text())
     assert summary["all"]["correct_pct"] == 40.0 and summary["all"]["fast_1"] is None  # untimed
     assert summary["levels"]["1"]["states"]["error"] == 1 and summary["verified_now"] == 5
-    assert "| 1 | 6 | 40.0% | 40.0% | - |" in (gen / "kforge_eval.summary.md").read_text()
+    assert "| 1 | kforge | 6 | 40.0% | 40.0% | - |" in (gen / "kforge_eval.summary.md").read_text()
+    # PyTorch computed (1, 3)'s answer: not kforge's correct, KernelBench's all the same
+    assert rows[(1, 3)]["states"]["kernelbench"] == "correct" and summary["rules"]["kernelbench"]["all"]["correct"] == 3
     assert "runtime_error=1" in res.stdout and "no problem level1/7_*.py" in res.stdout
 
     res = subprocess.run([sys.executable, "-m", "kforge.cli", *args], capture_output=True, text=True, timeout=300)

@@ -4,7 +4,7 @@ import pytest
 
 from kforge.problems import problem_from_source
 from kforge.verify import State, Verifier
-from kforge.verify.verifier import ProblemError
+from kforge.verify.verifier import ProblemFails
 
 from tests.helpers import fast_config
 
@@ -110,6 +110,6 @@ def test_degenerate_problem_is_flagged_in_the_verdict(verifier):
 
 def test_a_reference_that_fails_on_its_own_is_not_the_candidates_fault(verifier):
     p = problem("broken", "x @ x  # (64, 256) @ (64, 256) does not multiply")
-    with pytest.raises(ProblemError, match="bug in the problem") as err:
+    with pytest.raises(ProblemFails, match="bug in the problem") as err:
         verifier.verify(p, own(p), "cpu")
     assert "does not multiply" in err.value.traceback  # the problem's own line, in its own traceback

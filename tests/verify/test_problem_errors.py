@@ -5,7 +5,7 @@ import pytest
 
 from kforge.problems import problem_from_source
 from kforge.verify import State, Verifier
-from kforge.verify.verifier import ProblemError
+from kforge.verify.verifier import ProblemFails
 from tests.helpers import fast_config
 
 GOOD = {
@@ -53,7 +53,7 @@ def verifier(pool):
 @pytest.mark.parametrize("broken,line", [("init", "kf-init-line"), ("model", "kf-model-line"),
                                          ("inputs", "kf-inputs-line")])
 def test_a_failing_problem_raises_its_own_error(verifier, broken, line):
-    with pytest.raises(ProblemError, match="bug in the problem") as err:
+    with pytest.raises(ProblemFails, match="bug in the problem") as err:
         verifier.verify(problem(broken), USES_THE_PROBLEMS_CONSTANTS, "cpu")
     assert line in err.value.traceback and line in str(err.value)
     assert "_Run" not in str(err.value)  # not the harness's own error

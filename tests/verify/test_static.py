@@ -125,3 +125,15 @@ def test_a_stream_made_in_cpp_is_judged_like_one_made_in_python():
     assert set(joined) == {("threads_processes", "warn")}, joined
     never = rules(CPP_STREAMS.format(join=""), disabled=off, backend="cuda")
     assert ("threads_processes", "deny") in never, never
+
+
+def test_a_constant_on_a_backends_flag_torch_does_not_read_is_a_warning():
+    # Seen in a published H100 kernel: `torch.backends.cudnn.fastest = True` (no PyTorch release reads it).
+    src = ("import torch\nimport torch.nn as nn\ntorch.backends.cudnn.fastest = True\n"
+           "torch.backends.cudnn.workspace_limit = 1 << 30\n")
+    found = [f for f in check(src, get_backend("cpu"), None, StaticConfig(require_kernel=False))
+             if f.rule == "monkey_patch"]
+    assert found and all(f.severity == "warn" for f in found), found
+    patched = "import torch\ntorch.backends.cudnn.is_acceptable = lambda t: True\n"  # a function replaced
+    assert any(f.severity == "deny" for f in check(patched, get_backend("cpu"), None,
+                                                     StaticConfig(require_kernel=False)) if f.rule == "monkey_patch")
