@@ -25,7 +25,6 @@ def main(cfg: DictConfig) -> None:
     from ..report.render import build_all
     from ..report.tables import ABLATIONS
     from ..tracking import default_uri, open_client
-    from ..tracking.schema import Kind, Tags
     try:
         conf = TablesConfig.from_hydra(cfg)  # strict: a misspelt key is named, with the valid ones
     except ConfigError as exc:
@@ -49,11 +48,27 @@ def main(cfg: DictConfig) -> None:
         print(res["files"]["md"].read_text())
         print("files: " + ", ".join(str(p) for p in res["files"].values()))
         if conf.log_to_mlflow:
-            exp = client.get_experiment_by_name(res["experiment"])
-            run = client.create_run(exp.experiment_id, run_name=f"tables-{name}", tags={Tags.KIND: Kind.TABLES})
-            for path in res["files"].values():
-                client.log_artifact(run.info.run_id, str(path), "tables")
-            client.set_terminated(run.info.run_id)
+            log_tables(client, res["experiment"], name, list(res["files"].values()))
+
+
+def log_tables(client, experiment: str, name: str, files: list) -> str:
+    """The ablation's files on its one ``tables-NAME`` run in ``experiment``, made the first time and
+    updated (files replaced) every time after: running the command again adds no run."""
+    from ..tracking.schema import Kind, Tags, tag_is
+    exp = client.get_experiment_by_name(experiment)
+    run_name = f"tables-{name}"
+    found = client.search_runs([exp.experiment_id], f"{tag_is(Tags.KIND, Kind.TABLES)} and "
+                               f"attributes.run_name = '{run_name}'", max_results=1,
+                               order_by=["attributes.start_time DESC"])
+    if found:
+        rid = found[0].info.run_id
+        client.update_run(rid, status="RUNNING")
+    else:
+        rid = client.create_run(exp.experiment_id, run_name=run_name, tags={Tags.KIND: Kind.TABLES}).info.run_id
+    for path in files:
+        client.log_artifact(rid, str(path), "tables")
+    client.set_terminated(rid)
+    return rid
 
 
 if __name__ == "__main__":

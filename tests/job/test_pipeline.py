@@ -87,6 +87,9 @@ def test_litellm_mock_response_end_to_end_and_cache_replay(tmp_path, pool, monke
     again = run(config(tmp_path, "loop=single_shot", "resume=false"), llm=gpt5(), pool=pool)
     rec2 = again.results[0].records[0]
     assert rec2.cached_reply and rec2.state == "correct" and rec2.cost_usd == 0.0
+    # Replayed, not made: counted as a replayed call, its tokens not counted again.
+    assert rec2.replayed_calls == 1 and rec2.prompt_tokens == rec2.completion_tokens == 0
+    assert again.stats["replayed_calls"] == 1 and again.stats["total_prompt_tokens"] == 0
 
 
 def test_rerun_with_resume_false_calls_no_model(tmp_path, pool, monkeypatch, capsys):
