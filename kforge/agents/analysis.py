@@ -202,7 +202,8 @@ class ProfilingAdvisor:
     """profile → digest → analyse: the loop's `Advisor` for optimisation passes."""
 
     def __init__(self, backend: Backend, profiler: Profiler | None, analysis: str, workdir: str | Path, *,
-                 agent: AnalysisAgent | None = None, ceilings: dict[str, Any] | None = None, render: bool = True):
+                 agent: AnalysisAgent | None = None, ceilings: dict[str, Any] | None = None, render: bool = True,
+                 verify: dict[str, Any] | None = None):
         if analysis not in ANALYSES:
             raise ValueError(f"unknown analysis {analysis!r} (choose from {', '.join(ANALYSES)})")
         if analysis == "llm" and agent is None:
@@ -211,6 +212,9 @@ class ProfilingAdvisor:
         self.workdir = Path(workdir)
         self.ceilings = ceilings
         self.render = render
+        self.verify = verify
+        """The job's verify settings (`kforge.verify.VerifyConfig` as a dict): the profiled run loads the
+        kernel as the verifier did (None: the verifier's defaults)."""
 
     @property
     def model_calls(self) -> int:
@@ -230,7 +234,7 @@ class ProfilingAdvisor:
         profile, notes = None, []
         if self.profiler is not None:
             try:
-                profile = self.profiler.run(problem, code, self.backend)
+                profile = self.profiler.run(problem, code, self.backend, config=self.verify)
             except ProfilerUnavailable as exc:
                 notes.append(f"profiling failed: {exc}")
         digest = build(problem, profile, time_ms=verdict.runtime.median_ms if verdict.runtime else None,

@@ -93,12 +93,10 @@ def load_problems(pcfg: ProblemsConfig, device: str) -> list[Problem]:
                               "KERNELBENCH_DIR in the environment; or use problems=kernelbench_hf")
         problems = load_directory(pcfg.root, levels=pcfg.levels, ids=pcfg.ids,
                                   names=pcfg.names, size=size, overrides=overrides)
-    elif source == "huggingface":
+    else:  # huggingface (`ProblemsConfig` allows no other source)
         from ..problems.huggingface import load_huggingface
         problems = load_huggingface(pcfg.dataset or "ScalingIntelligence/KernelBench",
                                     levels=pcfg.levels, ids=pcfg.ids, size=size, overrides=overrides)
-    else:
-        raise ConfigError(f"problems.source must be builtin, kernelbench or huggingface, not {source!r}")
     if pcfg.names and source == "huggingface":
         wanted = set(pcfg.names)
         problems = [p for p in problems if p.key in wanted or p.name in wanted]
@@ -115,39 +113,41 @@ def resolve_profiler(kind: str, backend: Backend) -> str:
     return "ncu" if backend.device == "cuda" and find_ncu() else "torch"
 
 
+def check_fits(job: JobConfig, backend: Backend, llm: LLM) -> None:
+    """What the configuration asks that this backend or model cannot do, said before any worker starts
+    (each value on its own was checked when the configuration was read)."""
+    pkind = resolve_profiler(job.profiler.kind, backend)
+    if pkind in ("ncu", "nsys") and backend.device != "cuda":
+        raise ConfigError(f"profiler={pkind} profiles NVIDIA GPU kernels; with backend={backend.name} on "
+                          f"{backend.device} use profiler=torch")
+    acfg = job.analysis
+    analyst = acfg.model or llm.config
+    if acfg.kind == "llm" and acfg.visual and not analyst.multimodal:
+        raise ConfigError(f"analysis.visual=true sends the digest as an image, but model {analyst.name} is not "
+                          "marked multimodal (set the analysis model's multimodal: true)")
+
+
 def make_advisor(job: JobConfig, llm: LLM, backend: Backend, pool: WorkerPool, prompts: Prompts,
                  device_name: str, scratch: str, kind: str, scope: str = ""):
     """What optimisation passes ask for a recommendation: profiler x analysis from the config (``scope``:
     the job's configuration hash, under which a separate analysis model's calls are replayed)."""
     from ..agents import AnalysisAgent, ProfilingAdvisor
-    from ..profile import PROFILERS, Profiler
+    from ..profile import Profiler
     pcfg, acfg = job.profiler, job.analysis
-    pkind, akind = pcfg.kind, acfg.kind
-    pkind = resolve_profiler(pkind, backend)
-    if pkind not in PROFILERS:
-        raise ConfigError(f"profiler.kind must be one of {', '.join(PROFILERS)}, not {pkind!r}")
-    if pkind in ("ncu", "nsys") and backend.device != "cuda":
-        raise ConfigError(f"profiler={pkind} profiles NVIDIA GPU kernels; with backend={backend.name} on "
-                          f"{backend.device} use profiler=torch")
-    if pkind == "none" and akind == "off":
+    pkind = resolve_profiler(pcfg.kind, backend)
+    if pkind == "none" and acfg.kind == "off":
         return None  # the loop's generic recommendation
     profiler = None if pkind == "none" else Profiler(pkind, pool, scratch, iterations=pcfg.iterations,
                                                      timeout_s=pcfg.timeout_s, metrics=pcfg.metrics)
     agent = None
-    if akind == "llm":
-        mcfg = acfg.model
-        analysis_llm = replaying(make_model(mcfg), scope) if mcfg else llm
+    if acfg.kind == "llm":
+        analysis_llm = replaying(make_model(acfg.model), scope) if acfg.model else llm
         analysis_llm.check()
-        try:
-            agent = AnalysisAgent(analysis_llm, backend, prompts, device_name, visual=acfg.visual,
-                                  raw_metrics=acfg.raw_metrics)
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
-    try:
-        return ProfilingAdvisor(backend, profiler, akind, scratch, agent=agent,
-                                ceilings=pool.ceilings(kind, backend.spec()))
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
+        agent = AnalysisAgent(analysis_llm, backend, prompts, device_name, visual=acfg.visual,
+                              raw_metrics=acfg.raw_metrics)
+    # The profiler runs the kernel under the job's verify settings (its tolerances, sizes, timeouts).
+    return ProfilingAdvisor(backend, profiler, acfg.kind, scratch, agent=agent,
+                            ceilings=pool.ceilings(kind, backend.spec()), verify=job.verify.to_dict())
 
 
 def device_phrase(info: dict[str, Any], backend: Backend) -> str:
@@ -195,6 +195,7 @@ def compose(conf: dict[str, Any], job: JobConfig, llm: LLM, pool: WorkerPool, sc
             tags: dict[str, str]) -> Job:
     """The job's objects from its configuration: backend, problems, verifier, started workers, agents."""
     backend = make_backend(job.backend, pool)
+    check_fits(job, backend, llm)
     problems = load_problems(job.problems, backend.device)
     verifier = Verifier(job.verify, pool=pool)
     try:

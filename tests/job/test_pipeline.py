@@ -231,8 +231,9 @@ def test_static_deny_from_hydra_rejects_a_matching_candidate(tmp_path, pool):
 def test_unknown_key_in_a_typed_group_names_the_valid_ones(tmp_path):
     with pytest.raises(ConfigError, match=r"verify\.static\.denny .*deny"):
         run(config(tmp_path, "+verify.static.denny=[x]"), llm=scripted(fenced("relu_ok.py")))
-    # From the command line: one line to act on, exit status 2, nothing started.
-    res = subprocess.run([sys.executable, str(REPO_DIR / "pipelines" / "synthesize.py"), "+loop.iteratons=3",
+    # From the command line, without a "+" too (Hydra alone would say "not in struct"): one line to act on,
+    # exit status 2, nothing started.
+    res = subprocess.run([sys.executable, str(REPO_DIR / "pipelines" / "synthesize.py"), "loop.iteratons=3",
                           f"tracking.uri=sqlite:///{tmp_path}/mlflow.db"], capture_output=True, text=True,
                          cwd=tmp_path, timeout=300)
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
