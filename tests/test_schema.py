@@ -33,8 +33,7 @@ def test_the_per_iteration_metrics_are_the_records_number_fields():
 def test_names_and_paths_as_logged():
     assert (Files.at(7, Files.RECORD), Files.BEST_KERNEL, Files.ERROR) == \
         ("iter_007/record.json", "best/kernel.py", "error.txt")
-    assert (Tags.state_at(2), Tags.kernel_at(2), Tags.KIND, Tags.CONFIG_HASH) == \
-        ("state.2", "kernel.2", "kforge.kind", "kforge.config_hash")
+    assert (Tags.kernel_at(2), Tags.KIND, Tags.CONFIG_HASH) == ("kernel.2", "kforge.kind", "kforge.config_hash")
     assert (Metrics.best_speedup("compile"), Metrics.geomean_speedup("eager")) == \
         ("best_speedup_vs_compile", "geomean_speedup_vs_eager")
     assert RENAMED["best_speedup_vs_eager"] == "best_speedup_eager" and RENAMED[STATE_INDEX] == "state"

@@ -22,7 +22,7 @@ from .console import Progress, print_summary
 from ..errors import ConfigError  # callers import it from here too
 from ..llm import LLM, make_model, replaying
 from ..loop import Advisor, Interrupted, JobEnd, LoopObserver, ProblemLoop, ProblemResult, run_problems
-from ..problems import Problem, load_builtin, load_directory
+from ..problems import Problem, default_size, load_builtin, load_directory
 from .reference import ReferenceTransferError, load_references, reference_backend
 from ..tracking.observer import JobRun
 from ..tracking.schema import Tags
@@ -81,7 +81,7 @@ def make_backend(bcfg: BackendConfig, pool: WorkerPool) -> Backend:
 
 
 def load_problems(pcfg: ProblemsConfig, device: str) -> list[Problem]:
-    size = pcfg.size or ("cpu" if device == "cpu" else "gpu")
+    size = pcfg.size or default_size(device)
     overrides = pcfg.overrides or None
     source = pcfg.source
     if source == "builtin":

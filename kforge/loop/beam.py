@@ -280,7 +280,8 @@ class _Tree:
             budget.spend(record.cost_usd)
             result.records.append(record)
             if node.restored is None:
-                self.loop.tell("iteration_done", self.problem, Step(record, node.attempt, verdict, node.recommendation))
+                self.loop.tell("iteration_done", self.problem,
+                               Step(record, node.attempt, verdict, node.recommendation, result.outcome))
             state.last_code, state.last_verdict = node.code, verdict
             done.append(node)
         return done

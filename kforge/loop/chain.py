@@ -49,7 +49,7 @@ class ChainSearch:
             record = make_record(it, attempt, verdict, recommendation, is_best=is_best, llm_s=llm_s,
                                  verify_s=verify_s, analysis_s=analysis_s, wall_s=time.monotonic() - t0)
             result.records.append(record)
-            loop.tell("iteration_done", problem, Step(record, attempt, verdict, recommendation))
+            loop.tell("iteration_done", problem, Step(record, attempt, verdict, recommendation, result.outcome))
             state.next_iteration, state.last_code, state.last_verdict = it + 1, attempt.candidate.source, verdict
             if result.reached(cfg.target_speedup, cfg.speedup_vs):
                 return

@@ -78,7 +78,23 @@ class ProblemResult:
 
     @property
     def correct(self) -> bool:
+        """Solved: some iteration was correct (the best kernel is one)."""
         return self.best_verdict is not None
+
+    @property
+    def outcome(self) -> str:
+        """The problem's state: ``correct`` once any iteration was, else its last iteration's state;
+        ``problem_error`` for a skipped problem, ``error`` or ``none`` without an iteration."""
+        if self.problem_error:
+            return "problem_error"
+        if self.correct:
+            return "correct"
+        return self.records[-1].state if self.records else ("error" if self.error else "none")
+
+    def best_speedup(self, vs: str) -> float | None:
+        """The best kernel's speedup over ``vs`` (eager where ``compile`` was not timed); None if unsolved."""
+        v = self.best_verdict
+        return speedup_over(vs, v.speedup_eager, v.speedup_compile, or_eager=True) if v is not None else None
 
     def offer(self, code: str | None, verdict: Verdict, iteration: int, vs: str) -> bool:
         """Keep this kernel as the best if it is correct and ranks above the best so far; whether it did."""
@@ -131,6 +147,8 @@ class Step:
     attempt: Attempt
     verdict: Verdict
     recommendation: Recommendation | None = None
+    outcome: str = ""
+    """The problem's state after this iteration (`ProblemResult.outcome`)."""
 
 
 @dataclass
@@ -208,8 +226,7 @@ def rank_speedup(verdict: Verdict, vs: str) -> float:
 
 def job_stats(results: list[ProblemResult], speedup_vs: str) -> dict[str, Any]:
     """A job's figures over its finished problems: `kforge.metrics.summary`'s, tokens and cost."""
-    outcomes = [(r.correct, speedup_over(speedup_vs, r.speedup_eager, r.speedup_compile, or_eager=True))
-                for r in results]
+    outcomes = [(r.correct, r.best_speedup(speedup_vs)) for r in results]
     stats = summary(outcomes)
     records = [x for r in results for x in r.records]
     stats["total_prompt_tokens"] = sum(x.prompt_tokens for x in records)

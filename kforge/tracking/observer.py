@@ -116,7 +116,7 @@ class MlflowObserver(LoopObserver):
 
     def iteration_done(self, problem: Problem, step: Step) -> None:
         self.tracker.log_iteration(self.run_ids[problem.key], step.record, step.attempt, step.verdict,
-                                   step.recommendation)
+                                   step.recommendation, step.outcome)
 
     def problem_ended(self, problem: Problem, result: ProblemResult) -> None:
         # A kforge error makes the run FAILED whatever the status (`Tracker.end_problem`).

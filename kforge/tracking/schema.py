@@ -70,11 +70,6 @@ class Tags:
     """The problem audit's flags, comma-separated."""
 
     @staticmethod
-    def state_at(iteration: int) -> str:
-        """The state of one iteration, as a word beside the metric ``state_index``."""
-        return f"state.{iteration}"
-
-    @staticmethod
     def direction_at(iteration: int) -> str:
         """Beam search: the recommendation class of one node's branch (its parent is the metric ``parent``)."""
         return f"direction.{iteration}"

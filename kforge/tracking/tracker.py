@@ -5,9 +5,9 @@ Everything goes through one `MlflowClient` with explicit run ids (problem loops 
 a lock, so one tracker is safe to share. A problem's run is finished as soon as the problem is, so a
 sweep killed later loses none of it.
 
-A problem run's tag ``state`` is its outcome (``correct`` once any iteration was correct); each
-iteration's state is the metric ``state_index`` (an index into `schema.STATE_CODES`), the tag
-``state.N`` beside it, and its ``verdict.json``. What the MLflow UI shows first (runs table, saved view,
+A problem run's tag ``state`` is its outcome (`kforge.loop.ProblemResult.outcome`), updated after each
+iteration; an iteration's outcome is its metrics (``state_index``: an index into `schema.STATE_CODES`)
+and its ``record.json``, beside the verdict it came from (``verdict.json``). What the MLflow UI shows first (runs table, saved view,
 the job's summary) is in `view`.
 """
 
@@ -58,8 +58,6 @@ class Tracker:
         self.experiment_id = self._experiment_id(location)
         self._titles: dict[str, dict[str, str]] = {}
         """Parent run id -> the tags its summary is titled with."""
-        self._solved: set[str] = set()
-        """Problem runs with a correct iteration (their ``state`` tag stays ``correct``)."""
 
     def _experiment_id(self, location: str | None) -> str:
         exp = self.client.get_experiment_by_name(self.experiment)
@@ -118,8 +116,9 @@ class Tracker:
         for i in range(0, len(items), 100):
             self.client.log_batch(run_id, params=items[i:i + 100])
 
-    def log_iteration(self, run_id: str, record, attempt, verdict, recommendation=None) -> None:
-        """Metrics at ``step=iteration``, tags ``state``/``state.N``/``kernel.N``, files under ``iter_NNN/``."""
+    def log_iteration(self, run_id: str, record, attempt, verdict, recommendation=None, outcome: str = "") -> None:
+        """Metrics at ``step=iteration``, files under ``iter_NNN/``, the tags ``kernel.N`` (and ``direction.N``
+        in a beam search), and the problem's ``state`` tag set to ``outcome`` (the record's state if not given)."""
         from mlflow.entities import Metric, RunTag
         it = record.iteration
         now = int(time.time() * 1000)
@@ -130,8 +129,7 @@ class Tracker:
                 self.client.log_text(run_id, attempt.response.text, Files.at(it, Files.REPLY))
             if attempt.candidate.source:
                 self.client.log_text(run_id, attempt.candidate.source, Files.at(it, Files.KERNEL))
-            self.client.log_dict(run_id, {**verdict.to_dict(), "phase": record.phase,
-                                          "cached_reply": record.cached_reply}, Files.at(it, Files.VERDICT))
+            self.client.log_dict(run_id, verdict.to_dict(), Files.at(it, Files.VERDICT))
             self.client.log_dict(run_id, record.to_dict(), Files.at(it, Files.RECORD))
             if recommendation is not None:
                 self.client.log_text(run_id, f"source: {recommendation.source}\n\n{recommendation.text()}\n",
@@ -143,10 +141,7 @@ class Tracker:
                         self.client.log_artifact(run_id, path, Files.at(it, Files.PROFILE))
                 if recommendation.speed_of_light is not None and record.speed_of_light is None:
                     metrics.append(Metric(Metrics.SPEED_OF_LIGHT, float(recommendation.speed_of_light), now, it))
-            if record.correct:
-                self._solved.add(run_id)
-            tags = [RunTag(Tags.state_at(it), record.state),
-                    RunTag(Tags.STATE, "correct" if run_id in self._solved else record.state)]
+            tags = [RunTag(Tags.STATE, outcome or record.state)]
             if record.direction is not None:  # beam search: the tree's branch, beside the metrics parent and depth
                 tags.append(RunTag(Tags.direction_at(it), record.direction))
             if verdict.source_hash:  # which kernel was timed: the tables compare timings of one kernel
@@ -171,7 +166,7 @@ class Tracker:
         with self._lock:
             self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in values.items()
                                                    if v is not None])
-            self.client.set_tag(run_id, Tags.STATE, view.outcome(result))
+            self.client.set_tag(run_id, Tags.STATE, result.outcome)
             self.client.set_tag(run_id, Tags.PROBLEM_FLAGS, ",".join(result.problem_flags))
             if result.best_verdict is not None and result.best_verdict.source_hash:
                 self.client.set_tag(run_id, Tags.BEST_KERNEL, result.best_verdict.source_hash)
@@ -227,8 +222,6 @@ class Tracker:
         """Mark a run that was cut off as running again (a resumed job continues it)."""
         with self._lock:
             self.client.update_run(run_id, status="RUNNING")
-            if self.client.get_run(run_id).data.tags.get(Tags.STATE) == "correct":
-                self._solved.add(run_id)
 
     def kill(self, run_id: str) -> None:
         with self._lock:
