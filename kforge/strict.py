@@ -3,8 +3,10 @@
 Every group of ``conf/`` (and each nested table such as ``verify.timing``) is a dataclass deriving
 from `StrictConfig`. ``Group.from_dict(d, "verify")`` rejects a key the dataclass does not have,
 naming the valid ones and the key's full Hydra path; builds nested dataclasses from nested dicts;
-and turns a value the dataclass refuses (its ``__post_init__`` raising ``ValueError``) into a
-`ConfigError`, so a bad override ends in one line the user can act on, not a traceback.
+checks each value against its field's type (``loop.iterations=abc`` is "loop.iterations must be an
+integer, not 'abc'"); and turns a value the dataclass refuses (its ``__post_init__`` raising
+``ValueError``) into a `ConfigError`, so a bad override ends in one line the user can act on, not a
+traceback.
 """
 
 from __future__ import annotations
@@ -30,6 +32,42 @@ def _dataclass_in(hint: Any) -> tuple[type | None, bool]:
             if dataclasses.is_dataclass(a):
                 return a, type(None) in args
     return None, False
+
+
+_KINDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string", list: "a list",
+          dict: "a mapping"}
+
+
+def _fits(hint: Any, value: Any) -> bool:
+    """Whether ``value`` is of the type ``hint`` names (Any, unions, lists and dicts of anything)."""
+    if hint is Any or hint is object:
+        return True
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(a, value) for a in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if origin is typing.Literal:
+        return value in typing.get_args(hint)
+    base = origin or hint
+    if base is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if base is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if base in (list, tuple):
+        args = typing.get_args(hint)
+        return isinstance(value, (list, tuple)) and (not args or all(_fits(args[0], v) for v in value))
+    if base is dict:
+        return isinstance(value, Mapping)
+    return isinstance(value, base) if isinstance(base, type) else True
+
+
+def _expected(hint: Any) -> str:
+    """``int | None`` -> "an integer (or null)"."""
+    args = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    words = [_KINDS.get(typing.get_origin(a) or a, getattr(a, "__name__", str(a))) for a in args
+             if a is not type(None)]
+    return " or ".join(words) + (" (or null)" if type(None) in args else "")
 
 
 def from_dict(cls: type[T], data: Any, where: str = "") -> T:
@@ -59,6 +97,8 @@ def from_dict(cls: type[T], data: Any, where: str = "") -> T:
             # The class's own from_dict, where it adds a check of its own (VerifyConfig does).
             value = (sub.from_dict(value, prefix + name) if issubclass(sub, StrictConfig)
                      else from_dict(sub, value, prefix + name))
+        elif name in hints and not _fits(hints[name], value):
+            raise ConfigError(f"{prefix}{name} must be {_expected(hints[name])}, not {value!r}")
         kwargs[name] = value
     missing = sorted(n for n, f in fields.items() if n not in kwargs and f.default is dataclasses.MISSING
                      and f.default_factory is dataclasses.MISSING)

@@ -9,31 +9,31 @@ from kforge.job.reference import load_references
 from kforge.report.tables import dedupe, load_runs
 from kforge.tracking import Tracker
 from kforge.tracking.resume import previous_runs
-from kforge.tracking.schema import (ITERATION_METRICS, RENAMED, STATE_INDEX, Files, Metrics, Tags, iteration_values,
+from kforge.tracking.schema import (ITERATION_METRICS, RENAMED, STATE_CODES, STATE_INDEX, Files, Metrics, Tags, iteration_values,
                                     metrics_of)
 from tests.helpers import config, fenced, scripted
 
 
 def test_the_per_iteration_metrics_are_the_records_number_fields():
     # The names runs have always been logged under: changing one breaks every store written before.
-    assert list(ITERATION_METRICS) == ["correct", "speedup_vs_eager", "speedup_vs_compile", "runtime_ms",
-                                       "speed_of_light", "kernel_share", "prompt_tokens", "completion_tokens",
-                                       "cost_usd", "llm_s", "verify_s", "analysis_s", "parent", "depth"]
+    assert list(ITERATION_METRICS) == ["correct", "correct_kernelbench", "speedup_vs_eager", "speedup_vs_compile",
+                                       "runtime_ms", "speed_of_light", "kernel_share", "prompt_tokens",
+                                       "completion_tokens", "cost_usd", "llm_s", "verify_s", "analysis_s",
+                                       "replayed_calls", "parent", "depth"]
 
     @dataclass
     class WithSpills(IterationRecord):
         spill_bytes: float | None = None
     assert metrics_of(WithSpills) == {**ITERATION_METRICS, "spill_bytes": "spill_bytes"}  # one field, one metric
     values = iteration_values(IterationRecord(3, "fix", "correct", True, "", speedup_eager=2.0))
-    assert values[STATE_INDEX] == 7.0 and values["speedup_vs_eager"] == 2.0 and "speedup_vs_compile" not in values
+    assert values[STATE_INDEX] == STATE_CODES["correct"] and values["speedup_vs_eager"] == 2.0 and "speedup_vs_compile" not in values
     assert values["correct"] == 1.0 and "iteration" not in values and "wall_s" not in values
 
 
 def test_names_and_paths_as_logged():
     assert (Files.at(7, Files.RECORD), Files.BEST_KERNEL, Files.ERROR) == \
         ("iter_007/record.json", "best/kernel.py", "error.txt")
-    assert (Tags.state_at(2), Tags.kernel_at(2), Tags.KIND, Tags.CONFIG_HASH) == \
-        ("state.2", "kernel.2", "kforge.kind", "kforge.config_hash")
+    assert (Tags.kernel_at(2), Tags.KIND, Tags.CONFIG_HASH) == ("kernel.2", "kforge.kind", "kforge.config_hash")
     assert (Metrics.best_speedup("compile"), Metrics.geomean_speedup("eager")) == \
         ("best_speedup_vs_compile", "geomean_speedup_vs_eager")
     assert RENAMED["best_speedup_vs_eager"] == "best_speedup_eager" and RENAMED[STATE_INDEX] == "state"

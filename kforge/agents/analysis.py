@@ -47,8 +47,20 @@ GENERIC_DIRECTIONS = (
 
 
 @dataclass
+class CallUsage:
+    """What the analysis model's call cost: the loop adds it to its iteration's figures."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float | None = None
+    cached: bool = False
+    """Answered from the cache or by replay: no call was made (`kforge.llm.replay`)."""
+
+
+@dataclass
 class Recommendation:
-    """One optimisation to try next, with why (the analysis agent's output)."""
+    """One optimisation to try next, with why (the analysis agent's output), and what the advice left to
+    keep with the iteration it leads to."""
 
     action: str
     bottleneck: str = "unknown"
@@ -58,8 +70,18 @@ class Recommendation:
     category: str = "generic"
     """The bottleneck class, as a short key (a rule's name, a generic direction, the model's bottleneck in
     snake case): beam search keeps survivors of different classes."""
-    artifacts: dict[str, Any] = field(default_factory=dict)
-    """Files to keep with the iteration (profile CSV, digest JSON, PNG paths) and metrics (speed of light)."""
+    prompt: str | None = None
+    """The analysis model's prompt (``analysis=llm``)."""
+    usage: CallUsage | None = None
+    """The analysis model's call; None when no model was asked."""
+    files: dict[str, str] = field(default_factory=dict)
+    """The profiler's files and the digest (JSON, PNG), name -> path: kept under the iteration's ``profile/``."""
+    speed_of_light: float | None = None
+    """The digest's share of the roofline, where the verdict has none."""
+    profile_s: float = 0.0
+    """Seconds the profile took."""
+    analysis_s: float = 0.0
+    """Seconds the advice took in all (beam search: on the first of a node's recommendations only)."""
 
     def text(self) -> str:
         parts = [f"Bottleneck: {self.bottleneck}." if self.bottleneck != "unknown" else "",
@@ -144,9 +166,8 @@ class AnalysisAgent:
     @staticmethod
     def _keep_call(rec: Recommendation, messages: list[dict[str, Any]], resp) -> None:
         """The call's usage and prompt go with ``rec`` (the loop adds the usage to its iteration's cost)."""
-        rec.artifacts["usage"] = {"prompt_tokens": resp.prompt_tokens, "completion_tokens": resp.completion_tokens,
-                                  "cost_usd": resp.cost_usd}
-        rec.artifacts["prompt"] = messages[0]["content"] if isinstance(messages[0]["content"], str) \
+        rec.usage = CallUsage(resp.prompt_tokens, resp.completion_tokens, resp.cost_usd, resp.cached)
+        rec.prompt = messages[0]["content"] if isinstance(messages[0]["content"], str) \
             else messages[0]["content"][0]["text"]
 
     def analyse(self, problem: Problem, code: str, verdict: Verdict, digest: Digest | None,
@@ -181,7 +202,8 @@ class ProfilingAdvisor:
     """profile → digest → analyse: the loop's `Advisor` for optimisation passes."""
 
     def __init__(self, backend: Backend, profiler: Profiler | None, analysis: str, workdir: str | Path, *,
-                 agent: AnalysisAgent | None = None, ceilings: dict[str, Any] | None = None, render: bool = True):
+                 agent: AnalysisAgent | None = None, ceilings: dict[str, Any] | None = None, render: bool = True,
+                 verify: dict[str, Any] | None = None):
         if analysis not in ANALYSES:
             raise ValueError(f"unknown analysis {analysis!r} (choose from {', '.join(ANALYSES)})")
         if analysis == "llm" and agent is None:
@@ -190,6 +212,9 @@ class ProfilingAdvisor:
         self.workdir = Path(workdir)
         self.ceilings = ceilings
         self.render = render
+        self.verify = verify
+        """The job's verify settings (`kforge.verify.VerifyConfig` as a dict): the profiled run loads the
+        kernel as the verifier did (None: the verifier's defaults)."""
 
     @property
     def model_calls(self) -> int:
@@ -209,7 +234,7 @@ class ProfilingAdvisor:
         profile, notes = None, []
         if self.profiler is not None:
             try:
-                profile = self.profiler.run(problem, code, self.backend)
+                profile = self.profiler.run(problem, code, self.backend, config=self.verify)
             except ProfilerUnavailable as exc:
                 notes.append(f"profiling failed: {exc}")
         digest = build(problem, profile, time_ms=verdict.runtime.median_ms if verdict.runtime else None,
@@ -239,6 +264,6 @@ class ProfilingAdvisor:
         else:
             recs = generic_directions(k)
         for rec in recs:  # the profile is shared; each child's iteration keeps it
-            rec.artifacts.update(files=files, digest=digest.to_dict(),
-                                 profile_seconds=profile.seconds if profile else 0.0)
+            rec.files, rec.speed_of_light = dict(files), digest.speed_of_light
+            rec.profile_s = profile.seconds if profile else 0.0
         return recs

@@ -59,6 +59,13 @@ def _job(cfg: DictConfig) -> float:
 
 
 def main() -> None:
+    from ..errors import ConfigError
+    from ..job.config import check_overrides
+    try:  # a misspelt key gets kforge's answer (the valid keys), not Hydra's "not in struct"
+        check_overrides(sys.argv[1:])
+    except ConfigError as exc:
+        print(f"kforge: {exc}", file=sys.stderr)
+        sys.exit(2)
     register_model_strings(sys.argv[1:])
     _job()
 

@@ -21,23 +21,12 @@ from .hydra_conf import CONF_DIR
 def main(cfg: DictConfig) -> None:
     from ..job.config import TablesConfig
     from ..errors import ConfigError
-    from ..metrics import BASELINES
     from ..report.render import build_all
-    from ..report.tables import ABLATIONS
     from ..tracking import default_uri, open_client
-    from ..tracking.schema import Kind, Tags
     try:
-        conf = TablesConfig.from_hydra(cfg)  # strict: a misspelt key is named, with the valid ones
+        conf = TablesConfig.from_hydra(cfg)  # strict: a misspelt key, a wrong type or value is named
     except ConfigError as exc:
         print(f"kforge: {exc}", file=sys.stderr)
-        sys.exit(2)
-    unknown = [a for a in conf.ablations if a not in ABLATIONS]
-    if unknown:
-        print(f"kforge: unknown ablation(s) {unknown} (choose from {', '.join(ABLATIONS)})", file=sys.stderr)
-        sys.exit(2)
-    if conf.baseline not in BASELINES or not 0 < conf.confidence < 1 or conf.resamples < 1:
-        print(f"kforge: baseline must be eager or compile (not {conf.baseline!r}), confidence between 0 and 1 "
-              f"(not {conf.confidence}), resamples at least 1 (not {conf.resamples})", file=sys.stderr)
         sys.exit(2)
     client = open_client(conf.tracking_uri or default_uri())
     results = build_all(client, conf.out_dir, list(conf.ablations), conf.baseline, conf.resamples, conf.confidence)
@@ -49,11 +38,27 @@ def main(cfg: DictConfig) -> None:
         print(res["files"]["md"].read_text())
         print("files: " + ", ".join(str(p) for p in res["files"].values()))
         if conf.log_to_mlflow:
-            exp = client.get_experiment_by_name(res["experiment"])
-            run = client.create_run(exp.experiment_id, run_name=f"tables-{name}", tags={Tags.KIND: Kind.TABLES})
-            for path in res["files"].values():
-                client.log_artifact(run.info.run_id, str(path), "tables")
-            client.set_terminated(run.info.run_id)
+            log_tables(client, res["experiment"], name, list(res["files"].values()))
+
+
+def log_tables(client, experiment: str, name: str, files: list) -> str:
+    """The ablation's files on its one ``tables-NAME`` run in ``experiment``, made the first time and
+    updated (files replaced) every time after: running the command again adds no run."""
+    from ..tracking.schema import Kind, Tags, tag_is
+    exp = client.get_experiment_by_name(experiment)
+    run_name = f"tables-{name}"
+    found = client.search_runs([exp.experiment_id], f"{tag_is(Tags.KIND, Kind.TABLES)} and "
+                               f"attributes.run_name = '{run_name}'", max_results=1,
+                               order_by=["attributes.start_time DESC"])
+    if found:
+        rid = found[0].info.run_id
+        client.update_run(rid, status="RUNNING")
+    else:
+        rid = client.create_run(exp.experiment_id, run_name=run_name, tags={Tags.KIND: Kind.TABLES}).info.run_id
+    for path in files:
+        client.log_artifact(rid, str(path), "tables")
+    client.set_terminated(rid)
+    return rid
 
 
 if __name__ == "__main__":

@@ -75,7 +75,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     backends = {name: backend_of(name, args.device) for name in sorted({j.backend for j in jobs})}
 
     def size_of(name: str) -> str:
-        return args.size or ("cpu" if backends[name].device == "cpu" else "gpu")
+        return args.size or __import__("kforge.problems", fromlist=["default_size"]).default_size(backends[name].device)
 
     tracker = parent = None
     started = time.monotonic()

@@ -32,7 +32,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from ..job.firstrun import PCH_NOTICE, pch_pending
     from ..verify import BackendUnavailable, Verifier, WorkerPool
     backend = backend_of(args.backend, args.device)
-    size = args.size or ("cpu" if backend.device == "cpu" else "gpu")
+    size = args.size or __import__("kforge.problems", fromlist=["default_size"]).default_size(backend.device)
     problem = resolve_problem(args.problem, size=size, overrides=parse_set(args.set))
     candidate = read_candidate_file(args.candidate)
     cfg = verify_config(args)

@@ -5,7 +5,10 @@ Groups with a home elsewhere keep it, next to the code that reads them: ``model`
 (with ``verify.timing`` and ``verify.static``), ``reference`` `kforge.job.reference.ReferenceConfig`. The
 others are here. ``conf/experiment`` files only override other groups, and ``conf/hydra`` is Hydra's
 own; neither is a key of the job. Every class reads its dict through `kforge.strict.from_dict`, so a
-misspelt key (``+verify.trails=3``) stops the job with a `ConfigError` naming the valid ones.
+misspelt key (``+verify.trails=3``) stops the job with a `ConfigError` naming the valid ones, a value of
+the wrong type with one naming the type, and a value outside a field's choices (checked in the class's
+``__post_init__``) with one naming the choices: all before anything starts. `check_overrides` answers a
+misspelt key on the command line the same way before Hydra composes (Hydra would say "not in struct").
 """
 
 from __future__ import annotations
@@ -13,11 +16,25 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..agents.analysis import ANALYSES
+from ..backends import BACKENDS
+from ..errors import ConfigError
 from ..llm.base import ModelConfig
 from ..loop import LoopConfig
+from ..metrics import BASELINES
+from ..problems import SIZES
+from ..profile import PROFILERS
 from .reference import ReferenceConfig
 from ..strict import StrictConfig
 from ..verify.config import VerifyConfig
+
+SOURCES = ("builtin", "kernelbench", "huggingface")
+
+
+def _one_of(key: str, value: Any, choices: Any) -> None:
+    if value not in choices:
+        raise ValueError(f"{key} must be one of {', '.join('null' if c is None else str(c) for c in choices)}, "
+                         f"not {value!r}")
 
 
 @dataclass
@@ -31,6 +48,10 @@ class BackendConfig(StrictConfig):
     options: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of the backend's constructor (kforge/backends/)."""
 
+    def __post_init__(self) -> None:
+        _one_of("backend.name", self.name, tuple(BACKENDS))
+        _one_of("backend.device", self.device, (None, "cpu", "cuda"))
+
 
 @dataclass
 class ProblemsConfig(StrictConfig):
@@ -38,9 +59,9 @@ class ProblemsConfig(StrictConfig):
 
     source: str = "builtin"
     """``builtin`` (kforge's suite), ``kernelbench`` (a local checkout) or ``huggingface`` (the dataset)."""
-    levels: Any = None
+    levels: int | list[int] | None = None
     """Levels to keep, e.g. ``[1, 2]`` (None: all)."""
-    ids: Any = None
+    ids: int | str | list[int | str] | None = None
     """Problem ids to keep within each level, e.g. ``[1, 5]`` or ``1-10`` (None: all)."""
     names: list[str] | None = None
     """Problem keys or names to keep, e.g. ``[level1/1_ReLU]`` (None: all)."""
@@ -54,6 +75,12 @@ class ProblemsConfig(StrictConfig):
     """Keep only the first this many problems."""
     dataset: str | None = None
     """For ``huggingface``: the dataset (None: ScalingIntelligence/KernelBench)."""
+
+    def __post_init__(self) -> None:
+        _one_of("problems.source", self.source, SOURCES)
+        _one_of("problems.size", self.size, (None, *SIZES))
+        if self.limit is not None and self.limit < 1:
+            raise ValueError("problems.limit must be at least 1 (or null: every problem)")
 
 
 @dataclass
@@ -69,6 +96,11 @@ class ProfilerConfig(StrictConfig):
     metrics: list[str] | None = None
     """For ``ncu``: metric names replacing kforge's set (kforge/profile/ncu.py)."""
 
+    def __post_init__(self) -> None:
+        _one_of("profiler.kind", self.kind, ("auto", *PROFILERS))
+        if self.iterations < 1 or self.timeout_s <= 0:
+            raise ValueError("profiler.iterations must be at least 1 and profiler.timeout_s positive")
+
 
 @dataclass
 class AnalysisConfig(StrictConfig):
@@ -82,6 +114,9 @@ class AnalysisConfig(StrictConfig):
     """For ``llm``: send the digest as a PNG (the model must be ``multimodal: true``)."""
     raw_metrics: bool = False
     """For ``llm``: add the top kernel's raw metrics to the prompt."""
+
+    def __post_init__(self) -> None:
+        _one_of("analysis.kind", self.kind, ANALYSES)
 
 
 @dataclass
@@ -167,11 +202,49 @@ class TablesConfig(StrictConfig):
     log_to_mlflow: bool = True
     """Also log the files as a ``tables`` run in each ablation's experiment."""
 
+    def __post_init__(self) -> None:
+        from ..report.tables import ABLATIONS
+        for name in self.ablations:
+            _one_of("ablations", name, tuple(ABLATIONS))
+        _one_of("baseline", self.baseline, BASELINES)
+        if not 0 < self.confidence < 1 or self.resamples < 1:
+            raise ValueError(f"confidence must be between 0 and 1 (not {self.confidence}) and resamples at least 1 "
+                             f"(not {self.resamples})")
+
     @classmethod
     def from_hydra(cls, cfg: Any) -> "TablesConfig":
         data = dict(plain(cfg) or {})
         data.pop("hydra", None)
         return cls.from_dict(data)
+
+
+#: Top-level command-line keys that are not settings of the job: Hydra's own, and the experiment presets.
+NOT_JOB_KEYS = ("hydra", "experiment")
+
+
+def check_overrides(overrides: list[str], root: type = JobConfig) -> None:
+    """Answer a misspelt key among Hydra command-line ``overrides`` (``loop.iteratons=3``, with or without
+    ``+``) with `ConfigError` naming the valid keys at that level, before Hydra composes; flags (``-m``) and
+    a group's choice (``loop=beam``) pass, as does anything under a mapping field (``backend.options.x``)."""
+    import typing
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from ..strict import _dataclass_in, field_names
+    given = [o for o in overrides if "=" in o and not o.startswith("-")]  # flags and their values pass
+    for override in OverridesParser.create().parse_overrides(given):
+        parts = override.key_or_group.split(".")
+        if parts[0] in NOT_JOB_KEYS:
+            continue
+        cls, where = root, ""
+        for part in parts:
+            if part not in field_names(cls):
+                raise ConfigError(f"unknown setting {override.key_or_group} (valid under {where or 'the top level'}: "
+                                  f"{', '.join(sorted(field_names(cls) + ([*NOT_JOB_KEYS] if not where else [])))})")
+            sub, _ = _dataclass_in(typing.get_type_hints(cls).get(part))
+            if sub is None:
+                break  # a value, or a mapping whose keys are free
+            cls, where = sub, f"{where}.{part}" if where else part
 
 
 def plain(cfg: Any) -> Any:
@@ -182,5 +255,5 @@ def plain(cfg: Any) -> Any:
     return cfg
 
 
-__all__ = ["AnalysisConfig", "BackendConfig", "JobConfig", "ProblemsConfig", "ProfilerConfig", "TablesConfig",
+__all__ = ["AnalysisConfig", "BackendConfig", "JobConfig", "check_overrides", "ProblemsConfig", "ProfilerConfig", "TablesConfig",
            "TrackingConfig", "WorkersConfig", "plain"]

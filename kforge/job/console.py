@@ -41,11 +41,11 @@ class Progress(LoopObserver):
             self.bar.write(f"{problem.key:<34} kforge failed on this problem ({last}); the traceback is "
                            f"{Files.ERROR} in MLflow run {self.run_of(problem.key)}, and a rerun continues it")
 
-    def advance(self, result: ProblemResult) -> None:
+    def problem_collected(self, result: ProblemResult) -> None:
         """One problem's loop has been collected."""
         self.bar.update(1)
 
-    def stopping(self, in_flight: int) -> None:
+    def job_stopping(self, in_flight: int) -> None:
         self.bar.write(f"\nkforge: stopping: no new work; {in_flight} problem(s) in flight end after their current "
                        "step, marked KILLED (Ctrl-C again to stop them now)")
 

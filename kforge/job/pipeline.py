@@ -1,15 +1,16 @@
 """One synthesis job: config → model, backend, problems, verifier, loop, MLflow. Called by
 ``pipelines/synthesize.py`` (Hydra) and by the tests (with a composed config).
 
-It only composes: it builds the objects, hands earlier work (`tracking.resume`) to `run_problems`,
-lets the loop's observers (`tracking.observer.MlflowObserver`, `console.Progress`) record and show
-each problem, and summarises."""
+It only composes and runs: `compose` builds the objects, `execute` hands earlier work (`tracking.resume`)
+to `loop.run_problems` and lets the observers (`tracking.observer.MlflowObserver`, which owns the job's
+MLflow runs, and `console.Progress`) record and show the job, then prints the summary."""
 
 from __future__ import annotations
 
 import signal
 import tempfile
 import threading
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -20,11 +21,11 @@ from .config import plain as _plain
 from .console import Progress, print_summary
 from ..errors import ConfigError  # callers import it from here too
 from ..llm import LLM, make_model, replaying
-from ..loop import Advisor, Interrupted, ProblemLoop, ProblemResult, run_problems
-from ..problems import Problem, load_builtin, load_directory
+from ..loop import Advisor, Interrupted, JobEnd, LoopObserver, ProblemLoop, ProblemResult, run_problems
+from ..problems import Problem, default_size, load_builtin, load_directory
 from .reference import ReferenceTransferError, load_references, reference_backend
-from ..loop import BeamSearch
-from ..tracking.schema import Metrics, Tags
+from ..tracking.observer import JobRun
+from ..tracking.schema import Tags
 from ..verify import BackendUnavailable, Verifier, WorkerPool
 
 
@@ -80,7 +81,7 @@ def make_backend(bcfg: BackendConfig, pool: WorkerPool) -> Backend:
 
 
 def load_problems(pcfg: ProblemsConfig, device: str) -> list[Problem]:
-    size = pcfg.size or ("cpu" if device == "cpu" else "gpu")
+    size = pcfg.size or default_size(device)
     overrides = pcfg.overrides or None
     source = pcfg.source
     if source == "builtin":
@@ -92,12 +93,10 @@ def load_problems(pcfg: ProblemsConfig, device: str) -> list[Problem]:
                               "KERNELBENCH_DIR in the environment; or use problems=kernelbench_hf")
         problems = load_directory(pcfg.root, levels=pcfg.levels, ids=pcfg.ids,
                                   names=pcfg.names, size=size, overrides=overrides)
-    elif source == "huggingface":
+    else:  # huggingface (`ProblemsConfig` allows no other source)
         from ..problems.huggingface import load_huggingface
         problems = load_huggingface(pcfg.dataset or "ScalingIntelligence/KernelBench",
                                     levels=pcfg.levels, ids=pcfg.ids, size=size, overrides=overrides)
-    else:
-        raise ConfigError(f"problems.source must be builtin, kernelbench or huggingface, not {source!r}")
     if pcfg.names and source == "huggingface":
         wanted = set(pcfg.names)
         problems = [p for p in problems if p.key in wanted or p.name in wanted]
@@ -114,39 +113,41 @@ def resolve_profiler(kind: str, backend: Backend) -> str:
     return "ncu" if backend.device == "cuda" and find_ncu() else "torch"
 
 
+def check_fits(job: JobConfig, backend: Backend, llm: LLM) -> None:
+    """What the configuration asks that this backend or model cannot do, said before any worker starts
+    (each value on its own was checked when the configuration was read)."""
+    pkind = resolve_profiler(job.profiler.kind, backend)
+    if pkind in ("ncu", "nsys") and backend.device != "cuda":
+        raise ConfigError(f"profiler={pkind} profiles NVIDIA GPU kernels; with backend={backend.name} on "
+                          f"{backend.device} use profiler=torch")
+    acfg = job.analysis
+    analyst = acfg.model or llm.config
+    if acfg.kind == "llm" and acfg.visual and not analyst.multimodal:
+        raise ConfigError(f"analysis.visual=true sends the digest as an image, but model {analyst.name} is not "
+                          "marked multimodal (set the analysis model's multimodal: true)")
+
+
 def make_advisor(job: JobConfig, llm: LLM, backend: Backend, pool: WorkerPool, prompts: Prompts,
                  device_name: str, scratch: str, kind: str, scope: str = ""):
     """What optimisation passes ask for a recommendation: profiler x analysis from the config (``scope``:
     the job's configuration hash, under which a separate analysis model's calls are replayed)."""
     from ..agents import AnalysisAgent, ProfilingAdvisor
-    from ..profile import PROFILERS, Profiler
+    from ..profile import Profiler
     pcfg, acfg = job.profiler, job.analysis
-    pkind, akind = pcfg.kind, acfg.kind
-    pkind = resolve_profiler(pkind, backend)
-    if pkind not in PROFILERS:
-        raise ConfigError(f"profiler.kind must be one of {', '.join(PROFILERS)}, not {pkind!r}")
-    if pkind in ("ncu", "nsys") and backend.device != "cuda":
-        raise ConfigError(f"profiler={pkind} profiles NVIDIA GPU kernels; with backend={backend.name} on "
-                          f"{backend.device} use profiler=torch")
-    if pkind == "none" and akind == "off":
+    pkind = resolve_profiler(pcfg.kind, backend)
+    if pkind == "none" and acfg.kind == "off":
         return None  # the loop's generic recommendation
     profiler = None if pkind == "none" else Profiler(pkind, pool, scratch, iterations=pcfg.iterations,
                                                      timeout_s=pcfg.timeout_s, metrics=pcfg.metrics)
     agent = None
-    if akind == "llm":
-        mcfg = acfg.model
-        analysis_llm = replaying(make_model(mcfg), scope) if mcfg else llm
+    if acfg.kind == "llm":
+        analysis_llm = replaying(make_model(acfg.model), scope) if acfg.model else llm
         analysis_llm.check()
-        try:
-            agent = AnalysisAgent(analysis_llm, backend, prompts, device_name, visual=acfg.visual,
-                                  raw_metrics=acfg.raw_metrics)
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
-    try:
-        return ProfilingAdvisor(backend, profiler, akind, scratch, agent=agent,
-                                ceilings=pool.ceilings(kind, backend.spec()))
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
+        agent = AnalysisAgent(analysis_llm, backend, prompts, device_name, visual=acfg.visual,
+                              raw_metrics=acfg.raw_metrics)
+    # The profiler runs the kernel under the job's verify settings (its tolerances, sizes, timeouts).
+    return ProfilingAdvisor(backend, profiler, acfg.kind, scratch, agent=agent,
+                            ceilings=pool.ceilings(kind, backend.spec()), verify=job.verify.to_dict())
 
 
 def device_phrase(info: dict[str, Any], backend: Backend) -> str:
@@ -166,65 +167,67 @@ def run(cfg: Any, *, llm: LLM | None = None, tags: dict[str, str] | None = None,
     from ..tracking.resume import config_hash
     chash = config_hash(conf)
     llm = replaying(llm, chash)  # a rerun of this configuration replays its calls
-
     own_pool = pool is None
-    workers = job.workers
-    pool = pool or WorkerPool(gpus=workers.gpus, build_workers=workers.build, spare=workers.spare)
-    stop = threading.Event()
-    previous_term = signal.getsignal(signal.SIGTERM)
-    if threading.current_thread() is threading.main_thread():
-        # A scheduler's SIGTERM ends the job like Ctrl-C: finished problems stay finished in MLflow.
-        signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    pool = pool or WorkerPool(gpus=job.workers.gpus, build_workers=job.workers.build, spare=job.workers.spare)
     try:
-        backend = make_backend(job.backend, pool)
-        problems = load_problems(job.problems, backend.device)
-        verifier = Verifier(job.verify, pool=pool)
-        try:
-            kinds = verifier.device_kinds(backend)
-        except BackendUnavailable:
-            raise ConfigError(f"backend={backend.name} runs on a CUDA GPU and none is visible here: use backend=cpu, "
-                              "or backend=triton backend.device=cpu for Triton's interpreter (correctness only)") \
-                from None
-        pool.start(["build", *kinds])  # all workers at once, not one by one as the first loops need them
-        info = pool.device_info(kinds[0], backend.spec())
-        prompts = Prompts(job.prompts_dir)
-        agent = GenerationAgent(llm, backend, prompts, device_phrase(info, backend))
-        with tempfile.TemporaryDirectory(prefix="kforge-analysis-") as scratch:
-            advisor = make_advisor(job, llm, backend, pool, prompts, device_phrase(info, backend), scratch, kinds[0],
-                                   chash)
-            return _run_tracked(Job(conf, job, problems, backend, agent, verifier, llm, pool, info,
-                                    advisor, stop, tags or {}))
+        with _sigterm_as_interrupt(), tempfile.TemporaryDirectory(prefix="kforge-analysis-") as scratch:
+            return execute(compose(conf, job, llm, pool, scratch, chash, tags or {}))
     finally:
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, previous_term)
         if own_pool:
             pool.close()
 
 
-def job_labels(job: Job) -> dict[str, str]:
-    """What the job ran with: tags of its parent run and of every problem run."""
-    cfg, llm, backend = job.config, job.llm, job.backend
-    ref_kind = cfg.reference.kind
-    if ref_kind != "none":
-        ref_kind = f"{ref_kind}:{reference_backend(cfg.reference.backend, backend.name)}"
-    # ``model`` is what answered: the litellm model string (not the config's short name) for a real model.
-    model = (llm.config.model or llm.config.name) if llm.config.kind == "litellm" else llm.config.name
-    return {Tags.ANALYSIS: cfg.analysis.kind, Tags.MODEL: model,
-            Tags.MODEL_NAME: llm.config.name, Tags.MODEL_LABEL: llm.config.label, Tags.BACKEND: backend.name,
-            Tags.DEVICE: backend.device, Tags.LOOP_MODE: job.config.loop.mode, Tags.REFERENCE: ref_kind,
-            Tags.PROFILER: resolve_profiler(cfg.profiler.kind, backend), Tags.PROBLEMS_SOURCE: cfg.problems.source}
+@contextmanager
+def _sigterm_as_interrupt():
+    """A scheduler's SIGTERM ends the job like Ctrl-C: finished problems stay finished in MLflow."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
-def _run_tracked(job: Job) -> JobResult:
-    """Resume what earlier jobs left, run the problems with MLflow and the progress lines observing, summarise."""
-    from omegaconf import OmegaConf
+def compose(conf: dict[str, Any], job: JobConfig, llm: LLM, pool: WorkerPool, scratch: str, chash: str,
+            tags: dict[str, str]) -> Job:
+    """The job's objects from its configuration: backend, problems, verifier, started workers, agents."""
+    backend = make_backend(job.backend, pool)
+    check_fits(job, backend, llm)
+    problems = load_problems(job.problems, backend.device)
+    verifier = Verifier(job.verify, pool=pool)
+    try:
+        kinds = verifier.device_kinds(backend)
+    except BackendUnavailable:
+        raise ConfigError(f"backend={backend.name} runs on a CUDA GPU and none is visible here: use backend=cpu, "
+                          "or backend=triton backend.device=cpu for Triton's interpreter (correctness only)") from None
+    pool.start(["build", *kinds])  # all workers at once, not one by one as the first loops need them
+    info = pool.device_info(kinds[0], backend.spec())
+    prompts = Prompts(job.prompts_dir)
+    agent = GenerationAgent(llm, backend, prompts, device_phrase(info, backend))
+    advisor = make_advisor(job, llm, backend, pool, prompts, device_phrase(info, backend), scratch, kinds[0], chash)
+    return Job(conf, job, problems, backend, agent, verifier, llm, pool, info, advisor, threading.Event(), tags)
 
-    from .firstrun import PCH_NOTICE, pch_pending
+
+class _CloseOnAbort(LoopObserver):
+    """A second Ctrl-C closes the worker pool, so verifications in flight end at once."""
+
+    def __init__(self, pool: WorkerPool):
+        self.pool = pool
+
+    def job_aborting(self) -> None:
+        self.pool.close()
+
+
+def execute(job: Job) -> JobResult:
+    """Take over what earlier jobs of this configuration left, run the rest with MLflow and the progress
+    lines observing, and summarise."""
     from ..tracking import Tracker
     from ..tracking.observer import MlflowObserver
-    from ..tracking.resume import config_hash, take_over
-    conf, backend, loop_cfg, pool = job.conf, job.backend, job.config.loop, job.pool
-    tcfg = job.config.tracking
+    from ..tracking.resume import take_over
+    cfg, loop_cfg, tcfg = job.config, job.config.loop, job.config.tracking
     tracker = Tracker(tcfg.uri, tcfg.experiment or "kforge", tcfg.artifact_root)
     if tcfg.autolog_llm:
         import mlflow
@@ -233,66 +236,107 @@ def _run_tracked(job: Job) -> JobResult:
         mlflow.litellm.autolog()
     labels = job_labels(job)
     try:
-        references = load_references(job.config.reference, job.problems, backend.name, tracker.uri)
+        references = load_references(cfg.reference, job.problems, job.backend.name, tracker.uri)
     except ReferenceTransferError as exc:
         raise ConfigError(str(exc)) from None
-    labels[Tags.CONFIG_HASH] = config_hash(conf)
-    previous, stale = take_over(tracker, labels[Tags.CONFIG_HASH], job.problems, job.config.resume)
-    if stale:
-        print(f"kforge: {stale} run(s) of this configuration were left RUNNING by a job that was killed; "
+    earlier = take_over(tracker, labels[Tags.CONFIG_HASH], job.problems, cfg.resume)
+    done, cut = earlier.done, earlier.cut
+    todo = [p for p in job.problems if p.key not in done]
+    tracking = MlflowObserver(tracker, _job_run(job, labels, references, earlier.parent),
+                              continued={k: prev.run_id for k, prev in cut.items()})
+    _announce(job, tracker, labels, earlier, todo, references)
+    progress = Progress(len(todo), loop_cfg.budget, run_of=tracking.run_ids.get)
+    loop = ProblemLoop(job.agent, job.verifier, loop_cfg, advisor=job.advisor,
+                       observers=[tracking, progress, _CloseOnAbort(job.pool)], stop=job.stop)
+    try:
+        end = run_problems(todo, loop, concurrency=loop_cfg.concurrency, references=references,
+                           resumes={k: prev.state for k, prev in cut.items()},
+                           done=[done[p.key].result for p in job.problems if p.key in done])
+    except Interrupted as exc:
+        end = exc.end
+    finally:
+        progress.close()
+    _report(end, tracker, tracking.parent_id or earlier.parent, todo)
+    return JobResult(end.results, end.stats, tracking.parent_id or earlier.parent, end.interrupted,
+                     extra={"verifier_time_s": dict(job.verifier.time_s)})
+
+
+def job_run_name(job: Job) -> str:
+    """``oracle · cpu · iterative · L1``: the arm and the levels, so two arms' jobs are told apart."""
+    levels = sorted({p.level for p in job.problems if p.level is not None})
+    return " · ".join([job.llm.config.name, job.backend.name, job.config.loop.mode,
+                       "+".join(f"L{lv}" for lv in levels) or "no level"])
+
+
+def _job_run(job: Job, labels: dict[str, str], references: dict[str, Any], previous: str | None) -> JobRun:
+    from omegaconf import OmegaConf
+    extra = {**job.tags, Tags.DEVICE_NAME: job.info.get("device", "")}
+    if job.backend.device == "cuda":
+        extra[Tags.GPU] = job.info.get("device", "")
+    if labels[Tags.REFERENCE] != "none":
+        have = sum(r is not None for r in references.values())
+        extra[Tags.REFERENCES_AVAILABLE] = f"{have}/{len(job.problems)}"
+    return JobRun(job_run_name(job), job.conf, OmegaConf.to_yaml(OmegaConf.create(job.conf)), labels, extra,
+                  job.config.loop.speedup_vs, previous)
+
+
+def _announce(job: Job, tracker: Any, labels: dict[str, str], earlier: Any, todo: list[Problem],
+              references: dict[str, Any]) -> None:
+    """The lines a job starts with: what earlier jobs left, references, what runs where, a slow first build."""
+    from .firstrun import PCH_NOTICE, pch_pending
+    loop_cfg, n = job.config.loop, len(job.problems)
+    if earlier.stale:
+        print(f"kforge: {earlier.stale} run(s) of this configuration were left RUNNING by a job that was killed; "
               "marked KILLED", flush=True)
-    done = [p for p in job.problems if p.key in previous and previous[p.key].finished]
-    todo = [p for p in job.problems if p not in done]
-    cut = {k: prev for k, prev in previous.items() if not prev.finished}
-    hardware = {Tags.DEVICE_NAME: job.info.get("device", "")}
-    if backend.device == "cuda":
-        hardware[Tags.GPU] = job.info.get("device", "")
-    parent = tracker.start_parent(f"{job.llm.config.name}-{backend.name}-{loop_cfg.mode}", conf,
-                                  OmegaConf.to_yaml(OmegaConf.create(conf)), {**labels, **job.tags, **hardware})
-    if previous:
-        print(f"kforge: resuming: {len(done)} problem(s) finished earlier are skipped"
-              + (f", {len(cut)} cut off earlier continue from their last iteration" if cut else ""), flush=True)
+    if not todo and earlier.done:
+        print(f"kforge: this job is complete: its {len(earlier.done)} problem(s) finished earlier (parent run "
+              f"{earlier.parent}); nothing to run, no run added", flush=True)
+    elif earlier.problems:
+        cut = earlier.cut
+        print(f"kforge: resuming (parent run {earlier.parent}): {len(earlier.done)} problem(s) finished earlier "
+              "are skipped" + (f", {len(cut)} cut off earlier continue from their last iteration" if cut else ""),
+              flush=True)
     ref_kind = labels[Tags.REFERENCE]
     if ref_kind != "none":
         have = sum(r is not None for r in references.values())
-        print(f"kforge: reference transfer ({ref_kind}): {have} of {len(job.problems)} problem(s) have a reference; "
+        print(f"kforge: reference transfer ({ref_kind}): {have} of {n} problem(s) have a reference; "
               "the others run without one", flush=True)
-        tracker.client.set_tag(parent, Tags.REFERENCES_AVAILABLE, f"{have}/{len(job.problems)}")
-    print(f"kforge: {len(job.problems)} problem(s) · model {labels[Tags.MODEL_LABEL]} · backend {backend.describe()} · "
-          f"{loop_cfg.mode} ({loop_cfg.budget} {'model call' if loop_cfg.mode == 'beam' else 'iteration'}(s)) · MLflow {tracker.uri} (experiment {tracker.experiment})",
+    unit = "model call" if loop_cfg.mode == "beam" else "iteration"
+    print(f"kforge: {n} problem(s) · model {labels[Tags.MODEL_LABEL]} · backend {job.backend.describe()} · "
+          f"{loop_cfg.mode} ({loop_cfg.budget} {unit}(s)) · MLflow {tracker.uri} (experiment {tracker.experiment})",
           flush=True)
-    if todo and pch_pending(backend, pool.build_cache):
+    if todo and pch_pending(job.backend, job.pool.build_cache):
         print(f"kforge: {PCH_NOTICE}", flush=True)
 
-    tracking = MlflowObserver(tracker, parent, labels, continued={k: prev.run_id for k, prev in cut.items()})
-    progress = Progress(len(todo), loop_cfg.budget, run_of=tracking.run_ids.get)
-    # Beam search has the loop's interface and observers: the sweep, MLflow and resume treat it alike.
-    loop_type = BeamSearch if loop_cfg.mode == "beam" else ProblemLoop
-    loop = loop_type(job.agent, job.verifier, loop_cfg, advisor=job.advisor, observers=[tracking, progress],
-                     stop=job.stop)
-    interrupted = False
-    runs_before = pool.counters["run"]
-    try:
-        ended = run_problems(todo, loop, concurrency=loop_cfg.concurrency, references=references,
-                             resumes={k: prev.state for k, prev in cut.items()}, on_done=progress.advance,
-                             on_stop=progress.stopping, on_abort=pool.close)
-    except Interrupted as exc:
-        interrupted, ended = True, exc.results
-    finally:
-        progress.close()
-    # Finished problems (earlier ones included) make the job's metrics; cut-off ones wait for a rerun.
-    results: list[ProblemResult] = [previous[p.key].result for p in done] + [r for r in ended if not r.stopped]
-    cut_off = [r for r in ended if r.stopped]
-    tracking.kill_open()
-    tracker.client.log_metric(parent, Metrics.VERIFICATIONS, pool.counters["run"] - runs_before)
-    tracker.client.log_metric(parent, Metrics.PROBLEMS_SKIPPED, len(done))
-    stats = tracker.end_parent(parent, results, status="KILLED" if interrupted else "FINISHED",
-                               speedup_vs=loop_cfg.speedup_vs)
-    if interrupted:
-        left = len(todo) - len(ended) + len(cut_off)
-        print(f"\nkforge: interrupted; {len(results)} finished problem(s) are in MLflow (parent run {parent}, "
+
+def _report(end: JobEnd, tracker: Any, parent: str | None, todo: list[Problem]) -> None:
+    """The lines a job ends with."""
+    if end.interrupted:
+        cut_off = [r for r in end.ended if r.stopped]
+        left = len(todo) - len(end.ended) + len(cut_off)
+        print(f"\nkforge: interrupted; {len(end.results)} finished problem(s) are in MLflow (parent run {parent}, "
               f"KILLED); {left} problem(s) are cut off or not started: run the same command again to continue "
               "them.")
-    print_summary(results, stats)
+    for r in end.skipped:
+        print(f"kforge: {r.problem.key} was skipped: the problem itself fails ("
+              f"{r.problem_error.strip().splitlines()[-1]}); its traceback is in MLflow")
+    print_summary(end.results, end.stats)
     print(f"runs table: {tracker.view_url()}" + ("" if tracker.uri.startswith("http") else "  (after `make ui`)"))
-    return JobResult(results, stats, parent, interrupted, extra={"verifier_time_s": dict(job.verifier.time_s)})
+
+
+def job_labels(job: Job) -> dict[str, str]:
+    """What the job ran with: tags of its parent run and of every problem run (`schema.Params` of them are
+    parameters too)."""
+    from ..tracking.resume import config_hash
+    cfg, llm, backend = job.config, job.llm, job.backend
+    ref_kind = cfg.reference.kind
+    if ref_kind != "none":
+        ref_kind = f"{ref_kind}:{reference_backend(cfg.reference.backend, backend.name)}"
+    # ``model`` is what answered: the litellm model string (not the config's short name) for a real model.
+    model = (llm.config.model or llm.config.name) if llm.config.kind == "litellm" else llm.config.name
+    levels = sorted({str(p.level) for p in job.problems if p.level is not None})
+    return {Tags.ANALYSIS: cfg.analysis.kind, Tags.MODEL: model,
+            Tags.MODEL_NAME: llm.config.name, Tags.MODEL_LABEL: llm.config.label, Tags.BACKEND: backend.name,
+            Tags.DEVICE: backend.device, Tags.LOOP_MODE: cfg.loop.mode, Tags.REFERENCE: ref_kind,
+            Tags.PROFILER: resolve_profiler(cfg.profiler.kind, backend), Tags.PROBLEMS_SOURCE: cfg.problems.source,
+            Tags.RULES: cfg.verify.rules, Tags.LEVEL: ",".join(levels), Tags.CONFIG_HASH: config_hash(job.conf)}

@@ -49,13 +49,15 @@ class ReferenceConfig(StrictConfig):
     tracking_uri: str | None = None
     """For ``mlflow``: where that experiment is (None: the job's own tracking URI)."""
 
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"reference.kind must be one of {', '.join(KINDS)}, not {self.kind!r}")
+
 
 def load_references(rcfg: ReferenceConfig | dict[str, Any], problems: list[Problem], target: str,
                     tracking_uri: str | None = None) -> dict[str, Reference | None]:
     rcfg = ReferenceConfig.from_dict(rcfg, "reference")
     kind = rcfg.kind
-    if kind not in KINDS:
-        raise ReferenceTransferError(f"reference.kind must be one of {', '.join(KINDS)}, not {kind!r}")
     if kind == "none":
         return {p.key: None for p in problems}
     source = reference_backend(rcfg.backend, target)

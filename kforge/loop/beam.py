@@ -1,4 +1,4 @@
-"""Beam search over kernels (``loop=beam``): a tree of optimisations instead of one chain, so a problem is
+"""Beam search over kernels (``loop=beam``), a `kforge.loop.runner.SearchStrategy`: a tree of optimisations instead of one chain, so a problem is
 not stuck in the first local optimum its chain walks into (issue 24).
 
 Round 0 is the iterative loop's functional pass: a single-shot kernel, then fix turns until one is
@@ -36,12 +36,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from ..agents import Attempt, Recommendation, Reference
-from ..agents.analysis import generic_directions
 from ..candidate import Candidate
 from ..problems import Problem
 from ..verify import Verdict
-from .chain import ProblemLoop
 from .records import IterationRecord, LoopState, Step, make_record, rank_speedup
+from .strategy import Runner
 
 ROOT_DIRECTION = "root"
 """The direction of round 0's nodes: no recommendation led to them."""
@@ -106,29 +105,41 @@ class Budget:
             self.spent_usd += usd or 0.0
 
 
-class BeamSearch(ProblemLoop):
-    """`ProblemLoop`'s interface and observers (``run(problem, reference, resume)``, `run_problems`), with a
-    search tree for ``_iterate``."""
+class BeamSearch:
+    """The search tree, as a strategy of `kforge.loop.runner.ProblemLoop`."""
 
-    def _iterate(self, problem: Problem, reference: Reference | None, state: LoopState) -> None:
-        cfg, result = self.config, state.result
+    def search(self, loop: Runner, problem: Problem, reference: Reference | None, state: LoopState) -> None:
+        cfg = loop.config
+        kinds = loop.verifier.device_kinds(loop.agent.backend)
+        # Two per device slot: one child's model call or build overlaps another's timing; the pool itself
+        # gives each run a slot of its own.
+        workers = max(2, 2 * sum(loop.verifier.pool.slot_count(k) for k in kinds))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"kforge-beam-{problem.key}") as pool:
+            _Tree(loop, problem, state, Budget(cfg.budget, cfg.max_cost_usd), pool).walk(reference)
+
+
+class _Tree:
+    """One problem's walk of the tree: its rounds, and each node's call, verification and record."""
+
+    def __init__(self, loop: Runner, problem: Problem, state: LoopState, budget: Budget,
+                 pool: ThreadPoolExecutor):
+        self.loop, self.problem, self.state, self.budget, self.pool = loop, problem, state, budget, pool
+        self.agent, self.verifier, self.config, self.advisor = loop.agent, loop.verifier, loop.config, loop.advisor
+        self.stop = loop.stop
+
+    def walk(self, reference: Reference | None) -> None:
+        cfg, state, result = self.config, self.state, self.state.result
         # Cut off mid-tree: walk the tree again from its root, taking recorded nodes as they come (`_generate`).
         result.records.clear()
         result.best_code = result.best_verdict = result.best_iteration = None
         state.next_iteration, state.last_code, state.last_verdict = 0, None, None
-        budget = Budget(cfg.budget, cfg.max_cost_usd)
-        kinds = self.verifier.device_kinds(self.agent.backend)
-        # Two per device slot: one child's model call or build overlaps another's timing; the pool itself
-        # gives each run a slot of its own.
-        workers = max(2, 2 * sum(self.verifier.pool.slot_count(k) for k in kinds))
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"kforge-beam-{problem.key}") as pool:
-            kept = self._root(problem, reference, state, budget)
-            for depth in range(1, cfg.depth + 1):
-                if not kept or self._finished(state, budget) or kept[0].verdict.runtime is None:
-                    break  # nothing correct, done, or verified without timing: nothing to optimise against
-                children = self._expand(problem, kept, depth, state, budget, pool)
-                nodes = children + self._fix_waves(problem, children, state, budget, pool)
-                kept = select_survivors(nodes, cfg.beam, self._speed) or kept
+        kept = self._root(reference)
+        for depth in range(1, cfg.depth + 1):
+            if not kept or self._finished() or kept[0].verdict.runtime is None:
+                break  # nothing correct, done, or verified without timing: nothing to optimise against
+            children = self._expand(kept, depth)
+            nodes = children + self._fix_waves(children)
+            kept = select_survivors(nodes, cfg.beam, self._speed) or kept
         walked = {r.iteration for r in result.records}
         for it, (code, verdict, record) in sorted(state.kernels.items()):
             if it not in walked:  # recorded, but not on this walk's path (the walk stopped before it)
@@ -139,70 +150,70 @@ class BeamSearch(ProblemLoop):
     def _speed(self, node: Node) -> float | None:
         return rank_speedup(node.verdict, self.config.speedup_vs) if node.verdict and node.verdict.correct else None
 
-    def _finished(self, state: LoopState, budget: Budget) -> bool:
-        cfg = self.config
+    def _finished(self) -> bool:
+        cfg, state, budget = self.config, self.state, self.budget
         if self.stop.is_set():
             state.result.stopped = True
             return True
         return state.result.reached(cfg.target_speedup, cfg.speedup_vs) or budget.calls_left <= 0 or budget.spent_out()
 
     # -- rounds ----------------------------------------------------------------------------------------
-    def _root(self, problem: Problem, reference: Reference | None, state: LoopState,
-              budget: Budget) -> list[Node]:
+    def _root(self, reference: Reference | None) -> list[Node]:
         """Round 0: the single-shot kernel, then fixes until one is correct; [] when none is."""
+        problem, state = self.problem, self.state
         node: Node | None = None
-        while not self._finished(state, budget) and budget.take():
+        while not self._finished() and self.budget.take():
             step = Node(state.next_iteration, node.iteration if node else None, 0, ROOT_DIRECTION)
             state.next_iteration += 1
             if node is None:
-                made = self._generate(problem, state, step, lambda it: self.agent.single_shot(problem, reference, iteration=it))
+                made = self._generate(step, lambda it: self.agent.single_shot(problem, reference, iteration=it))
             else:
-                made = self._generate(problem, state, step, self._fixer(problem, node))
-            if not self._record(problem, [made], state, budget):
+                made = self._generate(step, self._fixer(node))
+            if not self._record([made]):
                 return []
             node = made
             if node.verdict.correct:
                 return [node]
         return []
 
-    def _expand(self, problem: Problem, kept: list[Node], depth: int, state: LoopState, budget: Budget,
-                pool: ThreadPoolExecutor) -> list[Node]:
+    def _expand(self, kept: list[Node], depth: int) -> list[Node]:
         """One child per kept node and recommendation, verified concurrently."""
-        cfg, per_call = self.config, getattr(self.advisor, "model_calls", 0)
+        cfg, state, budget, pool = self.config, self.state, self.budget, self.pool
+        per_call = self.advisor.model_calls
         # A kept node is advised only while its analysis and its first child fit the budget; that child's
         # call stays reserved, so the analysis (and its cost, on the first child's record) is never wasted.
         advised = [n for n in kept if budget.take(per_call + 1)]
-        directions = list(pool.map(lambda n: self._directions(problem, n), advised))
+        directions = list(pool.map(self._directions, advised))
         specs: list[tuple[Node, Recommendation, bool]] = []
         for j in range(cfg.width):  # first directions of every node before second ones: a short budget spreads
             specs += [(n, recs[j], j == 0) for n, recs in zip(advised, directions) if j < len(recs)]
         wave: list[tuple[Node, Node]] = []
         for parent, rec, reserved in specs:
-            if not reserved and (self._finished(state, budget) or not budget.take()):
+            if not reserved and (self._finished() or not budget.take()):
                 continue  # a node's first child is already paid for; the others wait for budget
             child = Node(state.next_iteration, parent.iteration, depth, rec.category, recommendation=rec)
-            child.analysis_s = rec.artifacts.pop("analysis_s", 0.0)
+            child.analysis_s = rec.analysis_s
             state.next_iteration += 1
             wave.append((parent, child))
         if self.stop.is_set():
             return []
-        made = list(pool.map(lambda pc: self._generate(problem, state, pc[1], self._optimiser(problem, *pc)), wave))
-        return self._record(problem, made, state, budget)
+        made = list(pool.map(lambda pc: self._generate(pc[1], self._optimiser(*pc)), wave))
+        return self._record(made)
 
-    def _fix_waves(self, problem: Problem, children: list[Node], state: LoopState, budget: Budget,
-                   pool: ThreadPoolExecutor) -> list[Node]:
+    def _fix_waves(self, children: list[Node]) -> list[Node]:
         """Up to ``max_fixes_in_optimisation`` fix turns for each failed child, a wave per turn."""
+        state, budget = self.state, self.budget
         fixed: list[Node] = []
         failed = [c for c in children if not c.verdict.correct]
         for _ in range(self.config.max_fixes_in_optimisation):
             wave = []
             for f in failed:
-                if self._finished(state, budget) or not budget.take():
+                if self._finished() or not budget.take():
                     break
                 wave.append((f, Node(state.next_iteration, f.iteration, f.depth, f.direction)))
                 state.next_iteration += 1
-            made = list(pool.map(lambda fw: self._generate(problem, state, fw[1], self._fixer(problem, fw[0])), wave))
-            recorded = self._record(problem, made, state, budget)
+            made = list(self.pool.map(lambda fw: self._generate(fw[1], self._fixer(fw[0])), wave))
+            recorded = self._record(made)
             fixed += recorded
             failed = [n for n in recorded if not n.verdict.correct]
             if not failed or len(recorded) < len(made):
@@ -210,34 +221,30 @@ class BeamSearch(ProblemLoop):
         return fixed
 
     # -- one node ----------------------------------------------------------------------------------------
-    def _directions(self, problem: Problem, node: Node) -> list[Recommendation]:
+    def _directions(self, node: Node) -> list[Recommendation]:
         """``width`` recommendations of distinct classes for ``node``'s kernel; the first carries the
         analysis time (and the analysis model's cost, which its child's record adds)."""
         a0 = time.monotonic()
-        many = getattr(self.advisor, "recommend_many", None)
-        if many is not None:
-            recs = many(problem, node.code, node.verdict, self.config.width, iteration=node.iteration)
-        else:  # an advisor of one recommendation: it leads, generic directions fill up
-            first = self.advisor.recommend(problem, node.code, node.verdict, iteration=node.iteration)
-            recs = [first] + generic_directions(self.config.width - 1, {first.category})
+        recs = self.advisor.recommend_many(self.problem, node.code, node.verdict, self.config.width,
+                                           iteration=node.iteration)
         seen: set[str] = set()
         recs = [r for r in recs if not (r.category in seen or seen.add(r.category))]
         if recs:
-            recs[0].artifacts["analysis_s"] = time.monotonic() - a0
+            recs[0].analysis_s = time.monotonic() - a0
         return recs
 
-    def _optimiser(self, problem: Problem, parent: Node, child: Node) -> Callable[[int], Attempt]:
-        text = child.recommendation.text()
+    def _optimiser(self, parent: Node, child: Node) -> Callable[[int], Attempt]:
+        problem, text = self.problem, child.recommendation.text()
         return lambda it: self.agent.optimise(problem, parent.code, parent.verdict, text, iteration=it)
 
-    def _fixer(self, problem: Problem, failed: Node) -> Callable[[int], Attempt]:
-        return lambda it: self.agent.fix(problem, failed.code, failed.verdict, iteration=it)
+    def _fixer(self, failed: Node) -> Callable[[int], Attempt]:
+        return lambda it: self.agent.fix(self.problem, failed.code, failed.verdict, iteration=it)
 
-    def _generate(self, problem: Problem, state: LoopState, node: Node, write: Callable[[int], Any]) -> Node:
+    def _generate(self, node: Node, write: Callable[[int], Any]) -> Node:
         """The node's model call and verification (in a pool thread); not verified once stopped. A node an
         earlier run of the job recorded takes that run's kernel, verdict and place in the tree instead."""
-        if node.iteration in state.kernels:
-            code, node.verdict, node.restored = state.kernels[node.iteration]
+        if node.iteration in self.state.kernels:
+            code, node.verdict, node.restored = self.state.kernels[node.iteration]
             node.attempt = Attempt(node.restored.phase, [], Candidate(code))
             node.parent, node.depth, node.direction = (node.restored.parent, node.restored.depth or 0,
                                                        node.restored.direction or node.direction)
@@ -247,13 +254,14 @@ class BeamSearch(ProblemLoop):
         node.llm_s = time.monotonic() - t0
         if not self.stop.is_set():
             v0 = time.monotonic()
-            node.verdict = self.verifier.verify(problem, node.attempt.candidate, self.agent.backend)
+            node.verdict = self.verifier.verify(self.problem, node.attempt.candidate, self.agent.backend)
             node.verify_s = time.monotonic() - v0
         return node
 
-    def _record(self, problem: Problem, nodes: list[Node], state: LoopState, budget: Budget) -> list[Node]:
+    def _record(self, nodes: list[Node]) -> list[Node]:
         """Record a wave's verified nodes in id order and tell the observers; the nodes recorded."""
-        cfg, result = self.config, state.result
+        cfg, state, budget = self.config, self.state, self.budget
+        result = state.result
         done = []
         for node in sorted(nodes, key=lambda n: n.iteration):
             if node.verdict is None:  # stopped during its model call: a rerun replays it
@@ -272,7 +280,8 @@ class BeamSearch(ProblemLoop):
             budget.spend(record.cost_usd)
             result.records.append(record)
             if node.restored is None:
-                self._tell("iteration_done", problem, Step(record, node.attempt, verdict, node.recommendation))
+                self.loop.tell("iteration_done", self.problem,
+                               Step(record, node.attempt, verdict, node.recommendation, result.outcome))
             state.last_code, state.last_verdict = node.code, verdict
             done.append(node)
         return done

@@ -1,6 +1,6 @@
 """What a problem loop records and tells: one iteration's `IterationRecord`, a problem's `ProblemResult`,
 the `LoopState` a resumed job continues from, and the `LoopObserver` protocol its observers (MLflow
-tracking, the console) implement.
+tracking, the console) implement: a job's events (`JobStart`, `JobEnd`) and each problem's.
 
 A per-iteration metric is a number field on `IterationRecord`, set in `make_record`: the tracker logs it
 under its field name (`kforge.tracking.schema` derives the metric list from this dataclass).
@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from ..agents import Attempt, Recommendation, Reference
-from ..metrics import speedup_over
+from ..metrics import speedup_over, summary, total_cost
 from ..problems import Problem
 from ..verify import Verdict
 
@@ -45,6 +45,9 @@ class IterationRecord:
     analysis_s: float = 0.0
     wall_s: float = 0.0
     cached_reply: bool = False
+    replayed_calls: int = 0
+    """Model calls of this iteration answered from the cache or by replay (`kforge.llm.replay`): no call was
+    made, and their tokens are not in ``prompt_tokens``/``completion_tokens`` (a rerun counts nothing twice)."""
     is_best: bool = False
     recommendation: str | None = None
     parent: int | None = None
@@ -70,10 +73,28 @@ class ProblemResult:
     """An unexpected failure of the loop itself (not of a candidate)."""
     stopped: bool = False
     """Cut off by Ctrl-C or SIGTERM before its last iteration: a rerun continues it."""
+    problem_error: str | None = None
+    """The problem itself is broken (a `kforge.problems.ProblemError` from the verifier): skipped, its traceback."""
 
     @property
     def correct(self) -> bool:
+        """Solved: some iteration was correct (the best kernel is one)."""
         return self.best_verdict is not None
+
+    @property
+    def outcome(self) -> str:
+        """The problem's state: ``correct`` once any iteration was, else its last iteration's state;
+        ``problem_error`` for a skipped problem, ``error`` or ``none`` without an iteration."""
+        if self.problem_error:
+            return "problem_error"
+        if self.correct:
+            return "correct"
+        return self.records[-1].state if self.records else ("error" if self.error else "none")
+
+    def best_speedup(self, vs: str) -> float | None:
+        """The best kernel's speedup over ``vs`` (eager where ``compile`` was not timed); None if unsolved."""
+        v = self.best_verdict
+        return speedup_over(vs, v.speedup_eager, v.speedup_compile, or_eager=True) if v is not None else None
 
     def offer(self, code: str | None, verdict: Verdict, iteration: int, vs: str) -> bool:
         """Keep this kernel as the best if it is correct and ranks above the best so far; whether it did."""
@@ -126,11 +147,64 @@ class Step:
     attempt: Attempt
     verdict: Verdict
     recommendation: Recommendation | None = None
+    outcome: str = ""
+    """The problem's state after this iteration (`ProblemResult.outcome`)."""
+
+
+@dataclass
+class JobStart:
+    """What a job is about to run (`LoopObserver.job_started`)."""
+
+    todo: list[Problem]
+    """The problems this job runs (new ones, and ones an earlier job was cut off in)."""
+    done: list[ProblemResult] = field(default_factory=list)
+    """Problems an earlier job with this configuration finished: not run again, counted in the figures."""
+
+
+@dataclass
+class JobEnd:
+    """How a job ended (`LoopObserver.job_ended`)."""
+
+    results: list[ProblemResult]
+    """Every finished problem, earlier jobs' included: what the job's figures count."""
+    stats: dict[str, Any]
+    """`job_stats` of ``results``."""
+    ended: list[ProblemResult] = field(default_factory=list)
+    """What this job ran, however each ended (finished, stopped, failed, skipped)."""
+    done_before: int = 0
+    """Problems finished by an earlier job."""
+    verifications: int = 0
+    """Candidates this job verified."""
+    interrupted: bool = False
+
+    @property
+    def skipped(self) -> list[ProblemResult]:
+        """Problems skipped because the problem itself is broken."""
+        return [r for r in self.ended if r.problem_error]
 
 
 class LoopObserver(Protocol):
-    """What a problem loop tells while it runs (MLflow tracking, the progress lines). Called from the
-    loop's thread, in the order the observers were given; an error raised here fails that problem."""
+    """What a job and its problem loops tell (MLflow tracking, the progress lines). Problem events come
+    from that problem's loop thread, job events and `problem_collected` from the runner's thread, each in
+    the order the observers were given; an error raised in a problem event fails that problem."""
+
+    def job_started(self, job: JobStart) -> None:
+        """Before any problem starts."""
+
+    def job_stopping(self, in_flight: int) -> None:
+        """The first Ctrl-C (or SIGTERM): no new problem starts; ``in_flight`` end after their current step."""
+
+    def job_aborting(self) -> None:
+        """A second Ctrl-C: verifications in flight are to end at once."""
+
+    def job_ended(self, end: JobEnd) -> None:
+        """After the last problem was collected, interrupted or not."""
+
+    def problem_collected(self, result: ProblemResult) -> None:
+        """The runner has a problem's result, however it ended."""
+
+    def problem_skipped(self, problem: Problem, result: ProblemResult) -> None:
+        """The problem itself is broken (``result.problem_error``): skipped, the sweep goes on."""
 
     def problem_started(self, problem: Problem, reference: Reference | None, resume: LoopState | None) -> None:
         """Before the first iteration; ``resume`` is the state a continued run starts from."""
@@ -150,6 +224,18 @@ def rank_speedup(verdict: Verdict, vs: str) -> float:
     return speedup_over(vs, verdict.speedup_eager, verdict.speedup_compile, or_eager=True) or 0.0
 
 
+def job_stats(results: list[ProblemResult], speedup_vs: str) -> dict[str, Any]:
+    """A job's figures over its finished problems: `kforge.metrics.summary`'s, tokens and cost."""
+    outcomes = [(r.correct, r.best_speedup(speedup_vs)) for r in results]
+    stats = summary(outcomes)
+    records = [x for r in results for x in r.records]
+    stats["total_prompt_tokens"] = sum(x.prompt_tokens for x in records)
+    stats["total_completion_tokens"] = sum(x.completion_tokens for x in records)
+    stats["total_cost_usd"] = total_cost(x.cost_usd for x in records)
+    stats["replayed_calls"] = sum(x.replayed_calls for x in records)
+    return stats
+
+
 def make_record(it: int, attempt: Attempt, verdict: Verdict, recommendation: Recommendation | None, *,
                 is_best: bool, llm_s: float, verify_s: float, analysis_s: float, wall_s: float) -> IterationRecord:
     """One iteration's record, its cost including the analysis agent's call that ``recommendation`` carries."""
@@ -161,13 +247,23 @@ def make_record(it: int, attempt: Attempt, verdict: Verdict, recommendation: Rec
         runtime_ms=verdict.runtime.median_ms if verdict.runtime else None,
         speed_of_light=verdict.speed_of_light, kernel_share=verdict.kernel_share,
         problem_flags=list(verdict.problem_flags),
-        prompt_tokens=resp.prompt_tokens if resp else 0, completion_tokens=resp.completion_tokens if resp else 0,
-        cost_usd=resp.cost_usd if resp else None, llm_s=llm_s, verify_s=verify_s, analysis_s=analysis_s,
+        llm_s=llm_s, verify_s=verify_s, analysis_s=analysis_s,
         wall_s=wall_s, cached_reply=bool(resp and resp.cached), is_best=is_best,
         recommendation=recommendation.text() if recommendation else None)
-    usage = (recommendation.artifacts.get("usage") or {}) if recommendation else {}
-    record.prompt_tokens += usage.get("prompt_tokens") or 0  # the analysis agent's call, if any
-    record.completion_tokens += usage.get("completion_tokens") or 0
-    if usage.get("cost_usd") is not None:
-        record.cost_usd = (record.cost_usd or 0.0) + usage["cost_usd"]
+    if resp is not None:
+        _count_call(record, resp)
+    if recommendation is not None and recommendation.usage is not None:
+        _count_call(record, recommendation.usage)  # the analysis agent's call
     return record
+
+
+def _count_call(record: IterationRecord, call: Any) -> None:
+    """Add one model call (an `LLMResponse`, or a recommendation's `CallUsage`) to the record: its tokens
+    if it was made, or one replayed call if the cache or a replay answered it; its cost (a replay's is 0)."""
+    if call.cached:
+        record.replayed_calls += 1
+    else:
+        record.prompt_tokens += call.prompt_tokens or 0
+        record.completion_tokens += call.completion_tokens or 0
+    if call.cost_usd is not None:
+        record.cost_usd = (record.cost_usd or 0.0) + call.cost_usd

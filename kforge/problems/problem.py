@@ -24,6 +24,11 @@ class ProblemError(KforgeError, ValueError):
 SIZES = ("cpu", "gpu", "default")
 
 
+def default_size(device: str) -> str:
+    """The size preset a problem runs at when none is asked for: ``cpu`` on the CPU, else ``gpu``."""
+    return "cpu" if device == "cpu" else "gpu"
+
+
 @dataclass(frozen=True)
 class Problem:
     """One reference program, at one size, ready to hand to a verifier worker."""

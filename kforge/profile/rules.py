@@ -14,20 +14,20 @@ from .digest import Digest
 
 
 @dataclass
-class Finding:
+class ProfileFinding:
     rule: str
     bottleneck: str
     evidence: str
     action: str
 
 
-Rule = Callable[[Digest], "Finding | None"]
-RULES: list[tuple[str, Rule]] = []
+Rule = Callable[[Digest], "ProfileFinding | None"]
+PROFILE_RULES: list[tuple[str, Rule]] = []
 
 
-def rule(name: str):
+def profile_rule(name: str):
     def register(fn: Rule) -> Rule:
-        RULES.append((name, fn))
+        PROFILE_RULES.append((name, fn))
         return fn
     return register
 
@@ -40,42 +40,42 @@ def _pct(x: float | None) -> str:
     return f"{100 * x:.0f}%" if x is not None else "n/a"
 
 
-@rule("register_spills")
-def _spills(d: Digest) -> Finding | None:
+@profile_rule("register_spills")
+def _spills(d: Digest) -> ProfileFinding | None:
     spill = (_m(d, "local_load_bytes") or 0) + (_m(d, "local_store_bytes") or 0)
     if spill <= 0:
         return None
     regs = _m(d, "registers")
-    return Finding("register_spills", "register spills to local memory",
+    return ProfileFinding("register_spills", "register spills to local memory",
                    f"the top kernel moves {spill / 1e6:.2f} MB through local memory per call"
                    + (f" with {regs:.0f} registers/thread" if regs else ""),
                    "cut live registers in the top kernel: smaller per-thread tiles or fewer unrolled accumulators, "
                    "index register arrays only with compile-time constants, or cap with __launch_bounds__")
 
 
-@rule("unfused_launches")
-def _launches(d: Digest) -> Finding | None:
+@profile_rule("unfused_launches")
+def _launches(d: Digest) -> ProfileFinding | None:
     if d.launches < 2 or d.bound == "compute":
         return None
     names = ", ".join(f"`{k.name[:40]}`" for k in d.kernels[:3])
-    return Finding("unfused_launches", "several kernel launches per call (unfused stages)",
+    return ProfileFinding("unfused_launches", "several kernel launches per call (unfused stages)",
                    f"{d.launches} launches per call ({names}); each round-trips its intermediate through memory",
                    f"fuse the {d.launches} kernels into one pass that keeps intermediates in registers or shared "
                    "memory and writes only the final output")
 
 
-@rule("tiny_latency_bound")
-def _tiny(d: Digest) -> Finding | None:
+@profile_rule("tiny_latency_bound")
+def _tiny(d: Digest) -> ProfileFinding | None:
     if d.bound != "latency" or d.time_ms >= 0.05:
         return None
-    return Finding("tiny_latency_bound", "launch and host overhead (latency-bound, too little work per call)",
+    return ProfileFinding("tiny_latency_bound", "launch and host overhead (latency-bound, too little work per call)",
                    f"{d.time_ms * 1e3:.1f} us per call, {d.launches} launch(es)",
                    "do the whole call in a single launch, and take host-side work out of forward (extra "
                    "allocations, .contiguous() copies, Python loops over elements)")
 
 
-@rule("low_occupancy")
-def _occupancy(d: Digest) -> Finding | None:
+@profile_rule("low_occupancy")
+def _occupancy(d: Digest) -> ProfileFinding | None:
     occ = _m(d, "occupancy_pct")
     if occ is None or occ >= 25 or d.bound == "compute":
         return None
@@ -84,14 +84,14 @@ def _occupancy(d: Digest) -> Finding | None:
     limits = ", ".join(x for x in (f"{regs:.0f} registers/thread" if regs else "",
                                    f"{smem / 1024:.0f} KB shared memory/block" if smem else "",
                                    f"block {block:.0f}" if block else "", f"grid {grid:.0f}" if grid else "") if x)
-    return Finding("low_occupancy", "low occupancy: too few warps in flight to hide latency",
+    return ProfileFinding("low_occupancy", "low occupancy: too few warps in flight to hide latency",
                    f"achieved occupancy {occ:.0f}% ({limits})",
                    "raise occupancy: launch enough blocks for every SM (several per SM), use 128-256 threads per "
                    "block, and cut registers or shared memory per block where they limit residency")
 
 
-@rule("memory_inefficient")
-def _memory_inefficient(d: Digest) -> Finding | None:
+@profile_rule("memory_inefficient")
+def _memory_inefficient(d: Digest) -> ProfileFinding | None:
     frac = d.bandwidth_fraction
     dram = _m(d, "dram_pct")
     if d.bound != "memory":
@@ -99,7 +99,7 @@ def _memory_inefficient(d: Digest) -> Finding | None:
     busy = dram / 100 if dram is not None else frac
     if busy is None or busy >= 0.6:
         return None
-    return Finding("memory_inefficient", "memory-bound but far from peak bandwidth (inefficient access)",
+    return ProfileFinding("memory_inefficient", "memory-bound but far from peak bandwidth (inefficient access)",
                    f"{_pct(frac)} of measured peak bandwidth for the minimum bytes"
                    + (f", DRAM throughput {dram:.0f}% of peak" if dram is not None else ""),
                    "make global memory access coalesced and wide: consecutive threads read consecutive 16-byte "
@@ -107,73 +107,73 @@ def _memory_inefficient(d: Digest) -> Finding | None:
                    "repeated reads of the same data")
 
 
-@rule("memory_roofline")
-def _memory_roofline(d: Digest) -> Finding | None:
+@profile_rule("memory_roofline")
+def _memory_roofline(d: Digest) -> ProfileFinding | None:
     if d.bound != "memory":
         return None
-    return Finding("memory_roofline", "at the memory roofline: bytes moved set the time",
+    return ProfileFinding("memory_roofline", "at the memory roofline: bytes moved set the time",
                    f"{_pct(d.bandwidth_fraction)} of peak bandwidth; speed of light {_pct(d.speed_of_light)}",
                    "move fewer bytes: read each input once and write only the output (fuse the stages, recompute "
                    "cheap values instead of storing them), keep reused data in shared memory or registers")
 
 
-@rule("memory_latency_stalls")
-def _long_scoreboard(d: Digest) -> Finding | None:
+@profile_rule("memory_latency_stalls")
+def _long_scoreboard(d: Digest) -> ProfileFinding | None:
     stalls = d.kernels[0].stalls if d.kernels else []
     dram = _m(d, "dram_pct")
     if not stalls or stalls[0][0] != "long_scoreboard" or (dram is not None and dram >= 60):
         return None
-    return Finding("memory_latency_stalls", "warps wait on global memory loads",
+    return ProfileFinding("memory_latency_stalls", "warps wait on global memory loads",
                    f"top stall: long_scoreboard {stalls[0][1]:.2f} cycles/instruction",
                    "overlap loads with compute: prefetch the next tile while computing the current one "
                    "(double-buffer in shared memory or registers) and issue independent loads back to back")
 
 
-@rule("barrier_stalls")
-def _barrier(d: Digest) -> Finding | None:
+@profile_rule("barrier_stalls")
+def _barrier(d: Digest) -> ProfileFinding | None:
     stalls = d.kernels[0].stalls if d.kernels else []
     if not stalls or stalls[0][0] not in ("barrier", "membar"):
         return None
-    return Finding("barrier_stalls", "warps wait at barriers",
+    return ProfileFinding("barrier_stalls", "warps wait at barriers",
                    f"top stall: {stalls[0][0]} {stalls[0][1]:.2f} cycles/instruction",
                    "synchronise less: reduce within a warp with shuffles, and keep one __syncthreads per stage")
 
 
-@rule("data_reuse")
-def _reuse(d: Digest) -> Finding | None:
+@profile_rule("data_reuse")
+def _reuse(d: Digest) -> ProfileFinding | None:
     if d.bound != "compute" or not d.intensity or d.intensity < 20:
         return None
     cf = d.compute_fraction
     if cf is not None and cf >= 0.6:
         return None
-    return Finding("data_reuse", "compute-bound work without enough data reuse",
+    return ProfileFinding("data_reuse", "compute-bound work without enough data reuse",
                    f"{_pct(cf)} of the measured matmul rate at intensity {d.intensity:.0f} FLOP/B",
                    "tile for reuse: stage block tiles of both operands in shared memory (e.g. 128x128 with a K "
                    "step of 16-32), give each thread a register tile of outputs (e.g. 8x8), and double-buffer "
                    "the shared-memory loads")
 
 
-@rule("arithmetic")
-def _arith(d: Digest) -> Finding | None:
+@profile_rule("arithmetic")
+def _arith(d: Digest) -> ProfileFinding | None:
     if d.bound != "compute":
         return None
-    return Finding("arithmetic", "arithmetic throughput", f"compute-bound at {_pct(d.compute_fraction)} of the "
+    return ProfileFinding("arithmetic", "arithmetic throughput", f"compute-bound at {_pct(d.compute_fraction)} of the "
                    "measured rate" + (f", SM busy {_m(d, 'sm_pct'):.0f}%" if _m(d, "sm_pct") is not None else ""),
                    "do fewer instructions per output: hoist index arithmetic out of inner loops, unroll the inner "
                    "loop, and replace expensive functions where an exact cheaper form exists")
 
 
-@rule("cpu_own_code")
-def _cpu(d: Digest) -> Finding | None:
+@profile_rule("cpu_own_code")
+def _cpu(d: Digest) -> ProfileFinding | None:
     if not d.device.startswith("cpu") or not d.kernels:
         return None
     top = d.kernels[0]
     if top.name.startswith("candidate code"):
-        return Finding("cpu_own_code", "the kernel's own loops", f"{_pct(top.share)} of the call is the candidate's "
+        return ProfileFinding("cpu_own_code", "the kernel's own loops", f"{_pct(top.share)} of the call is the candidate's "
                        f"C++ ({top.time_ms:.3f} ms)", "vectorise the inner loop (contiguous, branch-free, so the "
                        "compiler emits SIMD), parallelise the outer loop with OpenMP, and block loops so the working "
                        "set stays in cache")
-    return Finding("cpu_overhead", "PyTorch operators around the kernel", f"`{top.name}` takes {_pct(top.share)} of "
+    return ProfileFinding("cpu_overhead", "PyTorch operators around the kernel", f"`{top.name}` takes {_pct(top.share)} of "
                    f"the call ({top.time_ms:.3f} ms)", f"remove `{top.name}` from forward: allocate once, avoid "
                    "copies and conversions, do the work inside the kernel")
 
@@ -181,30 +181,30 @@ def _cpu(d: Digest) -> Finding | None:
 #: Tried in this order: what usually buys most first; specific evidence (stalls) before general advice.
 ORDER = ("register_spills", "unfused_launches", "tiny_latency_bound", "low_occupancy", "memory_latency_stalls",
          "barrier_stalls", "memory_inefficient", "memory_roofline", "data_reuse", "arithmetic", "cpu_own_code")
-RULES.sort(key=lambda r: ORDER.index(r[0]))
+PROFILE_RULES.sort(key=lambda r: ORDER.index(r[0]))
 
 
-def _fitting(d: Digest) -> Iterator[Finding]:
+def _fitting(d: Digest) -> Iterator[ProfileFinding]:
     """The rules that fit, best first, each tried only when the one before is passed over."""
     # A CPU profile is an operator table, not hardware counters: only the CPU rule reads it.
-    for name, fn in RULES:
+    for name, fn in PROFILE_RULES:
         if name.startswith("cpu") == d.device.startswith("cpu"):
             found = fn(d)
             if found is not None:
                 yield found
 
 
-def _generic(d: Digest) -> Finding:
-    return Finding("generic", "no clear bottleneck in the profile", f"{d.bound}-bound, {d.time_ms:.4f} ms per call",
+def _generic(d: Digest) -> ProfileFinding:
+    return ProfileFinding("generic", "no clear bottleneck in the profile", f"{d.bound}-bound, {d.time_ms:.4f} ms per call",
                    "find the largest remaining cost (memory traffic, launches, arithmetic) and remove it")
 
 
-def classify(d: Digest) -> Finding:
+def classify(d: Digest) -> ProfileFinding:
     """The first rule that fits (one recommendation per optimisation pass)."""
     return next(_fitting(d), None) or _generic(d)
 
 
-def findings(d: Digest, k: int) -> list[Finding]:
+def findings(d: Digest, k: int) -> list[ProfileFinding]:
     """Up to ``k`` distinct rules that fit, best first (beam search asks for several directions at once);
     the generic finding when none does."""
     return list(islice(_fitting(d), k)) or [_generic(d)]

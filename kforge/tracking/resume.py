@@ -5,8 +5,9 @@ workers it uses). Started again with the same configuration, a job skips problem
 finished, and continues a run that did not (KILLED by Ctrl-C or SIGTERM, FAILED by a kforge error,
 left RUNNING by SIGKILL or a lost node) from its last recorded iteration in the same MLflow run,
 rebuilding the loop's state (`kforge.loop.LoopState`, handed to ``ProblemLoop.run``) from that run's
-``iter_NNN/`` files. Nothing is logged twice, so tables never double-count. Runs left RUNNING that nothing continues (an earlier job's parent run) are marked
-KILLED: a job started again assumes the one before it is gone. The model's replies are replayed
+``iter_NNN/`` files; the newest job's parent run is continued too, so a rerun adds no run. Nothing is
+logged twice, so tables never double-count. Runs left RUNNING that nothing continues are marked KILLED:
+a job started again assumes the one before it is gone. The model's replies are replayed
 (`kforge.llm.replay`), so a continued iteration costs no new call.
 """
 
@@ -111,12 +112,41 @@ def stale_runs(client, experiment_id: str, chash: str) -> list:
                               max_results=50000)
 
 
-def take_over(tracker, chash: str, problems: list[Problem], resume: bool = True) -> tuple[dict[str, Previous], int]:
-    """What earlier jobs of this configuration left: their run per problem (none with ``resume`` off), and
-    how many runs they left RUNNING that nothing continues, now marked KILLED."""
-    previous = previous_runs(tracker.client, tracker.experiment_id, chash, problems) if resume else {}
-    continued = {prev.run_id for prev in previous.values()}
-    stale = [r for r in stale_runs(tracker.client, tracker.experiment_id, chash) if r.info.run_id not in continued]
+def previous_parent(client, experiment_id: str, chash: str) -> str | None:
+    """The newest parent run of a job with this configuration, if any."""
+    runs = client.search_runs([experiment_id], f"{tag_is(Tags.CONFIG_HASH, chash)} and {tag_is(Tags.KIND, Kind.JOB)}",
+                              max_results=1, order_by=["attributes.start_time DESC"])
+    return runs[0].info.run_id if runs else None
+
+
+@dataclass
+class Earlier:
+    """What earlier jobs of a configuration left (`take_over`)."""
+
+    problems: dict[str, Previous]
+    """Problem key -> its newest run (none with ``resume`` off)."""
+    parent: str | None
+    """The newest job's parent run, which a rerun continues (None with ``resume`` off)."""
+    stale: int
+    """Runs they left RUNNING that nothing continues, now marked KILLED."""
+
+    @property
+    def done(self) -> dict[str, Previous]:
+        return {k: p for k, p in self.problems.items() if p.finished}
+
+    @property
+    def cut(self) -> dict[str, Previous]:
+        return {k: p for k, p in self.problems.items() if not p.finished}
+
+
+def take_over(tracker, chash: str, problems: list[Problem], resume: bool = True) -> Earlier:
+    """What earlier jobs of this configuration left; their runs left RUNNING that this job does not
+    continue are marked KILLED (a job started again assumes the one before it is gone)."""
+    client, eid = tracker.client, tracker.experiment_id
+    previous = previous_runs(client, eid, chash, problems) if resume else {}
+    parent = previous_parent(client, eid, chash) if resume else None
+    continued = {prev.run_id for prev in previous.values()} | {parent}
+    stale = [r for r in stale_runs(client, eid, chash) if r.info.run_id not in continued]
     for r in stale:
         tracker.kill(r.info.run_id)
-    return previous, len(stale)
+    return Earlier(previous, parent, len(stale))

@@ -59,17 +59,15 @@ class Tags:
     # A problem run.
     PROBLEM, LEVEL, SIZE = "problem", "level", "size"
     REFERENCE_AVAILABLE, REFERENCE_SOURCE = "reference_available", "reference_source"
+    RULES = "rules"
+    """The verifier's rule set (``verify.rules``)."""
     STATE = "state"
-    """A problem's outcome: ``correct`` once any iteration was, else its last state (a candidate's state)."""
+    """A problem's outcome (`kforge.loop.ProblemResult.outcome`): ``correct`` once any iteration was, else its
+    last state (a candidate's state); ``problem_error`` for a problem skipped because it fails itself."""
     BEST_KERNEL = "best_kernel"
     """The source hash of the best kernel."""
     PROBLEM_FLAGS = "problem_flags"
     """The problem audit's flags, comma-separated."""
-
-    @staticmethod
-    def state_at(iteration: int) -> str:
-        """The state of one iteration, as a word beside the metric ``state_index``."""
-        return f"state.{iteration}"
 
     @staticmethod
     def direction_at(iteration: int) -> str:
@@ -80,6 +78,18 @@ class Tags:
     def kernel_at(iteration: int) -> str:
         """The source hash of the kernel one iteration timed (the tables compare timings of one kernel)."""
         return f"kernel.{iteration}"
+
+
+class Params:
+    """MLflow parameters of a job's parent run and its problem runs, beside the parent's flattened config:
+    what tells one arm of an ablation from another, so MLflow's compare view and columns group by them."""
+
+    MODEL, BACKEND, LOOP_MODE, REFERENCE = Tags.MODEL, Tags.BACKEND, Tags.LOOP_MODE, Tags.REFERENCE
+    PROFILER, ANALYSIS, RULES, LEVEL, PROBLEM = Tags.PROFILER, Tags.ANALYSIS, Tags.RULES, Tags.LEVEL, Tags.PROBLEM
+    #: On both runs (``level``: a job's levels, comma-separated).
+    JOB = (MODEL, BACKEND, LOOP_MODE, REFERENCE, PROFILER, ANALYSIS, RULES, LEVEL)
+    #: On a problem run.
+    PROBLEM_RUN = (*JOB, PROBLEM)
 
 
 #: The tags that tell one configuration from another in the tables.
@@ -144,6 +154,11 @@ class Metrics:
     FAST_1 = "fast_1"
     VERIFICATIONS = "verifications"
     PROBLEMS_SKIPPED = "problems_skipped"
+    """Problems an earlier job of this configuration finished (not run again)."""
+    PROBLEM_ERRORS = "problem_errors"
+    """Problems skipped because the problem itself fails (`kforge.problems.ProblemError`)."""
+    REPLAYED_CALLS = "replayed_calls"
+    """Model calls answered from the cache or by replay: not made, their tokens not counted again."""
 
     @staticmethod
     def best_speedup(baseline: str) -> str:
@@ -160,7 +175,7 @@ def level_prefix(level: str) -> str:
     return f"level{level}."
 
 
-#: `kforge.metrics.summary` key -> the parent run's metric (the others keep their key).
+#: `kforge.loop.job_stats` key -> the parent run's metric (the others keep their key).
 JOB_METRIC_NAMES = {"n": Metrics.PROBLEMS}
 #: A candidate run's metrics: these eval-row keys, ``correct``, and ``state`` (the state's index, under
 #: the name kforge used before ``state_index``).
@@ -193,6 +208,8 @@ class Files:
     BEST_VERDICT = "best/verdict.json"
     ERROR = "error.txt"
     """A problem run that kforge failed on: the traceback."""
+    PROBLEM_ERROR = "problem_error.txt"
+    """A problem run skipped because the problem itself fails: its traceback."""
     TREE_PLOT = "tree.png"
     """A beam search's problem run: its tree, speedup per node coloured by state (`kforge.report.plots.plot_tree`)."""
     # In a problem run's iter_NNN/ (`at`), and a candidate run's root (kernel.py, verdict.json).

@@ -5,9 +5,9 @@ Everything goes through one `MlflowClient` with explicit run ids (problem loops 
 a lock, so one tracker is safe to share. A problem's run is finished as soon as the problem is, so a
 sweep killed later loses none of it.
 
-A problem run's tag ``state`` is its outcome (``correct`` once any iteration was correct); each
-iteration's state is the metric ``state_index`` (an index into `schema.STATE_CODES`), the tag
-``state.N`` beside it, and its ``verdict.json``. What the MLflow UI shows first (runs table, saved view,
+A problem run's tag ``state`` is its outcome (`kforge.loop.ProblemResult.outcome`), updated after each
+iteration; an iteration's outcome is its metrics (``state_index``: an index into `schema.STATE_CODES`)
+and its ``record.json``, beside the verdict it came from (``verdict.json``). What the MLflow UI shows first (runs table, saved view,
 the job's summary) is in `view`.
 """
 
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..metrics import speedup_over, summary, total_cost
+from ..metrics import total_cost
 from . import view
 from .schema import (CANDIDATE_METRICS, CANDIDATE_STATE_INDEX, CANDIDATE_TAGS, JOB_METRIC_NAMES, STATE_CODES, Files,
                      Kind, Metrics, Tags, iteration_values, level_prefix)
@@ -58,8 +58,6 @@ class Tracker:
         self.experiment_id = self._experiment_id(location)
         self._titles: dict[str, dict[str, str]] = {}
         """Parent run id -> the tags its summary is titled with."""
-        self._solved: set[str] = set()
-        """Problem runs with a correct iteration (their ``state`` tag stays ``correct``)."""
 
     def _experiment_id(self, location: str | None) -> str:
         exp = self.client.get_experiment_by_name(self.experiment)
@@ -83,26 +81,44 @@ class Tracker:
         return view.runs_url(base, self.experiment_id)
 
     # -- runs ----------------------------------------------------------------------------------------
-    def start_parent(self, name: str, config: dict[str, Any], config_yaml: str, tags: dict[str, str]) -> str:
-        from mlflow.entities import Param
+    def start_parent(self, name: str, config: dict[str, Any], config_yaml: str, tags: dict[str, str],
+                     params: dict[str, str] | None = None) -> str:
+        """A job's run: its flattened ``config`` and ``params`` as parameters, ``config_yaml`` as a file."""
         with self._lock:
             run = self.client.create_run(self.experiment_id, run_name=name, tags={**tags, Tags.KIND: Kind.JOB})
             rid = run.info.run_id
             self._titles[rid] = {**tags, Tags.RUN_NAME: name}
-            params = [Param(k[:250], v[:6000]) for k, v in flatten(config).items()]
-            for i in range(0, len(params), 100):
-                self.client.log_batch(rid, params=params[i:i + 100])
+            self._log_params(rid, {**flatten(config), **(params or {})})
             self.client.log_text(rid, config_yaml, Files.CONFIG)
         return rid
 
-    def start_problem(self, parent_id: str, name: str, tags: dict[str, str]) -> str:
+    def reopen_parent(self, run_id: str, tags: dict[str, str]) -> None:
+        """Continue an earlier job's run (a rerun of its configuration): running again, its tags updated;
+        its parameters are the same configuration's, logged when it started."""
+        with self._lock:
+            self.client.update_run(run_id, status="RUNNING")
+            run = self.client.get_run(run_id)
+            for key, value in tags.items():
+                self.client.set_tag(run_id, key, value)
+            self._titles[run_id] = {**tags, Tags.RUN_NAME: run.info.run_name}
+
+    def start_problem(self, parent_id: str, name: str, tags: dict[str, str],
+                      params: dict[str, str] | None = None) -> str:
         with self._lock:
             run = self.client.create_run(self.experiment_id, run_name=name,
                                          tags={**tags, Tags.PARENT: parent_id, Tags.KIND: Kind.PROBLEM})
+            self._log_params(run.info.run_id, params or {})
         return run.info.run_id
 
-    def log_iteration(self, run_id: str, record, attempt, verdict, recommendation=None) -> None:
-        """Metrics at ``step=iteration``, tags ``state``/``state.N``/``kernel.N``, files under ``iter_NNN/``."""
+    def _log_params(self, run_id: str, params: dict[str, str]) -> None:
+        from mlflow.entities import Param
+        items = [Param(k[:250], str(v)[:6000]) for k, v in params.items()]
+        for i in range(0, len(items), 100):
+            self.client.log_batch(run_id, params=items[i:i + 100])
+
+    def log_iteration(self, run_id: str, record, attempt, verdict, recommendation=None, outcome: str = "") -> None:
+        """Metrics at ``step=iteration``, files under ``iter_NNN/``, the tags ``kernel.N`` (and ``direction.N``
+        in a beam search), and the problem's ``state`` tag set to ``outcome`` (the record's state if not given)."""
         from mlflow.entities import Metric, RunTag
         it = record.iteration
         now = int(time.time() * 1000)
@@ -113,25 +129,19 @@ class Tracker:
                 self.client.log_text(run_id, attempt.response.text, Files.at(it, Files.REPLY))
             if attempt.candidate.source:
                 self.client.log_text(run_id, attempt.candidate.source, Files.at(it, Files.KERNEL))
-            self.client.log_dict(run_id, {**verdict.to_dict(), "phase": record.phase,
-                                          "cached_reply": record.cached_reply}, Files.at(it, Files.VERDICT))
+            self.client.log_dict(run_id, verdict.to_dict(), Files.at(it, Files.VERDICT))
             self.client.log_dict(run_id, record.to_dict(), Files.at(it, Files.RECORD))
             if recommendation is not None:
                 self.client.log_text(run_id, f"source: {recommendation.source}\n\n{recommendation.text()}\n",
                                      Files.at(it, Files.RECOMMENDATION))
-                if recommendation.artifacts.get("prompt"):
-                    self.client.log_text(run_id, recommendation.artifacts["prompt"],
-                                         Files.at(it, Files.ANALYSIS_PROMPT))
-                for name, path in (recommendation.artifacts.get("files") or {}).items():
+                if recommendation.prompt:
+                    self.client.log_text(run_id, recommendation.prompt, Files.at(it, Files.ANALYSIS_PROMPT))
+                for path in recommendation.files.values():
                     if path and os.path.isfile(path):
                         self.client.log_artifact(run_id, path, Files.at(it, Files.PROFILE))
-                digest = recommendation.artifacts.get("digest") or {}
-                if digest.get("speed_of_light") is not None and record.speed_of_light is None:
-                    metrics.append(Metric(Metrics.SPEED_OF_LIGHT, float(digest["speed_of_light"]), now, it))
-            if record.correct:
-                self._solved.add(run_id)
-            tags = [RunTag(Tags.state_at(it), record.state),
-                    RunTag(Tags.STATE, "correct" if run_id in self._solved else record.state)]
+                if recommendation.speed_of_light is not None and record.speed_of_light is None:
+                    metrics.append(Metric(Metrics.SPEED_OF_LIGHT, float(recommendation.speed_of_light), now, it))
+            tags = [RunTag(Tags.STATE, outcome or record.state)]
             if record.direction is not None:  # beam search: the tree's branch, beside the metrics parent and depth
                 tags.append(RunTag(Tags.direction_at(it), record.direction))
             if verdict.source_hash:  # which kernel was timed: the tables compare timings of one kernel
@@ -151,11 +161,12 @@ class Tracker:
                   Metrics.FIRST_CORRECT_ITERATION: first_ok,
                   Metrics.TOTAL_PROMPT_TOKENS: sum(r.prompt_tokens for r in recs),
                   Metrics.TOTAL_COMPLETION_TOKENS: sum(r.completion_tokens for r in recs),
-                  Metrics.TOTAL_COST_USD: total_cost(r.cost_usd for r in recs)}
+                  Metrics.TOTAL_COST_USD: total_cost(r.cost_usd for r in recs),
+                  Metrics.REPLAYED_CALLS: sum(r.replayed_calls for r in recs)}
         with self._lock:
             self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in values.items()
                                                    if v is not None])
-            self.client.set_tag(run_id, Tags.STATE, view.outcome(result))
+            self.client.set_tag(run_id, Tags.STATE, result.outcome)
             self.client.set_tag(run_id, Tags.PROBLEM_FLAGS, ",".join(result.problem_flags))
             if result.best_verdict is not None and result.best_verdict.source_hash:
                 self.client.set_tag(run_id, Tags.BEST_KERNEL, result.best_verdict.source_hash)
@@ -182,32 +193,35 @@ class Tracker:
                 return
             self.client.log_artifact(run_id, str(path))
 
-    def end_parent(self, run_id: str, results: list, status: str = "FINISHED", speedup_vs: str = "eager") -> dict:
-        """Summary metrics, and the job's table of problems as the run's description."""
+    def skip_problem(self, run_id: str, traceback: str) -> None:
+        """End a problem's run that was skipped because the problem itself fails: its traceback as a file,
+        ``state`` ``problem_error``, FAILED (a rerun tries it again)."""
+        with self._lock:
+            self.client.log_text(run_id, traceback, Files.PROBLEM_ERROR)
+            self.client.set_tag(run_id, Tags.STATE, "problem_error")
+            self.client.set_terminated(run_id, status="FAILED")
+
+    def end_parent(self, run_id: str, results: list, stats: dict[str, Any], status: str = "FINISHED",
+                   speedup_vs: str = "eager", counts: dict[str, float] | None = None) -> None:
+        """The job's figures (``stats``, `kforge.loop.job_stats` of ``results``) and ``counts`` as metrics,
+        and its table of problems as the run's description."""
         from mlflow.entities import Metric, RunTag
         now = int(time.time() * 1000)
-        outcomes = [(r.correct, speedup_over(speedup_vs, r.speedup_eager, r.speedup_compile, or_eager=True))
-                    for r in results]
-        stats = summary(outcomes)
-        stats[Metrics.TOTAL_PROMPT_TOKENS] = sum(x.prompt_tokens for r in results for x in r.records)
-        stats[Metrics.TOTAL_COMPLETION_TOKENS] = sum(x.completion_tokens for r in results for x in r.records)
-        stats[Metrics.TOTAL_COST_USD] = total_cost(x.cost_usd for r in results for x in r.records)
-        # Logged under names that say what they count and against what; `stats` keeps summary()'s keys.
+        # Logged under names that say what they count and against what; `stats` keeps its keys.
         names = {**JOB_METRIC_NAMES, "geomean_speedup": Metrics.geomean_speedup(speedup_vs)}
+        values = {names.get(k, k): v for k, v in stats.items()}
+        values.update(counts or {})
         note = view.job_summary(self._titles.get(run_id, {}), results, stats, speedup_vs, status)
         with self._lock:
-            self.client.log_batch(run_id, metrics=[Metric(names.get(k, k), float(v), now, 0)
-                                                   for k, v in stats.items() if v is not None],
+            self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in values.items()
+                                                   if v is not None],
                                   tags=[RunTag(Tags.SPEEDUP_VS, speedup_vs), RunTag(Tags.NOTE, note)])
             self.client.set_terminated(run_id, status=status)
-        return stats
 
     def reopen(self, run_id: str) -> None:
         """Mark a run that was cut off as running again (a resumed job continues it)."""
         with self._lock:
             self.client.update_run(run_id, status="RUNNING")
-            if self.client.get_run(run_id).data.tags.get(Tags.STATE) == "correct":
-                self._solved.add(run_id)
 
     def kill(self, run_id: str) -> None:
         with self._lock:
@@ -215,14 +229,10 @@ class Tracker:
 
     # -- kforge eval: a run per evaluation, a finished nested run per candidate file ---------------------
     def start_eval(self, name: str, params: dict[str, Any], tags: dict[str, str]) -> str:
-        from mlflow.entities import Param
         with self._lock:
             run = self.client.create_run(self.experiment_id, run_name=name, tags={**tags, Tags.KIND: Kind.EVAL})
-            rid = run.info.run_id
-            items = [Param(k[:250], v[:6000]) for k, v in flatten(params).items()]
-            for i in range(0, len(items), 100):
-                self.client.log_batch(rid, params=items[i:i + 100])
-        return rid
+            self._log_params(run.info.run_id, flatten(params))
+        return run.info.run_id
 
     def log_candidate(self, parent_id: str, row: dict[str, Any], text: str | None) -> str:
         """One evaluated file (``text`` as read), logged and closed at once: a later crash loses none of it."""

@@ -19,7 +19,6 @@ import json
 import sys
 from typing import Any
 
-from ..metrics import speedup_over
 from .schema import Metrics, Tags
 #: Where `make ui` serves.
 LOCAL_UI = "http://127.0.0.1:5000"
@@ -66,13 +65,6 @@ def runs_url(base: str, experiment_id: str) -> str:
             f"&viewStateShareKey={VIEW_ID}")
 
 
-def outcome(result) -> str:
-    """A problem's state: ``correct`` once any iteration was, else its last iteration's state."""
-    if result.correct:
-        return "correct"
-    return result.records[-1].state if result.records else ("error" if result.error else "none")
-
-
 def _x(v: float | None) -> str:
     return f"{v:.2f}x" if v else "-"
 
@@ -87,8 +79,8 @@ def job_summary(title: dict[str, str], results: list, stats: dict[str, Any], spe
             f"{' · reference `' + reference + '`' if reference != 'none' else ''}"
             f"{' · analysis `' + analysis + '`' if analysis != 'off' else ''}")
     k = sum(1 for r in results if r.correct)
-    best = [speedup_over(speedup_vs, r.speedup_eager, r.speedup_compile) if r.correct else None for r in results]
-    k1 = sum(1 for s in best if s is not None and s > 1.0)
+    best = [r.best_speedup(speedup_vs) for r in results]
+    k1 = round(stats.get("fast_1", 0.0) * n)  # the job's fast_1, counted once (`kforge.loop.job_stats`)
     g = stats.get("geomean_speedup")
     lines = [head, "",
              f"{n} problem(s): **{k} correct**, {k1} correct and faster (fast_1), geomean speedup "
@@ -97,7 +89,7 @@ def job_summary(title: dict[str, str], results: list, stats: dict[str, Any], spe
                                                           "problems that finished."),
              "", f"| problem | state | best speedup vs {speedup_vs} | iterations |", "| --- | --- | ---: | ---: |"]
     for r, s in zip(results, best):
-        lines.append(f"| {r.problem.key} | {outcome(r)} | {_x(s)} | {len(r.records)} |")
+        lines.append(f"| {r.problem.key} | {r.outcome} | {_x(s)} | {len(r.records)} |")
     return "\n".join(lines) + "\n"
 
 

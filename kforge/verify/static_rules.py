@@ -1,7 +1,7 @@
 """The static rules (registered into `kforge.verify.findings.RULES` on import, in this order).
 
 Each rule reads the candidate's Python AST and, for C++/CUDA, the string constants that hold kernel
-sources. They target the reward hacks of GUIDE §3: torch fallbacks, try/except fallbacks,
+sources. They target the reward hacks of docs/verification.md ("Defences against reward hacking"): torch fallbacks, try/except fallbacks,
 monkey-patching, threads/processes/side streams, tensor subclasses, and kernels that exist but are
 never called. What a candidate may touch around it (the grader's process, the machine) is judged in
 `kforge.verify.static_surroundings`.

@@ -44,7 +44,7 @@ def test_prompt_holds_code_digest_and_speedup():
     rec = agent.analyse(problem, "CODE_OF_THE_KERNEL", verdict, digest)
     text = llm.prompts[0][0]["content"]
     assert "CODE_OF_THE_KERNEL" in text and "relu_kernel" in text and "dram_pct=35" in text and "0.50x" in text
-    assert rec.action.startswith("load float4") and rec.artifacts["usage"]["prompt_tokens"] == 0
+    assert rec.action.startswith("load float4") and rec.usage.prompt_tokens == 0
 
 
 def test_visual_mode_sends_the_png(tmp_path):

@@ -124,3 +124,56 @@ def test_kforge_errors_share_a_base_and_keep_their_homes():
     # Their old builtin bases stay, so existing `except ValueError/RuntimeError` still catch them.
     assert issubclass(ProblemError, ValueError) and issubclass(WorkerLost, RuntimeError)
     assert issubclass(LLMError, RuntimeError) and issubclass(ReferenceTransferError, ValueError)
+
+
+def test_a_value_of_the_wrong_type_names_the_key_and_the_type():
+    with pytest.raises(ConfigError, match=r"^loop\.iterations must be an integer, not 'abc'$"):
+        JobConfig.from_hydra(compose("synthesize", ["loop.iterations=abc"]))
+    with pytest.raises(ConfigError, match=r"^problems\.levels must be an integer or a list \(or null\), not 'one'$"):
+        JobConfig.from_hydra(compose("synthesize", ["problems.levels=one"]))
+    job = JobConfig.from_hydra(compose("synthesize", ["problems.ids=1-3", "loop.target_speedup=2"]))
+    assert job.problems.ids == "1-3" and job.loop.target_speedup == 2  # an integer is a number
+
+
+@pytest.mark.parametrize("override, message", [
+    ("profiler.kind=vtune", "profiler.kind must be one of auto, none, torch, ncu, nsys, not 'vtune'"),
+    ("analysis.kind=oracle", "analysis.kind must be one of off, rules, llm, not 'oracle'"),
+    ("backend.name=metal", "backend.name must be one of cpu, cuda, triton, not 'metal'"),
+    ("problems.source=web", "problems.source must be one of builtin, kernelbench, huggingface, not 'web'"),
+    ("problems.size=huge", "problems.size must be one of null, cpu, gpu, default, not 'huge'"),
+    ("reference.kind=psychic", "reference.kind must be one of none, oracle, mlflow, not 'psychic'"),
+])
+def test_a_value_outside_its_choices_is_refused_when_the_config_is_read(override, message):
+    with pytest.raises(ConfigError) as err:
+        JobConfig.from_hydra(compose("synthesize", [override]))
+    assert str(err.value) == message
+
+
+@pytest.mark.parametrize("override", ["loop.iteratons=3", "+loop.iteratons=3"])
+def test_a_misspelt_key_with_or_without_plus_names_the_valid_ones(override):
+    from kforge.job.config import check_overrides
+    with pytest.raises(ConfigError, match=r"^unknown setting loop\.iteratons \(valid under loop: beam, .*iterations"):
+        check_overrides([override])
+    check_overrides(["-m", "loop=beam", "loop.iterations=3,5", "+experiment=demo", "backend.options.x=1",
+                     "analysis.model.name=mini", "hydra.verbose=true", "--cfg", "job"])  # all valid
+
+
+def test_the_profiler_runs_under_the_jobs_verify_settings(tmp_path):
+    from kforge.agents import ProfilingAdvisor
+    from kforge.backends import get_backend
+    from kforge.problems import load_builtin
+    from kforge.profile import ProfilerUnavailable
+    from kforge.verify import State, Verdict
+
+    class Recording:
+        def run(self, problem, code, backend, config=None):
+            self.config = config
+            raise ProfilerUnavailable("not here")
+
+    job = JobConfig.from_hydra(compose("synthesize", ["verify.trials=7", "verify.atol=0.5"]))
+    profiler = Recording()
+    advisor = ProfilingAdvisor(get_backend("cpu"), profiler, "rules", tmp_path, render=False,
+                               verify=job.verify.to_dict())
+    problem = load_builtin(names=["level1/1_ReLU"], size="cpu")[0]
+    advisor.recommend(problem, "code", Verdict(State.CORRECT, "ok"))
+    assert VerifyConfig.from_dict(profiler.config) == job.verify and profiler.config["trials"] == 7

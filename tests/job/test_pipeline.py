@@ -47,8 +47,13 @@ def test_iterative_fixes_compile_error_then_mismatch(tmp_path, pool):
     assert tags["problem"] == "level1/1_ReLU" and tags["backend"] == "cpu" and tags["loop_mode"] == "iterative"
     assert tags["model"] == "scripted" and tags["reference"] == "none" and tags["profiler"] == "none"
     assert problems[0].data.metrics["best_correct"] == 1.0 and problems[0].info.status == "FINISHED"
-    # The state reads as a word beside its index: per iteration, and the problem's outcome.
-    assert [tags[f"state.{i}"] for i in range(3)] == states and tags["state"] == "correct"
+    # The state reads as a word beside its index: per iteration in its record.json (logged once), and the
+    # problem's outcome as a tag.
+    import json
+    records = [json.loads(Path(client.download_artifacts(run_id, f"iter_00{i}/record.json", str(tmp_path))).read_text())
+               for i in range(3)]
+    assert [r["state"] for r in records] == states and tags["state"] == "correct"
+    assert not any(k.startswith("state.") for k in tags)
     assert tags["best_kernel"] == tags["kernel.2"] != tags["kernel.0"]
     assert problems[0].data.metrics["best_speedup_vs_eager"] > 0 and "speedup_vs_eager" in problems[0].data.metrics
     # Whose code did the work, per iteration and for the best kernel; the audit's flags as a tag.
@@ -87,6 +92,9 @@ def test_litellm_mock_response_end_to_end_and_cache_replay(tmp_path, pool, monke
     again = run(config(tmp_path, "loop=single_shot", "resume=false"), llm=gpt5(), pool=pool)
     rec2 = again.results[0].records[0]
     assert rec2.cached_reply and rec2.state == "correct" and rec2.cost_usd == 0.0
+    # Replayed, not made: counted as a replayed call, its tokens not counted again.
+    assert rec2.replayed_calls == 1 and rec2.prompt_tokens == rec2.completion_tokens == 0
+    assert again.stats["replayed_calls"] == 1 and again.stats["total_prompt_tokens"] == 0
 
 
 def test_rerun_with_resume_false_calls_no_model(tmp_path, pool, monkeypatch, capsys):
@@ -228,8 +236,9 @@ def test_static_deny_from_hydra_rejects_a_matching_candidate(tmp_path, pool):
 def test_unknown_key_in_a_typed_group_names_the_valid_ones(tmp_path):
     with pytest.raises(ConfigError, match=r"verify\.static\.denny .*deny"):
         run(config(tmp_path, "+verify.static.denny=[x]"), llm=scripted(fenced("relu_ok.py")))
-    # From the command line: one line to act on, exit status 2, nothing started.
-    res = subprocess.run([sys.executable, str(REPO_DIR / "pipelines" / "synthesize.py"), "+loop.iteratons=3",
+    # From the command line, without a "+" too (Hydra alone would say "not in struct"): one line to act on,
+    # exit status 2, nothing started.
+    res = subprocess.run([sys.executable, str(REPO_DIR / "pipelines" / "synthesize.py"), "loop.iteratons=3",
                           f"tracking.uri=sqlite:///{tmp_path}/mlflow.db"], capture_output=True, text=True,
                          cwd=tmp_path, timeout=300)
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]

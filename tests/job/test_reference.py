@@ -4,6 +4,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from kforge.problems import load_builtin, load_problem_file
+from kforge.errors import ConfigError
 from kforge.job.reference import ReferenceTransferError, load_references
 
 SRC = ("import torch\nN = 8\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n"
@@ -26,7 +27,7 @@ def test_same_backend_and_unknown_kind_are_errors():
     problems = load_builtin(names=["level1/1_ReLU"])
     with pytest.raises(ReferenceTransferError, match="is the target backend itself"):
         load_references({"kind": "oracle", "backend": "cpu"}, problems, "cpu")
-    with pytest.raises(ReferenceTransferError, match="must be one of"):
+    with pytest.raises(ConfigError, match="reference.kind must be one of"):  # a config error, named as such
         load_references({"kind": "telepathy"}, problems, "cpu")
 
 

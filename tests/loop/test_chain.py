@@ -94,3 +94,28 @@ def test_a_kforge_error_ends_the_problem_and_an_interrupt_abandons_it(pool, relu
 
 def test_single_shot_is_one_iteration_whatever_iterations_says():
     assert LoopConfig(mode="single_shot", iterations=4).budget == 1 and LoopConfig(iterations=4).budget == 4
+
+
+def test_a_job_tells_its_events_around_its_problems(pool, relu):
+    """run_problems tells the job's start and end beside each problem's events; its end carries the figures."""
+    from kforge.loop import run_problems
+
+    class JobRecorder(Recorder):
+        def job_started(self, start):
+            self.events.append(("job started", [p.key for p in start.todo], len(start.done)))
+
+        def problem_collected(self, result):
+            self.events.append(("collected", result.problem.key))
+
+        def job_ended(self, end):
+            self.events.append(("job ended", [r.problem.key for r in end.results], end.verifications,
+                                end.interrupted, end.stats["fast_0"]))
+
+    recorder = JobRecorder()
+    loop, _ = make_loop(pool, fenced("relu_ok.py"), iterations=1, observers=[recorder])
+    end = run_problems([relu], loop)
+    assert recorder.events == [
+        ("job started", ["level1/1_ReLU"], 0), ("started", "level1/1_ReLU", None), ("iteration", 0, "correct"),
+        ("ended", "level1/1_ReLU", False, None), ("collected", "level1/1_ReLU"),
+        ("job ended", ["level1/1_ReLU"], 1, False, 1.0)]
+    assert end.results[0].correct and end.stats["n"] == 1

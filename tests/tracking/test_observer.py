@@ -1,0 +1,65 @@
+"""MLflow tracking owns a job's runs (kforge/tracking/observer.py), through the pipeline on CPU: the arm as
+parameters and in run names, a rerun of a finished job that adds nothing, and a broken problem skipped
+while the sweep goes on."""
+
+from pathlib import Path
+
+from mlflow.tracking import MlflowClient
+
+from kforge.job.pipeline import run
+from tests.helpers import config, fenced, scripted
+
+
+def runs(tmp_path: Path):
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    found = client.search_runs([client.get_experiment_by_name("kforge").experiment_id])
+    kind = lambda k: [r for r in found if r.data.tags.get("kforge.kind") == k]  # noqa: E731
+    return client, kind("sweep-job"), kind("problem")
+
+
+def test_a_job_and_its_problems_carry_their_arm_as_parameters_and_in_their_names(tmp_path, pool):
+    run(config(tmp_path, "loop=single_shot"), llm=scripted(fenced("relu_ok.py")), pool=pool)
+    _, (job,), (problem,) = runs(tmp_path)
+    arm = {"model": "scripted", "backend": "cpu", "loop_mode": "single_shot", "reference": "none",
+           "profiler": "none", "analysis": "off", "rules": "kforge", "level": "1"}
+    assert {k: job.data.params.get(k) for k in arm} == arm
+    assert {k: problem.data.params.get(k) for k in arm} == arm and problem.data.params["problem"] == "level1/1_ReLU"
+    assert job.data.params["loop.mode"] == "single_shot"  # the whole configuration, flattened, beside them
+    assert job.info.run_name == "scripted · cpu · single_shot · L1"
+    assert problem.info.run_name == "L1/1_ReLU · single_shot"
+
+
+def test_a_rerun_of_a_finished_job_adds_no_run_and_says_so(tmp_path, pool, capsys):
+    first = run(config(tmp_path, "loop=single_shot"), llm=scripted(fenced("relu_ok.py")), pool=pool)
+    capsys.readouterr()
+    model = scripted(fenced("relu_ok.py"))
+    again = run(config(tmp_path, "loop=single_shot"), llm=model, pool=pool)
+    out = capsys.readouterr().out
+    assert "this job is complete" in out and "no run added" in out and model.calls == 0
+    _, jobs, problems = runs(tmp_path)
+    assert len(jobs) == 1 and len(problems) == 1 and jobs[0].info.status == "FINISHED"
+    assert again.parent_run_id == first.parent_run_id and again.stats["fast_0"] == first.stats["fast_0"] == 1.0
+    assert [r.problem.key for r in again.results] == ["level1/1_ReLU"]  # the finished problem still counts
+
+
+def test_a_broken_problem_is_skipped_with_its_traceback_and_the_sweep_goes_on(tmp_path, pool, capsys):
+    """A KernelBench folder with a problem whose inputs cannot be made: the verifier says the problem itself
+    fails; that problem's run ends with its traceback and state problem_error, the next problem runs."""
+    root = tmp_path / "kb" / "level1"
+    root.mkdir(parents=True)
+    relu = (Path(__file__).parents[2] / "kforge" / "problems" / "builtin" / "level1" / "1_ReLU.py").read_text()
+    (root / "1_ReLU.py").write_text(relu)
+    (root / "2_Broken.py").write_text(relu.replace("def get_inputs():\n",
+                                                   "def get_inputs():\n    raise RuntimeError('no inputs today')\n"))
+    cfg = config(tmp_path, "loop=single_shot", "problems=kernelbench", f"problems.root={tmp_path / 'kb'}",
+                 "problems.names=null", "loop.concurrency=1")
+    result = run(cfg, llm=scripted(fenced("relu_ok.py"), fenced("relu_ok.py")), pool=pool)
+    out = capsys.readouterr().out
+    assert [r.problem.key for r in result.results] == ["level1/1_ReLU"] and result.results[0].correct
+    assert "level1/2_Broken was skipped: the problem itself fails" in out
+    client, (job,), problems = runs(tmp_path)
+    broken = next(r for r in problems if r.data.tags["problem"] == "level1/2_Broken")
+    assert broken.data.tags["state"] == "problem_error" and broken.info.status == "FAILED"
+    text = Path(client.download_artifacts(broken.info.run_id, "problem_error.txt", str(tmp_path))).read_text()
+    assert "no inputs today" in text
+    assert job.data.metrics["problem_errors"] == 1 and job.data.metrics["problems"] == 1
