@@ -275,7 +275,10 @@ class Builder:
         # A second #include <torch/extension.h> (load_inline adds one; many candidates write one too) cannot
         # use the PCH and looks for the header beside it: a one-line header there includes the real one.
         forward = pch_dir / "torch" / "extension.h"
+        stamp = pch_dir / PCH_STAMP
         if gch.is_file() and forward.is_file():
+            if not stamp.is_file():  # made before stamps were written: say what it was made for now
+                stamp.write_text(json.dumps(pch_stamp(self._env["torch"], self._env["cxx"], extra_cflags)))
             return pch_dir
         with _locked(self.root / "pch" / f"{key}.lock"):
             gch.parent.mkdir(parents=True, exist_ok=True)
@@ -292,7 +295,7 @@ class Builder:
                 return None
             os.replace(tmp, gch)
             # What it was built for, so that a caller can tell beforehand whether a build will make another.
-            (pch_dir / PCH_STAMP).write_text(json.dumps(pch_stamp(self._env["torch"], self._env["cxx"], extra_cflags)))
+            stamp.write_text(json.dumps(pch_stamp(self._env["torch"], self._env["cxx"], extra_cflags)))
         return pch_dir
 
 
