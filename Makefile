@@ -43,9 +43,8 @@ REPRODUCE_ARGS ?=
 demo: ## the whole pipeline offline: oracle model (not an LLM), built-in suite, cpu (cuda with a GPU), into MLflow
 	$(PYTHON) pipelines/synthesize.py experiment=demo backend=$(DEMO_BACKEND) $(DEMO_ARGS)
 
-ui: ## browse the runs: mlflow ui on ./mlflow.db (http://127.0.0.1:5000; another port: MLFLOW_PORT=5001); prints each experiment's runs table
-	@$(PYTHON) -m kforge.tracking.view sqlite:///$(CURDIR)/mlflow.db http://127.0.0.1:$(MLFLOW_PORT)
-	$(PYTHON) -m mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --port $(MLFLOW_PORT)
+ui: ## browse the runs: `kforge ui` on ./mlflow.db (http://127.0.0.1:5000; another port: MLFLOW_PORT=5001); prints each experiment's addresses
+	$(PYTHON) -m kforge.cli ui --store $(CURDIR)/mlflow.db --port $(MLFLOW_PORT)
 
 reproduce: ## the paper's ablations (MODELS=gpt-5,anthropic/claude-opus-4-5 BACKENDS=cuda LEVELS=1,2,3 KERNELBENCH=dir), then the tables
 	$(PYTHON) pipelines/reproduce.py --models $(MODELS) --backends $(BACKENDS) --levels $(LEVELS) \

@@ -96,7 +96,8 @@ def _metrics_line(results: list[ProblemResult], stats: dict[str, Any], cut_off: 
     head = f"correct {stats['fast_0']:.0%} ({k} of {len(results)} finished)"
     if not g:
         return f"{head} · no correct kernels{later}" if not k else f"{head} · untimed{later}"
-    return f"{head} · fast_1 {stats['fast_1']:.0%} · fast_1.5 {stats['fast_1.5']:.0%} · geomean speedup {g:.2f}x{later}"
+    return (f"{head} · fast_1 {stats['fast_1']:.0%} · fast_1.5 {stats['fast_1.5']:.0%} · geomean speedup {g:.2f}x"
+            f"{later}")
 
 
 def _cost(records: list, model_kind: str | None) -> str:
@@ -109,3 +110,21 @@ def _cost(records: list, model_kind: str | None) -> str:
         return "cost unknown (litellm has no price for this model)"
     return f"cost ${sum(known):.4f}" + ("" if len(known) == len(records) else
                                          f" ({len(records) - len(known)} iteration(s) without a price)")
+
+
+def closing_line(tracker) -> str:
+    """The job's last line: where to compare its experiment's runs. It saves the experiment's ablation view
+    (`report.browse`) and names it, and for a SQLite store the `kforge ui` command that serves that store
+    (by its path: right from any directory)."""
+    from ..report.browse import ablation_url, save_ablation_view
+    from ..tracking.store import sqlite_path
+    from ..tracking.view import LOCAL_UI
+    try:
+        save_ablation_view(tracker.client, tracker.experiment_id)
+    except Exception as exc:  # noqa: BLE001 - a view not saved loses no result; the runs table still opens
+        return f"runs table: {tracker.view_url()}  (the ablation view was not saved: {exc})"
+    if tracker.uri.startswith(("http://", "https://")):
+        return f"compare the runs: {ablation_url(tracker.uri, tracker.experiment_id)}"
+    db = sqlite_path(tracker.uri)
+    return (f"compare the runs: kforge ui --store {db or tracker.uri}  (then "
+            f"{ablation_url(LOCAL_UI, tracker.experiment_id)})")

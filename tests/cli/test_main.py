@@ -36,7 +36,7 @@ def test_verify_json_fields_and_exit_zero_on_failure(tmp_path):
                   "--trials", "1", "--no-compile-ref")
     assert res.returncode == 0, res.stderr
     verdict = json.loads(res.stdout)
-    assert verdict["state"] == "cheat_detected" and verdict["rule"] == "kernel_not_run" and verdict["correct"] is False
+    assert verdict["state"] == "kernel_unused" and verdict["rule"] == "kernel_not_run" and verdict["correct"] is False
     assert verdict["kernel_share"] == 0 and "no_kernel" in {f["rule"] for f in verdict["evidence"]["findings"]}
     for key in ("speedup_eager", "speedup_compile", "runtime_ms", "ref_runtime_ms", "compile_ref_runtime_ms",
                 "message"):
