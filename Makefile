@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-gpu
+.PHONY: help setup chromium test test-gpu
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "} {printf "  make %-12s %s\n", $$1, $$2}'
@@ -21,6 +21,16 @@ setup: ## install kforge (editable) with its test extras; installs torch first o
 		$(PYTHON) -m pip install "$(TORCH_SPEC)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX) --timeout 30 --retries 1) || \
 		$(PYTHON) -m pip install "$(TORCH_SPEC)"
 	$(PYTHON) -m pip install -e ".[dev]"
+	@$(MAKE) --no-print-directory chromium
+
+# The browser test (tests/test_mlflow_browser.py) drives Debian's chromium; Playwright downloads no browser.
+chromium: ## install Debian's chromium for the browser test where it is missing (as root with apt-get; else says so)
+	@if [ -x /usr/bin/chromium ]; then echo "using /usr/bin/chromium for the browser test"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium \
+		|| echo "kforge: chromium could not be installed: tests/test_mlflow_browser.py will skip"; \
+	else echo "kforge: no /usr/bin/chromium, and not root with apt-get: tests/test_mlflow_browser.py will skip" \
+		"(Debian: sudo apt-get install chromium)"; fi
 
 test: ## run the test suite (GPU tests skip themselves where no GPU is visible)
 	$(PYTHON) -m pytest $(PYTEST_ARGS)

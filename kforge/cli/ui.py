@@ -82,5 +82,6 @@ def cmd_ui(args: argparse.Namespace) -> int:
            "--port", str(args.port)]
     # MLflow's server takes this process's place: Ctrl-C and a SIGTERM reach it, and nothing outlives it.
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # its server imports litellm: no price download
+    sys.stdout.flush()
     os.execv(sys.executable, cmd)
     return 0  # not reached
