@@ -48,6 +48,14 @@ LEVELS ?= 1,2,3
 ITERATIONS ?=
 KERNELBENCH ?=
 REPRODUCE_ARGS ?=
+# QUICK=1: a quick look at every ablation: level 1 only, 2 iterations, no torch.compile reference (its
+# compile dominates on a CPU) and a short timing budget per kernel.
+QUICK ?=
+ifeq ($(QUICK),1)
+LEVELS := 1
+ITERATIONS := 2
+REPRODUCE_ARGS += verify.compile_ref=false verify.timing.budget_s=1
+endif
 
 .PHONY: demo ui reproduce tables
 demo: ## the whole pipeline offline: oracle model (not an LLM), built-in suite, cpu (cuda with a GPU), into MLflow
@@ -56,7 +64,7 @@ demo: ## the whole pipeline offline: oracle model (not an LLM), built-in suite, 
 ui: ## browse the runs: `kforge ui` on ./mlflow.db (http://127.0.0.1:5000; another port: MLFLOW_PORT=5001); prints each experiment's addresses
 	$(PYTHON) -m kforge.cli ui --store $(CURDIR)/mlflow.db --port $(MLFLOW_PORT)
 
-reproduce: ## the paper's ablations (MODELS=gpt-5,anthropic/claude-opus-4-5 BACKENDS=cuda LEVELS=1,2,3 KERNELBENCH=dir), then the tables
+reproduce: ## the paper's ablations (MODELS=gpt-5,anthropic/claude-opus-4-5 BACKENDS=cuda LEVELS=1,2,3 KERNELBENCH=dir; QUICK=1: a quick look), then the tables
 	$(PYTHON) pipelines/reproduce.py --models $(MODELS) --backends $(BACKENDS) --levels $(LEVELS) \
 		$(if $(ITERATIONS),--iterations $(ITERATIONS)) $(if $(KERNELBENCH),--kernelbench $(KERNELBENCH)) \
 		$(if $(REPRODUCE_ARGS),-- $(REPRODUCE_ARGS))

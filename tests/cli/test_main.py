@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -101,3 +102,16 @@ def test_first_build_says_it_compiles_torch_headers(tmp_path):
     cached("this", **pch_stamp(torch.__version__, compiler_line(), ["-O3", "-fopenmp"]))
     assert not pch_pending(cpu, tmp_path)
     assert not pch_pending(get_backend("triton", device="cpu"), tmp_path / "other")  # Triton builds no C++
+
+
+def test_the_readme_quick_start_paths_come_from_the_install(capsys):
+    """`kforge problems --solution` and `--where` name files of the installed package, from any directory."""
+    from kforge.problems import BUILTIN_DIR
+    assert main(["problems", "--solution", "level1/1_ReLU"]) == 0
+    path = Path(capsys.readouterr().out.strip())
+    assert path.is_file() and path == BUILTIN_DIR / "solutions" / "cpu" / "level1" / "1_ReLU.py"
+    assert main(["problems", "--solution", "Softmax", "--backend", "cuda"]) == 0
+    assert Path(capsys.readouterr().out.strip()).parts[-3:] == ("cuda", "level1", "2_Softmax.py")
+    assert main(["problems", "--where"]) == 0 and Path(capsys.readouterr().out.strip()) == BUILTIN_DIR
+    assert main(["problems", "--solution", "level1/99_Nope"]) == 2
+    assert "no built-in problem named level1/99_Nope" in capsys.readouterr().err
