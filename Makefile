@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-gpu
+.PHONY: help setup chromium test test-gpu
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "} {printf "  make %-12s %s\n", $$1, $$2}'
@@ -21,6 +21,16 @@ setup: ## install kforge (editable) with its test extras; installs torch first o
 		$(PYTHON) -m pip install "$(TORCH_SPEC)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX) --timeout 30 --retries 1) || \
 		$(PYTHON) -m pip install "$(TORCH_SPEC)"
 	$(PYTHON) -m pip install -e ".[dev]"
+	@$(MAKE) --no-print-directory chromium
+
+# The browser test (tests/test_mlflow_browser.py) drives Debian's chromium; Playwright downloads no browser.
+chromium: ## install Debian's chromium for the browser test where it is missing (as root with apt-get; else says so)
+	@if [ -x /usr/bin/chromium ]; then echo "using /usr/bin/chromium for the browser test"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium \
+		|| echo "kforge: chromium could not be installed: tests/test_mlflow_browser.py will skip"; \
+	else echo "kforge: no /usr/bin/chromium, and not root with apt-get: tests/test_mlflow_browser.py will skip" \
+		"(Debian: sudo apt-get install chromium)"; fi
 
 test: ## run the test suite (GPU tests skip themselves where no GPU is visible)
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
@@ -38,16 +48,23 @@ LEVELS ?= 1,2,3
 ITERATIONS ?=
 KERNELBENCH ?=
 REPRODUCE_ARGS ?=
+# QUICK=1: a quick look at every ablation: level 1 only, 2 iterations, no torch.compile reference (its
+# compile dominates on a CPU) and a short timing budget per kernel.
+QUICK ?=
+ifeq ($(QUICK),1)
+LEVELS := 1
+ITERATIONS := 2
+REPRODUCE_ARGS += verify.compile_ref=false verify.timing.budget_s=1
+endif
 
 .PHONY: demo ui reproduce tables
 demo: ## the whole pipeline offline: oracle model (not an LLM), built-in suite, cpu (cuda with a GPU), into MLflow
 	$(PYTHON) pipelines/synthesize.py experiment=demo backend=$(DEMO_BACKEND) $(DEMO_ARGS)
 
-ui: ## browse the runs: mlflow ui on ./mlflow.db (http://127.0.0.1:5000; another port: MLFLOW_PORT=5001); prints each experiment's runs table
-	@$(PYTHON) -m kforge.tracking.view sqlite:///$(CURDIR)/mlflow.db http://127.0.0.1:$(MLFLOW_PORT)
-	$(PYTHON) -m mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --port $(MLFLOW_PORT)
+ui: ## browse the runs: `kforge ui` on ./mlflow.db (http://127.0.0.1:5000; another port: MLFLOW_PORT=5001); prints each experiment's addresses
+	$(PYTHON) -m kforge.cli ui --store $(CURDIR)/mlflow.db --port $(MLFLOW_PORT)
 
-reproduce: ## the paper's ablations (MODELS=gpt-5,anthropic/claude-opus-4-5 BACKENDS=cuda LEVELS=1,2,3 KERNELBENCH=dir), then the tables
+reproduce: ## the paper's ablations (MODELS=gpt-5,anthropic/claude-opus-4-5 BACKENDS=cuda LEVELS=1,2,3 KERNELBENCH=dir; QUICK=1: a quick look), then the tables
 	$(PYTHON) pipelines/reproduce.py --models $(MODELS) --backends $(BACKENDS) --levels $(LEVELS) \
 		$(if $(ITERATIONS),--iterations $(ITERATIONS)) $(if $(KERNELBENCH),--kernelbench $(KERNELBENCH)) \
 		$(if $(REPRODUCE_ARGS),-- $(REPRODUCE_ARGS))

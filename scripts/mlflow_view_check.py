@@ -1,14 +1,17 @@
-"""Look at kforge's MLflow view as a person would: a real headless Chromium against `mlflow ui`.
+"""Look at kforge's MLflow views as a person would: a real headless Chromium against `kforge ui`.
 
-    python scripts/mlflow_view_check.py                       # a fresh demo store (oracle, 2 problems)
+    python scripts/mlflow_view_check.py                       # a fresh sweep store (oracle, single vs iterative)
     python scripts/mlflow_view_check.py --store DIR           # DIR/mlflow.db (made there first if missing)
-    python scripts/mlflow_view_check.py --out shots --problems 1
+    python scripts/mlflow_view_check.py --out shots --problems 2
 
-Needs Chromium (Debian: `apt-get install chromium`) and Playwright's Python package
-(`pip install playwright`; its own browser download is not used). It serves the store with
-`mlflow ui` on a free local port, then checks and screenshots, under --out:
-  runs_table.png        the address kforge prints (`Tracker.view_url`): the runs table, every problem's
-                        row with its state and speedup, the jobs' summary metrics
+Needs Chromium (Debian: `apt-get install chromium`; `make setup` installs it where it can) and
+Playwright's Python package (in kforge's dev extras; its own browser download is not used). It makes a
+single-vs-iterative sweep of the oracle on cpu, serves it with `kforge ui` on a free local port, opens
+the addresses that prints in a 1600x900 window, then checks and screenshots, under --out:
+  ablation.png          the first address (`kforge ui`'s "by loop_mode"): the ablation's factor, correctness
+                        and best speedup columns and both arms' rows, all without scrolling
+  runs_table.png        the runs-table address: every problem's row with its state and speedup, the jobs'
+                        summary metrics
   parent_run.png        a sweep job's run, clicked in that table: its description, the table of problems
   problem_run.png       a problem's run, clicked there: the state tag beside the metrics
   experiment_link.png   the experiment's plain address, as a link from MLflow's experiment list gives it
@@ -36,14 +39,19 @@ sys.path.insert(0, str(REPO))
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-EXPERIMENT = "kforge-demo"
+EXPERIMENT = "kforge-single_vs_iterative"
+VIEWPORT = {"width": 1600, "height": 900}
+#: The test suite's quick verification settings (tests/helpers.py's FAST): small inputs, few timed calls.
+QUICK = ["problems.overrides={BATCH:8,DIM:4096}", "verify.trials=2", "verify.compile_ref=false",
+         "verify.timing.min_trials=3", "verify.timing.max_trials=6", "verify.timing.budget_s=1",
+         "verify.timing.warmup=1"]
 
 
 def make_store(where: Path, problems: int) -> None:
-    """A `make demo` on the first ``problems`` level-1 problems, quick settings."""
-    cmd = [sys.executable, str(REPO / "pipelines" / "synthesize.py"), "experiment=demo", "problems.levels=[1]",
-           f"problems.ids=1-{problems}", f"tracking.uri=sqlite:///{where / 'mlflow.db'}", "verify.trials=2",
-           "verify.compile_ref=false", "verify.timing.budget_s=1", f"hydra.run.dir={where / 'outputs'}"]
+    """The single-vs-iterative ablation on the first ``problems`` level-1 problems: oracle, cpu, 2 iterations."""
+    cmd = [sys.executable, str(REPO / "pipelines" / "synthesize.py"), "experiment=single_vs_iterative",
+           "hydra.sweeper.params.problems=builtin_l1", f"problems.ids=1-{problems}", "loop.iterations=2", *QUICK,
+           f"tracking.uri=sqlite:///{where / 'mlflow.db'}", f"hydra.sweep.dir={where / 'outputs'}"]
     print("making a store:", " ".join(cmd[2:]), flush=True)
     subprocess.run(cmd, check=True, cwd=where)
 
@@ -54,22 +62,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def serve(db: Path, port: int, log: Path) -> subprocess.Popen:
+def serve(db: Path, port: int, log: Path) -> tuple[subprocess.Popen, list[str]]:
+    """`kforge ui` on the store, as a person starts it; the server and the addresses it printed."""
     env = dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true", DO_NOT_TRACK="true", LITELLM_LOCAL_MODEL_COST_MAP="True")
-    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", f"sqlite:///{db}",
-                             "--host", "127.0.0.1", "--port", str(port)], stdout=log.open("w"),
-                            stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    proc = subprocess.Popen([sys.executable, "-m", "kforge.cli", "ui", "--store", str(db), "--port", str(port)],
+                            stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise SystemExit(f"mlflow ui exited ({proc.returncode}); see {log}")
+            raise SystemExit(f"kforge ui exited ({proc.returncode}); see {log}")
         try:
             urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
-            return proc
+            return proc, [w for line in log.read_text().splitlines() for w in line.split() if "#/experiments/" in w]
         except OSError:
             time.sleep(1)
-    proc.terminate()
-    raise SystemExit(f"mlflow ui did not answer in 180 s; see {log}")
+    stop(proc)
+    raise SystemExit(f"kforge ui did not answer in 180 s; see {log}")
 
 
 def stop(server: subprocess.Popen) -> None:
@@ -108,21 +116,51 @@ def close_assistant(page) -> None:
         page.wait_for_timeout(500)
 
 
-def look(base: str, out: Path, experiment_id: str, parent_name: str, problem_keys: list[str]) -> Checks:
+def on_screen(page, locator) -> bool:
+    """Whether one of the elements is inside the window as it opened: seen without scrolling."""
+    size = page.viewport_size
+    for i in range(locator.count()):
+        box = locator.nth(i).bounding_box()
+        if box and box["width"] > 0 and box["x"] >= 0 and box["y"] >= 0 and \
+                box["x"] + box["width"] <= size["width"] and box["y"] + box["height"] <= size["height"]:
+            return True
+    return False
+
+
+def look_at_ablation(page, address: str, out: Path, check: Checks) -> None:
+    """The first address `kforge ui` prints: the arms side by side, factor and outcome columns in view."""
+    page.goto(address)
+    rows = page.get_by_role("gridcell")
+    arms = [arm for arm in ("single_shot", "iterative") if visible(rows.filter(has_text=arm))]
+    close_assistant(page)
+    page.wait_for_timeout(1500)
+    check(arms == ["single_shot", "iterative"], f"both arms of the ablation are rows ({', '.join(arms) or 'none'})")
+    check(visible(page.get_by_text("Group by: loop_mode"), 10_000), "the runs are grouped by the ablation's factor")
+    heads = page.get_by_role("columnheader")
+    for column in ("loop_mode", "best_correct", "best_speedup_vs_eager"):
+        check(visible(heads.filter(has_text=column), 10_000) and on_screen(page, heads.filter(has_text=column)),
+              f"column {column!r} is shown without scrolling ({VIEWPORT['width']}x{VIEWPORT['height']})")
+    check(not visible(rows.filter(has_text="sweep-job"), 2_000), "only the problems' runs are rows (no job rows)")
+    page.screenshot(path=str(out / "ablation.png"))
+
+
+def look(addresses: list[str], out: Path, experiment_id: str, parent_name: str, problem_keys: list[str]) -> Checks:
     from playwright.sync_api import sync_playwright
 
-    from kforge.tracking.view import runs_url
+    ablation, table = addresses[0], addresses[1]
+    base = table.split("/#/")[0]
     check = Checks()
     with sync_playwright() as pw, tempfile.TemporaryDirectory(prefix="kforge-chromium-") as profile:
         browser = pw.chromium.launch_persistent_context(
             profile, executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS,  # the profile is a fresh --user-data-dir
-            viewport={"width": 1600, "height": 1000})
+            viewport=VIEWPORT)
         page = browser.new_page()
+        check(f"#/experiments/{experiment_id}/" in ablation, f"kforge ui's address names experiment {experiment_id}")
+        look_at_ablation(page, ablation, out, check)
 
-        page.goto(runs_url(base, experiment_id))
+        page.goto(table)
         rows = page.get_by_role("gridcell")
         shown = [k for k in problem_keys if visible(rows.filter(has_text=k))]
-        close_assistant(page)
         check("/runs" in page.url, f"kforge's address opens the runs table ({page.url.split('#')[1][:60]}...)")
         check(shown == problem_keys, f"every problem's run is a row without expanding anything ({len(shown)}/"
                                      f"{len(problem_keys)})")
@@ -144,7 +182,7 @@ def look(base: str, out: Path, experiment_id: str, parent_name: str, problem_key
         page.wait_for_timeout(1000)
         page.screenshot(path=str(out / "parent_run.png"))
 
-        page.goto(runs_url(base, experiment_id))
+        page.goto(table)
         page.get_by_role("link", name=problem_keys[0]).first.click()
         check(visible(page.get_by_text("state_index")) and visible(page.get_by_text("best_speedup_vs_eager")),
               "a problem's run shows its metrics by their new names")
@@ -153,7 +191,7 @@ def look(base: str, out: Path, experiment_id: str, parent_name: str, problem_key
         page.screenshot(path=str(out / "problem_run.png"))
 
         page.goto(f"{base}/#/experiments/{experiment_id}")
-        page.wait_for_timeout(15_000)
+        page.wait_for_timeout(5_000)
         tab = page.url.split("#")[1].split("?")[0]
         print(f"  INFO  the experiment's plain link lands on {tab} (MLflow 3.17 picks by its GenAI / Model training "
               "switch, which this fresh browser has at GenAI; kforge's address chooses Model training)")
@@ -167,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--store", type=Path, help="a directory with mlflow.db, made there if missing (default: a "
                     "temporary one)")
     ap.add_argument("--out", type=Path, default=Path("mlflow_view_check"), help="where the screenshots go")
-    ap.add_argument("--problems", type=int, default=2, help="level-1 problems in a store made here")
+    ap.add_argument("--problems", type=int, default=1, help="level-1 problems in a store made here (default 1)")
     args = ap.parse_args(argv)
     if not Path(CHROMIUM).exists():
         raise SystemExit(f"kforge: no Chromium at {CHROMIUM} (Debian: apt-get install chromium)")
@@ -186,9 +224,9 @@ def main(argv: list[str] | None = None) -> int:
         parent = next(r for r in runs if r.data.tags.get("kforge.kind") == "sweep-job")
         problems = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
         port = free_port()
-        server = serve(store / "mlflow.db", port, args.out / "mlflow_ui.log")
+        server, addresses = serve(store / "mlflow.db", port, args.out / "kforge_ui.log")
         try:
-            check = look(f"http://127.0.0.1:{port}", args.out, exp.experiment_id, parent.info.run_name,
+            check = look(addresses, args.out, exp.experiment_id, parent.info.run_name,
                          sorted(r.data.tags["problem"] for r in problems))
         finally:
             stop(server)

@@ -15,8 +15,10 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +68,22 @@ def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+_LAUNCH, _JOB = re.compile(r"\[HYDRA\] Launching (\d+) jobs?"), re.compile(r"\[HYDRA\] \t#(\d+) : (.*)")
+
+
+def _sweep(cmd: list[str], env: dict[str, str], name: str, started: float) -> int:
+    """Run one sweep, passing its output through, with a progress line as each of its jobs starts."""
+    proc, total = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True, bufsize=1), "?"
+    for line in proc.stdout:
+        print(line, end="", flush=True)
+        if m := _LAUNCH.search(line):
+            total = m.group(1)
+        elif m := _JOB.search(line):
+            print(f"kforge-reproduce: {name}, job {int(m.group(1)) + 1} of {total} "
+                  f"({(time.monotonic() - started) / 60:.1f} min so far): {m.group(2)[:100]}", flush=True)
+    return proc.wait()
+
+
 def main(argv: list[str] | None = None) -> int:
     from ..report.tables import ABLATIONS
     setup_logging()
@@ -91,14 +109,15 @@ def main(argv: list[str] | None = None) -> int:
     groups = ",".join(f"{prefix}{lvl.strip()}" for lvl in args.levels.split(",") if lvl.strip())
     env = _env({"KERNELBENCH_DIR": str(Path(args.kernelbench).expanduser().resolve())} if args.kernelbench else None)
     uri = args.tracking_uri or f"sqlite:///{Path.cwd() / 'mlflow.db'}"
-    for ablation in [a for a in args.ablations.split(",") if a]:
+    ablations, started = [a for a in args.ablations.split(",") if a], time.monotonic()
+    for ablation in ablations:
         if ablation not in ABLATIONS:
             raise SystemExit(f"kforge: unknown ablation {ablation!r} (choose from {', '.join(ABLATIONS)})")
         cmd = [sys.executable, "-m", "kforge.apps.synthesize", "-m", f"experiment={ablation}",
                f"model={','.join(models)}", f"backend={args.backends}", f"problems={groups}",
                f"loop.iterations={args.iterations}", f"tracking.uri={uri}", *args.overrides]
         print(f"\n=== {ablation}: kforge-synthesize {' '.join(cmd[3:])}", flush=True)
-        if subprocess.run(cmd, env=env).returncode != 0:
+        if _sweep(cmd, env, f"{ablation} ({ablations.index(ablation) + 1} of {len(ablations)})", started) != 0:
             log.error("kforge: the %s sweep failed; finished problems are in MLflow. Fix the cause and run "
                       "`make reproduce` again with the same settings.", ablation)
             return 1

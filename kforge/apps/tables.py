@@ -32,7 +32,8 @@ def main(cfg: DictConfig) -> None:
     results = build_all(client, conf.out_dir, list(conf.ablations), conf.baseline, conf.resamples, conf.confidence)
     for name, res in results.items():
         if not res["runs"]:
-            print(f"{name}: no finished runs in experiment {res['experiment']} (run `make reproduce` first)")
+            print(f"{name}: no finished runs in experiment {res['experiment']} (run `kforge-reproduce` first; "
+                  "`make reproduce` in a checkout)")
             continue
         print(f"\n## {name} ({res['runs']} problem runs, experiment {res['experiment']})\n")
         print(res["files"]["md"].read_text())

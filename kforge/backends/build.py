@@ -71,6 +71,21 @@ def _compiler_version() -> str:
         return cxx
 
 
+#: Beside each precompiled header: the torch, compiler and extra flags it was built for (`pch_stamp`).
+PCH_STAMP = "kforge_pch.json"
+
+
+def pch_stamp(torch_version: str, cxx: str, extra_cflags: list[str]) -> dict[str, Any]:
+    """What makes a precompiled header usable by a build (besides the CUDA arch): torch, compiler, flags."""
+    return {"torch": torch_version, "cxx": cxx, "extra_cflags": list(extra_cflags)}
+
+
+def compiler_line() -> str:
+    """The compiler's version line, as the build cache keys by it."""
+    version = _compiler_version()
+    return version.splitlines()[0] if version else ""
+
+
 def _cxx_std() -> str:
     """The -std flag torch compiles extensions with (it changed across versions)."""
     import torch.utils.cpp_extension as ce
@@ -260,7 +275,10 @@ class Builder:
         # A second #include <torch/extension.h> (load_inline adds one; many candidates write one too) cannot
         # use the PCH and looks for the header beside it: a one-line header there includes the real one.
         forward = pch_dir / "torch" / "extension.h"
+        stamp = pch_dir / PCH_STAMP
         if gch.is_file() and forward.is_file():
+            if not stamp.is_file():  # made before stamps were written: say what it was made for now
+                stamp.write_text(json.dumps(pch_stamp(self._env["torch"], self._env["cxx"], extra_cflags)))
             return pch_dir
         with _locked(self.root / "pch" / f"{key}.lock"):
             gch.parent.mkdir(parents=True, exist_ok=True)
@@ -276,6 +294,8 @@ class Builder:
                 (pch_dir / "FAILED").write_text(proc.stderr[-4000:])
                 return None
             os.replace(tmp, gch)
+            # What it was built for, so that a caller can tell beforehand whether a build will make another.
+            stamp.write_text(json.dumps(pch_stamp(self._env["torch"], self._env["cxx"], extra_cflags)))
         return pch_dir
 
 

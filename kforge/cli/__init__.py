@@ -1,6 +1,6 @@
 """The ``kforge`` command: list problems, verify a candidate, evaluate many, build ahead.
 
-One module per subcommand (`problems`, `verify`, `eval`, `build`), each adding its parser and the
+One module per subcommand (`problems`, `verify`, `eval`, `build`, `ui`), each adding its parser and the
 function it runs; `common` holds what they share. The experiment pipeline (LLM agents, sweeps, MLflow)
 runs through Hydra: ``kforge-synthesize``.
 """
@@ -13,7 +13,7 @@ import sys
 from .. import __version__
 from ..log import setup as setup_logging
 from ..problems import ProblemError
-from . import build, eval as eval_command, problems, verify
+from . import build, eval as eval_command, problems, ui, verify
 from .common import UsageError
 
 __all__ = ["UsageError", "build_parser", "main"]
@@ -25,7 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="The agent pipeline runs through Hydra: kforge-synthesize --help")
     parser.add_argument("--version", action="version", version=f"kforge {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    for command in (problems, verify, eval_command, build):
+    for command in (problems, verify, eval_command, build, ui):
         command.add_parser(sub)
     return parser
 

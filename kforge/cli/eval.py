@@ -35,7 +35,8 @@ output
   candidate_hash, backend, and the verdict (state, correct, speedup_eager, speedup_compile,
   runtime_ms, ref_runtime_ms, rule, message, trimmed evidence, ...). A file kforge cannot
   verify (its problem is missing) gets state "error" and an `error` field. A rerun skips
-  files whose path and content already have a row there (error rows are tried again).
+  files whose path and content already have a row there; an error row is tried again and
+  replaced, so the file keeps one row per candidate.
   The summary (per level: correct %, fast_0/1/1.5/2, geomean speedup, states) is printed
   and written beside the rows: FILE.summary.json and FILE.summary.md.
 

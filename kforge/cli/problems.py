@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from ..problems import SIZES, load_builtin, load_directory
+from ..problems import BUILTIN_DIR, SIZES, builtin_solution_path, load_builtin, load_directory
 from .common import UsageError, backend_of, fmt_num, parse_set
 
 
@@ -22,11 +22,20 @@ def add_parser(sub) -> None:
     p.add_argument("--audit", action="store_true",
                    help="run each reference on the device and report its flags (stochastic, degenerate, "
                         "launch_bound), time, FLOPs, bytes and memory; cached per problem, size and device")
-    p.add_argument("--backend", default="cpu", help="with --audit: whose device to audit on (cpu, cuda, triton)")
+    p.add_argument("--backend", default="cpu", help="with --audit: whose device to audit on (cpu, cuda, triton); "
+                   "with --solution: whose solution")
+    p.add_argument("--solution", metavar="NAME", help="print the path of a built-in problem's hand-written solution "
+                   "(what the oracle answers), e.g. level1/1_ReLU: a candidate to try from any install")
+    p.add_argument("--where", action="store_true", help="print the built-in suite's directory (KernelBench's layout)")
     p.set_defaults(func=cmd_problems)
 
 
 def cmd_problems(args: argparse.Namespace) -> int:
+    if args.where:
+        print(BUILTIN_DIR)
+        return 0
+    if args.solution:
+        return _print_solution(args.solution, args.backend)
     overrides = parse_set(args.set)
     if args.dir:
         problems = load_directory(args.dir, levels=args.level, ids=args.ids, size=args.size, overrides=overrides)
@@ -43,6 +52,16 @@ def cmd_problems(args: argparse.Namespace) -> int:
         print(f"{p.key:34} {p.size:8} {fmt_num(p.flops):>8} {fmt_num(p.bytes):>8}  {consts}")
     print(f"\n{len(problems)} problem(s); sizes: " + ", ".join(SIZES)
           + " (--size), single constants with --set NAME=VALUE")
+    return 0
+
+
+def _print_solution(name: str, backend: str) -> int:
+    """The path of a built-in problem's solution for a backend; a usage error where there is none."""
+    problem = load_builtin(names=[name])[0]
+    path = builtin_solution_path(problem, backend)
+    if path is None:
+        raise UsageError(f"no built-in {backend} solution for {problem.key} (see {BUILTIN_DIR / 'solutions'})")
+    print(path)
     return 0
 
 

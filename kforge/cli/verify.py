@@ -41,7 +41,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     started = time.monotonic()
     try:
         with WorkerPool(build_workers=1, light=True) as pool, Verifier(cfg, pool=pool) as verifier:
-            if candidate.source and pch_pending(backend, verifier.pool.build_cache):
+            if candidate.source and pch_pending(backend, verifier.pool.build_cache, candidate.source):
                 log.info("kforge: %s", PCH_NOTICE)
             # One verification needs one build worker and a device worker: start both now, side by side,
             # instead of the device's after the build (each imports torch and its compiler stack).

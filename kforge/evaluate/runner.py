@@ -3,7 +3,8 @@
 Inputs are KernelBench's generations layout (`discover`) or a manifest (`read_manifest`); both become
 `Job`s. `run_eval` loads each problem once, skips what the results file already holds, verifies the
 rest from several threads (builds go to the pool's build workers in parallel, runs to any free device
-slot) and appends a row per candidate as it finishes (the main thread alone writes). The summary
+slot) and appends a row per candidate as it finishes (the main thread alone writes). A file keeps one
+row: one verified again (an ``error`` row, or changed content) loses its old row first. The summary
 lives in `kforge.evaluate.summary`.
 """
 
@@ -196,6 +197,27 @@ def load_results(out: Path) -> dict[tuple[str, str, str], dict[str, Any]]:
     return rows
 
 
+def drop_rows(out: Path, files: set[tuple[str, str]]) -> None:
+    """Rewrite ``out`` without the rows of these (candidate, backend) files, and without cut-off lines.
+
+    A file verified again (its row was an ``error``, or its content changed) gets one new row, never a
+    second one beside the old. The rewrite goes through a temporary file, so a kill leaves the old file.
+    """
+    if not files or not out.is_file():
+        return
+    kept = []
+    for line in out.read_text(errors="replace").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict) and (str(row.get("candidate")), row.get("backend", "")) not in files:
+            kept.append(line + "\n")
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text("".join(kept))
+    tmp.replace(out)
+
+
 def read_candidate(path: Path) -> Candidate:
     """A program (.py defining ModelNew), or a model's reply (.md/.txt, or any text with fenced code)."""
     text = path.read_text(errors="replace")
@@ -287,6 +309,8 @@ def run_eval(jobs: Iterable[Job], verifier, backends: dict[str, Any], *, size_of
         job = replace(job, level=problem.level, problem_id=problem.problem_id)
         todo.append((i, job, h, problem, read_candidate(job.candidate)))
 
+    drop_rows(out, {(str(job.candidate), job.backend) for _, job, *_ in todo}
+              | {(row["candidate"], row["backend"]) for _, row, _ in fresh})
     if on_row is not None:  # a run logged by this evaluation holds all of it, resumed rows included
         for _, row, source in resumed:
             on_row(row, source)

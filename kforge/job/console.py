@@ -10,6 +10,9 @@ from typing import Any, Callable
 from ..loop import IterationRecord, LoopObserver, ProblemResult, Step
 from ..problems import Problem
 from ..tracking.schema import Files
+from ..verify.verdict import State
+
+GENERATION_FAILURE = State.GENERATION_FAILURE.value
 
 
 def status_line(problem: Problem, record: IterationRecord, budget: int) -> str:
@@ -17,9 +20,16 @@ def status_line(problem: Problem, record: IterationRecord, budget: int) -> str:
     if record.speedup_compile:
         sp += f", {record.speedup_compile:.2f}x compile"
     best = " *best*" if record.is_best else ""
+    # A reply without code says why only in its message (the oracle without a solution, a refusal).
+    why = f"{_first_line(record.message)}  " if record.state == GENERATION_FAILURE and record.message else ""
     # The iteration's index as MLflow's step and iter_NNN/ have it (from 0), then how far the budget is spent.
     return (f"{problem.key:34} iter_{record.iteration:03d} ({record.iteration + 1} of {budget}) {record.phase:11} "
-            f"{record.state:20} {sp}{best}  ({record.wall_s:.1f} s)")
+            f"{record.state:20} {sp}{best}  {why}({record.wall_s:.1f} s)")
+
+
+def _first_line(text: str, width: int = 140) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= width else line[:width - 3] + "..."
 
 
 class Progress(LoopObserver):
@@ -53,18 +63,68 @@ class Progress(LoopObserver):
         self.bar.close()
 
 
-def print_summary(results: list[ProblemResult], stats: dict[str, Any], out=None) -> None:
+#: Models that are not LLMs (kforge/llm/offline.py): they cost nothing, and the summary says so.
+OFFLINE_MODELS = {"oracle": "the oracle: hand-written solutions, not an LLM",
+                  "scripted": "a scripted model, not an LLM"}
+
+
+def print_summary(results: list[ProblemResult], stats: dict[str, Any], out=None, *,
+                  cut_off: list[ProblemResult] = (), model_kind: str | None = None) -> None:
+    """The closing table: a row per finished problem, and per problem ``cut_off`` by an interrupt (its best
+    so far, not counted in the job's metrics); then the metrics over finished problems, tokens and cost."""
     out = out or sys.stdout  # looked up now: a caller may have redirected it
     print("\nproblem                            best state           iters  speedup(eager)  speedup(compile)", file=out)
-    for r in results:
+    fmt = lambda x: f"{x:.2f}x" if x else "-"  # noqa: E731
+    for r, note in [(r, "") for r in results] + [(r, " (cut off)") for r in cut_off]:
         state = "correct" if r.correct else (r.records[-1].state if r.records else ("error" if r.error else "-"))
-        fmt = lambda x: f"{x:.2f}x" if x else "-"  # noqa: E731
-        print(f"{r.problem.key:34} {state:20} {len(r.records):5}  {fmt(r.speedup_eager):>14}  "
+        print(f"{r.problem.key:34} {state + note:20} {len(r.records):5}  {fmt(r.speedup_eager):>14}  "
               f"{fmt(r.speedup_compile):>16}", file=out)
-    g = stats.get("geomean_speedup")
-    print(f"\ncorrect {stats['fast_0']:.0%} · fast_1 {stats['fast_1']:.0%} · fast_1.5 {stats['fast_1.5']:.0%} · "
-          f"geomean speedup {g:.2f}x" if g else f"\ncorrect {stats['fast_0']:.0%} · no correct kernels", file=out)
-    cost = stats.get("total_cost_usd")
-    print(f"tokens {stats['total_prompt_tokens']} in / {stats['total_completion_tokens']} out · "
-          + (f"cost ${cost:.4f}" if cost is not None else "cost unknown (litellm has no price for this model)"),
-          file=out)
+    print("\n" + _metrics_line(results, stats, cut_off), file=out)
+    shown = [x for r in [*results, *cut_off] for x in r.records]
+    tokens = (f"tokens {sum(x.prompt_tokens for x in shown)} in / {sum(x.completion_tokens for x in shown)} out")
+    print(f"{tokens} · {_cost(shown, model_kind)}", file=out)
+
+
+def _metrics_line(results: list[ProblemResult], stats: dict[str, Any], cut_off: list[ProblemResult]) -> str:
+    """Correctness and speed over the finished problems, saying how many those are."""
+    solved = sum(1 for r in cut_off if r.correct)
+    later = (f"; {len(cut_off)} cut off ({solved} with a correct kernel so far) are not counted: a rerun "
+             "finishes them") if cut_off else ""
+    if not results:
+        return "no problem finished in this job" + later
+    k, g = sum(1 for r in results if r.correct), stats.get("geomean_speedup")
+    head = f"correct {stats['fast_0']:.0%} ({k} of {len(results)} finished)"
+    if not g:
+        return f"{head} · no correct kernels{later}" if not k else f"{head} · untimed{later}"
+    return (f"{head} · fast_1 {stats['fast_1']:.0%} · fast_1.5 {stats['fast_1.5']:.0%} · geomean speedup {g:.2f}x"
+            f"{later}")
+
+
+def _cost(records: list, model_kind: str | None) -> str:
+    if model_kind in OFFLINE_MODELS:
+        return f"cost $0 ({OFFLINE_MODELS[model_kind]})"
+    if not records:
+        return "no model calls"
+    known = [x.cost_usd for x in records if x.cost_usd is not None]
+    if not known:
+        return "cost unknown (litellm has no price for this model)"
+    return f"cost ${sum(known):.4f}" + ("" if len(known) == len(records) else
+                                         f" ({len(records) - len(known)} iteration(s) without a price)")
+
+
+def closing_line(tracker) -> str:
+    """The job's last line: where to compare its experiment's runs. It saves the experiment's ablation view
+    (`report.browse`) and names it, and for a SQLite store the `kforge ui` command that serves that store
+    (by its path: right from any directory)."""
+    from ..report.browse import ablation_url, save_ablation_view
+    from ..tracking.store import sqlite_path
+    from ..tracking.view import LOCAL_UI
+    try:
+        save_ablation_view(tracker.client, tracker.experiment_id)
+    except Exception as exc:  # noqa: BLE001 - a view not saved loses no result; the runs table still opens
+        return f"runs table: {tracker.view_url()}  (the ablation view was not saved: {exc})"
+    if tracker.uri.startswith(("http://", "https://")):
+        return f"compare the runs: {ablation_url(tracker.uri, tracker.experiment_id)}"
+    db = sqlite_path(tracker.uri)
+    return (f"compare the runs: kforge ui --store {db or tracker.uri}  (then "
+            f"{ablation_url(LOCAL_UI, tracker.experiment_id)})")

@@ -1,19 +1,24 @@
 """What a long first step is doing, said before it starts.
 
-The first C++ build with a build cache also precompiles torch's ``extension.h`` (GCC, once per set of
-flags; kforge/backends/build.py), which takes a minute or more while nothing else is printed. The
-callers (``kforge verify``, the pipeline) say so beforehand, from what the cache holds.
+The first C++ build with a build cache also precompiles torch's ``extension.h`` (GCC, once per torch,
+compiler and set of flags; kforge/backends/build.py), which takes a minute or more while nothing else is
+printed. The callers (``kforge verify``, the pipeline) say so beforehand, from what the cache holds: a
+header precompiled for another torch or other flags does not spare this build its own.
 """
 
 from __future__ import annotations
 
+import ast
+import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 #: Backends whose candidates are C++ built through kforge's caching builder (which precompiles the header).
 COMPILED = ("cpu", "cuda")
+_CFLAGS = re.compile(r"extra_cflags\s*=\s*(\[[^\]]*\])")
 
 
 def _gcc() -> bool:
@@ -25,14 +30,41 @@ def _gcc() -> bool:
     return "Free Software Foundation" in out and "clang" not in out.lower()
 
 
-def pch_pending(backend, build_cache: str | os.PathLike) -> bool:
-    """True when this backend's first build will precompile torch's header (none is in the cache yet)."""
+def expected_cflags(backend, source: str | None = None) -> list[str]:
+    """The ``extra_cflags`` a build will likely pass: the candidate's (``source``), else those of the
+    backend's one-shot example, which the prompt shows and most generated kernels copy."""
+    if source is None:
+        from .. import DATA_DIR
+        example = Path(DATA_DIR) / "prompts" / "examples" / backend.name / "model_new.py"
+        source = example.read_text() if example.is_file() else ""
+    m = _CFLAGS.search(source)
+    if not m:
+        return []
+    try:
+        flags = ast.literal_eval(m.group(1))
+    except (ValueError, SyntaxError):
+        return []  # flags computed at run time: the header for torch's defaults is the best guess
+    return [str(f) for f in flags] if isinstance(flags, list) else []
+
+
+def pch_pending(backend, build_cache: str | os.PathLike, source: str | None = None) -> bool:
+    """True when this backend's first build will precompile torch's header: the cache holds none for this
+    torch, this compiler and the flags the build will likely use (`expected_cflags`)."""
     if backend.name not in COMPILED or not backend.options.get("pch", True) or not sys.platform.startswith("linux"):
         return False
-    if any((Path(build_cache) / "pch").glob("*/torch/extension.h.gch")):
-        return False
+    import torch
+
+    from ..backends.build import PCH_STAMP, compiler_line, pch_stamp
+    want = pch_stamp(torch.__version__, compiler_line(), expected_cflags(backend, source))
+    for stamp in (Path(build_cache) / "pch").glob(f"*/{PCH_STAMP}"):
+        try:
+            have = json.loads(stamp.read_text())
+        except (OSError, ValueError):
+            continue
+        if have == want and (stamp.parent / "torch" / "extension.h.gch").is_file():
+            return False
     return _gcc()
 
 
-PCH_NOTICE = ("the first C++ build with this cache also compiles torch's headers once: a minute or two with "
-              "nothing printed (later builds skip it)")
+PCH_NOTICE = ("the first C++ build with this cache, torch and flags also compiles torch's headers once: a minute "
+              "or two with nothing printed (later builds skip it)")

@@ -1,7 +1,9 @@
 """The ablation plots: fast_p curves, and correctness and best speedup by iteration.
 
 Axes do not exaggerate: rates run from 0 to 1, speedup axes start at 0 and include 1x (marked), and
-iterations are whole numbers. Every panel has a legend, and every label gives its n (problems).
+iterations are whole numbers. Every panel has a legend in a reader's words (``Single shot``, not
+``loop_mode=single_shot``), and every label gives its n (problems). Where the tables carry a timing range,
+the speedup plot draws it.
 """
 
 from __future__ import annotations
@@ -20,8 +22,46 @@ def _pyplot():
     return plt
 
 
+#: What a factor is called in a heading or an axis.
+FACTOR_NAMES = {"loop_mode": "Loop", "reference": "Reference", "analysis": "Analysis", "profiler": "Profiler",
+                "model": "Model", "backend": "Backend", "level": "Level"}
+#: What a factor's values are called in a table or legend (others: their words, capitalised).
+VALUE_NAMES = {("loop_mode", "single_shot"): "Single shot", ("loop_mode", "iterative"): "Iterative",
+               ("loop_mode", "beam"): "Beam search", ("reference", "none"): "No reference",
+               ("analysis", "off"): "No analysis", ("analysis", "rules"): "Rule-based analysis",
+               ("analysis", "llm"): "LLM analysis", ("profiler", "none"): "No profiler"}
+#: A reference's kind (``oracle:cpu`` is the oracle's kernels for the cpu backend).
+REFERENCE_KINDS = {"oracle": "Oracle kernels", "mlflow": "Earlier runs' kernels"}
+
+
+def factor_name(factor: str) -> str:
+    return FACTOR_NAMES.get(factor, factor.replace("_", " ").capitalize())
+
+
+def value_name(factor: str, value) -> str:
+    """``single_shot`` of ``loop_mode`` -> ``Single shot``: a value as a reader of the paper names it."""
+    text = str(value)
+    if (factor, text) in VALUE_NAMES:
+        return VALUE_NAMES[(factor, text)]
+    if factor == "reference" and ":" in text:
+        kind, backend = text.split(":", 1)
+        return f"{REFERENCE_KINDS.get(kind, kind.capitalize())} ({backend})"
+    return text[:1].upper() + text[1:].replace("_", " ") if factor in FACTOR_NAMES and factor != "model" else text
+
+
 def _label(keys, factor: str, n: int) -> str:
-    return f"{keys[0]} · {keys[1]} · {factor}={keys[2]} (n={n})"
+    return f"{value_name(factor, keys[2])} · {keys[0]} · {keys[1]} (n={n})"
+
+
+def title_of(name: str) -> str:
+    """``single_vs_iterative`` -> ``Single vs iterative``."""
+    return name[:1].upper() + name[1:].replace("_", " ")
+
+
+def _integer_ticks(ax) -> None:
+    """Whole-number ticks only, even where one or two fit (matplotlib's default then adds 0.5, 0.6, ...)."""
+    from matplotlib.ticker import MaxNLocator
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
 
 
 def plot_fast_p(curve: pd.DataFrame, factor: str, path: Path, title: str, baseline: str = "eager") -> Path:
@@ -38,7 +78,7 @@ def plot_fast_p(curve: pd.DataFrame, factor: str, path: Path, title: str, baseli
     ax.set_xlim(left=0)
     ax.axvline(1.0, color="0.6", lw=0.8, ls="--")
     n_text = f"n={ns.pop()} problems" if len(ns) == 1 else "n per curve in the legend"
-    ax.set_title(f"{title}: fast_p ({n_text})", fontsize=10)
+    ax.set_title(f"{title_of(title)}: fast_p ({n_text})", fontsize=10)
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path)
@@ -47,7 +87,6 @@ def plot_fast_p(curve: pd.DataFrame, factor: str, path: Path, title: str, baseli
 
 
 def plot_iterations(hist: pd.DataFrame, factor: str, path: Path, title: str, baseline: str = "eager") -> Path:
-    from matplotlib.ticker import MaxNLocator
     plt = _pyplot()
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=110)
     top = 1.0
@@ -59,16 +98,56 @@ def plot_iterations(hist: pd.DataFrame, factor: str, path: Path, title: str, bas
         top = max(top, float(g["geomean_speedup"].max(skipna=True) or 0.0))
     for ax in (a1, a2):
         ax.set_xlabel("iteration")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        _integer_ticks(ax)
         ax.set_xlim(0.5, max(1, int(hist["iteration"].max())) + 0.5)
         ax.legend(fontsize=7, loc="lower right")
     a1.set_ylabel("share of problems correct so far")
     a1.set_ylim(0, 1.02)
-    a1.set_title(f"{title}: correctness", fontsize=10)
+    a1.set_title(f"{title_of(title)}: correctness", fontsize=10)
     a2.set_ylabel(f"geomean best speedup over {BASELINES[baseline]}\n(correct kernels so far)")
     a2.set_ylim(0, top * 1.15)
     a2.axhline(1.0, color="0.6", lw=0.8, ls="--")
-    a2.set_title(f"{title}: speedup (1x = as fast as {BASELINES[baseline]})", fontsize=10)
+    a2.set_title(f"{title_of(title)}: speedup (1x = as fast as {BASELINES[baseline]})", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def plot_speedups(points: pd.DataFrame, factor: str, path: Path, title: str, baseline: str = "eager") -> Path:
+    """Each arm's geomean speedup per level, with its bootstrap interval (thin bar) and its timing range
+    (the band: the geomean under each best kernel's slowest and fastest recorded timing, so arms whose
+    bands overlap may differ by timing noise alone).
+
+    ``points``: one row per table row with ``model``, ``backend``, ``level``, ``factor``, ``n``, ``geomean``,
+    ``ci_lo``, ``ci_hi``, ``range_lo``, ``range_hi`` (None where there is none).
+    """
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
+    levels = sorted({str(v) for v in points["level"]}, key=lambda v: (v == "all", v))
+    arms = list(points.groupby(["model", "backend", factor], dropna=False))
+    width = 0.7 / max(len(arms), 1)
+    top = 1.0
+    for i, (keys, g) in enumerate(arms):
+        g = g[g["geomean"].notna()]
+        x = [levels.index(str(v)) + (i - (len(arms) - 1) / 2) * width for v in g["level"]]
+        colour = f"C{i % 10}"
+        for xi, lo, hi in zip(x, g["range_lo"], g["range_hi"]):
+            if pd.notna(lo) and pd.notna(hi):
+                ax.add_patch(plt.Rectangle((xi - width * 0.35, lo), width * 0.7, max(hi - lo, 1e-9), color=colour,
+                                           alpha=0.25, lw=0))
+        err = [[v - lo if pd.notna(lo) else 0 for v, lo in zip(g["geomean"], g["ci_lo"])],
+               [hi - v if pd.notna(hi) else 0 for v, hi in zip(g["geomean"], g["ci_hi"])]]
+        n = int(g["n"].max()) if len(g) else 0
+        ax.errorbar(x, g["geomean"], yerr=err, fmt="o", color=colour, lw=0.8, capsize=3,
+                    label=f"{value_name(factor, keys[2])} · {keys[0]} · {keys[1]} (n≤{n})")
+        top = max([top, *g["geomean"], *[v for v in (*g["ci_hi"], *g["range_hi"]) if pd.notna(v)]])
+    ax.set_xticks(range(len(levels)), [f"level {v}" if v != "all" else "all levels" for v in levels])
+    ax.set_ylim(0, top * 1.15)
+    ax.axhline(1.0, color="0.6", lw=0.8, ls="--")
+    ax.set_ylabel(f"geomean speedup over {BASELINES[baseline]}\n(correct kernels)")
+    ax.set_title(f"{title_of(title)}: speedup (bars: bootstrap interval; bands: timing range)", fontsize=10)
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -90,7 +169,6 @@ def plot_tree(nodes: list[dict], path: Path, title: str, baseline: str = "eager"
     """
     plt = _pyplot()
     from matplotlib.lines import Line2D
-    from matplotlib.ticker import MaxNLocator
     by_id = {n["id"]: n for n in nodes}
     # Siblings of one round spread sideways a little so they do not hide each other.
     per_depth: dict[int, list[dict]] = {}
@@ -120,7 +198,7 @@ def plot_tree(nodes: list[dict], path: Path, title: str, baseline: str = "eager"
     top = max([1.0] + [n["speedup"] for n in nodes if n["speedup"] is not None])
     ax.set_ylim(-0.05 * top, top * 1.15)
     ax.axhline(1.0, color="0.6", lw=0.8, ls="--")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    _integer_ticks(ax)
     ax.set_xlabel("round (0: the first kernel and its fixes)")
     ax.set_ylabel(f"speedup over {BASELINES[baseline]}\n(not correct: on the axis, x)")
     states = sorted({n["state"] for n in nodes})

@@ -1,13 +1,17 @@
-"""The ablation tables as files: Markdown, CSV and LaTeX (booktabs), each with a caption that says
-what the speedup is measured against, what the intervals are, and which rows are not LLMs."""
+"""The ablation tables as files: Markdown, CSV and LaTeX (booktabs). A table has a short caption (what is
+compared, over what baseline, what the brackets are) and notes beside it (each column, the timing noise,
+the rows that are not LLMs: under the Markdown table, in ``NAME_notes.tex`` for LaTeX). Markdown and LaTeX
+use a reader's words (``Single shot``); the CSVs keep the identifiers and say their units."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from .plots import factor_name, title_of, value_name
 from .tables import (ABLATIONS, COLUMNS, Context, ablation_table, by_iteration, dedupe, fast_p_curve, kernel_timings,
                      load_runs, not_llms, timing_noise, timings_frame)
 
@@ -24,9 +28,17 @@ def latex_escape(text: Any) -> str:
 
 
 def caption(name: str, factor: str, ctx: Context, not_llms: dict[str, str]) -> str:
-    """One paragraph: the rows, the speedup's baseline, each column, the timing noise, the non-LLMs."""
-    parts = [f"{name}: one row per model, backend, level and {factor}; level all pools the levels.",
-             f"Speedup = time of {BASELINES[ctx.baseline]} / time of the kernel (medians of timed calls, "
+    """A sentence or two, as a paper's caption: what is compared, over what, what the brackets are."""
+    text = (f"{title_of(name)}: correctness and speedup over {BASELINES[ctx.baseline]} per model, backend, level "
+            f"and {factor_name(factor).lower()} (level all pools the levels). Brackets: {ctx.confidence:.0%} "
+            "bootstrap intervals over problems.")
+    return text + (" † Not an LLM." if not_llms else "")
+
+
+def notes(name: str, factor: str, ctx: Context, not_llms: dict[str, str]) -> str:
+    """What the caption leaves out, for the text beside the table: how speedup is measured, each column,
+    how much timings varied, what the non-LLM rows are."""
+    parts = [f"Speedup = time of {BASELINES[ctx.baseline]} / time of the kernel (medians of timed calls, "
              "measured in the same process)."]
     fill = {"baseline": BASELINES[ctx.baseline], "confidence": f"{ctx.confidence:.0%}"}
     parts += [c.caption.format(**fill) for c in COLUMNS if c.caption]
@@ -39,18 +51,24 @@ def caption(name: str, factor: str, ctx: Context, not_llms: dict[str, str]) -> s
     return " ".join(parts)
 
 
+#: Column headings as a reader names them (the CSV keeps the keys).
+HEADINGS = {"n": "n", "correct": "Correct", "kernel share": "Kernel share", "degenerate": "Degenerate",
+            "geomean speedup": "Geomean speedup", "timing range": "Timing range"}
+
+
 Cell = tuple[str, str]
 """A cell's main text, and its detail (an interval, a count; may be empty)."""
 
 
 def cells(table: pd.DataFrame, factor: str, not_llms: dict[str, str]) -> tuple[list[str], list[list[Cell]]]:
     """Headings and every cell."""
-    heads = ["model", "backend", "level", factor, *(c.header for c in COLUMNS)]
+    heads = ["Model", "Backend", "Level", factor_name(factor), *(HEADINGS.get(c.header, c.header) for c in COLUMNS)]
     rows = []
     for _, r in table.iterrows():
         model = f"{r['model']}†" if r["model"] in not_llms else str(r["model"])
         values = [v.parts() if hasattr(v, "parts") else (str(v), "") for v in (r[c.key] for c in COLUMNS)]
-        rows.append([(model, ""), (str(r["backend"]), ""), (str(r["level"]), ""), (str(r[factor]), ""), *values])
+        rows.append([(model, ""), (str(r["backend"]), ""), (str(r["level"]), ""),
+                     (value_name(factor, r[factor]), ""), *values])
     return heads, rows
 
 
@@ -69,24 +87,28 @@ def _stack(top: str, below: str) -> str:
 def _tex_cell(cell: Cell) -> str:
     # The detail goes under the value, smaller: an interval beside every value made tables twice as wide.
     main, detail = (latex_escape(p) for p in cell)
-    return _stack(main, detail and rf"\scriptsize {detail}")
+    return _stack(main, detail and rf"\footnotesize {detail}")
 
 
 def _tex_head(head: str) -> str:
+    if re.fullmatch(r"fast_[\d.]+", head):  # KernelBench's fast_p, as a paper writes it
+        return rf"fast$_{{{head[5:]}}}$"
     first, _, rest = head.partition(" ")
     return _stack(latex_escape(first), latex_escape(rest))
 
 
-def to_latex(heads: list[str], rows: list[list[Cell]], text: str, label: str) -> str:
+def to_latex(heads: list[str], rows: list[list[Cell]], text: str, label: str, notes_file: str = "") -> str:
     """A booktabs table environment to ``\\input``; the preamble needs ``\\usepackage{booktabs,graphicx}``.
 
-    A table wider than the text is scaled down to its width (never up).
+    The caption is ``text`` (short); the notes are in ``notes_file`` beside it. A table wider than the text
+    is scaled down to its width (never up); the type is the document's, intervals a size smaller.
     """
     head = " & ".join(_tex_head(h) for h in heads) + r" \\"
     body = [" & ".join(_tex_cell(c) for c in row) + r" \\" for row in rows]
     return "\n".join([
-        r"% kforge ablation table; needs \usepackage{booktabs,graphicx}",
-        r"\begin{table}[htbp]", r"\centering", r"\small", rf"\caption{{{latex_escape(text)}}}",
+        r"% kforge ablation table; needs \usepackage{booktabs,graphicx}"
+        + (f"; its notes (what each column is) are in {notes_file}" if notes_file else ""),
+        r"\begin{table}[htbp]", r"\centering", rf"\caption{{{latex_escape(text)}}}",
         rf"\label{{tab:{label}}}", r"\smallskip", r"\resizebox{\ifdim\width>\linewidth\linewidth\else\width\fi}{!}{%",
         rf"\begin{{tabular}}{{{'l' * len(heads)}}}", r"\toprule", head, r"\midrule", *body, r"\bottomrule",
         r"\end{tabular}}", r"\end{table}", ""])
@@ -108,20 +130,38 @@ def write_table(table: pd.DataFrame, factor: str, out_dir: Path, name: str, ctx:
                 not_llms: dict[str, str]) -> dict[str, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     heads, rows = cells(table, factor, not_llms)
-    text = caption(name, factor, ctx, not_llms)
+    text, more = caption(name, factor, ctx, not_llms), notes(name, factor, ctx, not_llms)
     paths = {"md": out_dir / f"{name}.md", "csv": out_dir / f"{name}.csv", "tex": out_dir / f"{name}.tex",
-             "timings": out_dir / f"{name}_timings.csv"}
-    paths["md"].write_text(f"### {name}\n\n{to_markdown(heads, rows)}\n{text}\n")
+             "notes": out_dir / f"{name}_notes.tex", "timings": out_dir / f"{name}_timings.csv"}
+    paths["md"].write_text(f"### {title_of(name)}\n\n{to_markdown(heads, rows)}\n{text}\n\nNotes. {more}\n")
     to_csv_frame(table, factor).to_csv(paths["csv"], index=False)
-    paths["tex"].write_text(to_latex(heads, rows, text, name.replace("_", "-")))
-    timings_frame(ctx.timings).to_csv(paths["timings"], index=False)
+    paths["tex"].write_text(to_latex(heads, rows, text, name.replace("_", "-"), paths["notes"].name))
+    paths["notes"].write_text(f"% notes to Table~\\ref{{tab:{name.replace('_', '-')}}} (kforge)\n"
+                              f"{latex_escape(more)}\n")
+    timings_frame(ctx.timings).rename(columns=timing_columns(ctx.baseline)).to_csv(paths["timings"], index=False)
     return paths
+
+
+def timing_columns(baseline: str) -> dict[str, str]:
+    """The timings CSV's columns by what they hold: speedups over the baseline, not times."""
+    return {"timings": "timings_n", "min": f"min_speedup_vs_{baseline}", "median": f"median_speedup_vs_{baseline}",
+            "max": f"max_speedup_vs_{baseline}", "spread": "spread_fastest_over_slowest_minus_1"}
+
+
+def speedup_points(table: pd.DataFrame, factor: str) -> pd.DataFrame:
+    """The table's geomeans with their intervals and timing ranges, as plain numbers for the speedup plot."""
+    return pd.DataFrame([{"model": r["model"], "backend": r["backend"], "level": r["level"], factor: r[factor],
+                          "n": r["n"], "geomean": r["geomean_speedup"].value, "ci_lo": r["geomean_speedup"].lo,
+                          "ci_hi": r["geomean_speedup"].hi, "range_lo": r["timing_range"].lo,
+                          "range_hi": r["timing_range"].hi} for _, r in table.iterrows()],
+                        columns=["model", "backend", "level", factor, "n", "geomean", "ci_lo", "ci_hi", "range_lo",
+                                 "range_hi"])
 
 
 def build_all(client, out_dir: str | Path, ablations: list[str] | None = None, baseline: str = "eager",
               resamples: int = 2000, confidence: float = 0.95) -> dict[str, dict[str, Any]]:
     """Every ablation's table and plots under ``out_dir``; returns what was written per ablation."""
-    from .plots import plot_fast_p, plot_iterations
+    from .plots import plot_fast_p, plot_iterations, plot_speedups
     out = Path(out_dir)
     results = {}
     for name in ablations or list(ABLATIONS):
@@ -136,6 +176,8 @@ def build_all(client, out_dir: str | Path, ablations: list[str] | None = None, b
         files = write_table(table, factor, out, name, ctx, not_llms(runs))
         files["fast_p"] = plot_fast_p(fast_p_curve(runs, factor, baseline=baseline), factor,
                                       out / f"{name}_fast_p.png", name, baseline)
+        files["speedup"] = plot_speedups(speedup_points(table, factor), factor, out / f"{name}_speedup.png", name,
+                                         baseline)
         hist = by_iteration(runs, factor)
         if not hist.empty:
             files["iterations"] = plot_iterations(hist, factor, out / f"{name}_by_iteration.png", name, baseline)

@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -70,14 +71,48 @@ def test_usage_errors_exit_two(tmp_path, capsys):
 
 
 def test_first_build_says_it_compiles_torch_headers(tmp_path):
+    """Keyed by torch, compiler and flags: a header precompiled for another torch or flags is no reason to
+    stay silent; one for these is."""
+    import json
+
+    import torch
+
     from kforge.backends import get_backend
-    from kforge.job.firstrun import _gcc, pch_pending
+    from kforge.backends.build import PCH_STAMP, compiler_line, pch_stamp
+    from kforge.job.firstrun import _gcc, expected_cflags, pch_pending
     if not sys.platform.startswith("linux") or not _gcc():
         pytest.skip("kforge precompiles torch's header with GCC on Linux only")
     cpu = get_backend("cpu")
     assert pch_pending(cpu, tmp_path)  # an empty build cache: the first build compiles the header
-    gch = tmp_path / "pch" / "0123" / "torch" / "extension.h.gch"
-    gch.parent.mkdir(parents=True)
-    gch.write_bytes(b"")
+    assert expected_cflags(cpu) == ["-O3", "-fopenmp"]  # the prompt's example: what most candidates pass
+    plain = "import torch\nfrom torch.utils.cpp_extension import load_inline\nmod = load_inline(name='m', cpp_sources=s)\n"
+    assert expected_cflags(cpu, plain) == []
+
+    def cached(key: str, **stamp) -> None:
+        gch = tmp_path / "pch" / key / "torch" / "extension.h.gch"
+        gch.parent.mkdir(parents=True)
+        gch.write_bytes(b"")
+        (gch.parent.parent / PCH_STAMP).write_text(json.dumps(stamp))
+
+    cached("old", **pch_stamp("1.13.0", compiler_line(), ["-O3", "-fopenmp"]))  # another torch
+    cached("plain", **pch_stamp(torch.__version__, compiler_line(), []))  # this torch, other flags
+    (tmp_path / "pch" / "bare" / "torch").mkdir(parents=True)
+    (tmp_path / "pch" / "bare" / "torch" / "extension.h.gch").write_bytes(b"")  # no stamp: made for who knows
+    assert pch_pending(cpu, tmp_path)
+    assert not pch_pending(cpu, tmp_path, plain)  # a candidate without flags finds its header
+    cached("this", **pch_stamp(torch.__version__, compiler_line(), ["-O3", "-fopenmp"]))
     assert not pch_pending(cpu, tmp_path)
     assert not pch_pending(get_backend("triton", device="cpu"), tmp_path / "other")  # Triton builds no C++
+
+
+def test_the_readme_quick_start_paths_come_from_the_install(capsys):
+    """`kforge problems --solution` and `--where` name files of the installed package, from any directory."""
+    from kforge.problems import BUILTIN_DIR
+    assert main(["problems", "--solution", "level1/1_ReLU"]) == 0
+    path = Path(capsys.readouterr().out.strip())
+    assert path.is_file() and path == BUILTIN_DIR / "solutions" / "cpu" / "level1" / "1_ReLU.py"
+    assert main(["problems", "--solution", "Softmax", "--backend", "cuda"]) == 0
+    assert Path(capsys.readouterr().out.strip()).parts[-3:] == ("cuda", "level1", "2_Softmax.py")
+    assert main(["problems", "--where"]) == 0 and Path(capsys.readouterr().out.strip()) == BUILTIN_DIR
+    assert main(["problems", "--solution", "level1/99_Nope"]) == 2
+    assert "no built-in problem named level1/99_Nope" in capsys.readouterr().err

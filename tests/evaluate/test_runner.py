@@ -194,9 +194,10 @@ def test_run_eval_resumes_by_path_and_content(tmp_path, pool):
 
     with open(out, "a") as fh:
         fh.write('{"candidate": "/cut/off/mid-')  # as a killed run may leave it
-    again, runs = run()  # nothing new: no worker runs, the rows are the file's
+    again, runs = run()  # nothing new: no worker runs, the rows are the file's; the error row is replaced
     assert runs == 0 and again.verified == 0 and again.resumed == 2
     assert [r["state"] for r in again.rows] == ["correct", "generation_failure", "error"]
+    assert len(out.read_text().splitlines()) == 3
 
     # A changed file is verified again; a sample whose problem has appeared since is tried again.
     (gen / kb_name(1, 0)).write_text((CANDIDATES / "cpu" / "relu_torch_only.py").read_text() + "# v2\n")
@@ -205,8 +206,14 @@ def test_run_eval_resumes_by_path_and_content(tmp_path, pool):
     assert third.verified == 2 and third.resumed == 1 and runs == 2
     assert [r["state"] for r in third.rows] == ["correct", "generation_failure", "correct"]
     assert third.rows[2]["problem"] == "level1/2_Softmax" and third.rows[2]["error"] is None
-    # Lines: 3, the cut-off one, the error row again, 2; by (path, content, backend) the last row wins.
-    assert len(out.read_text().splitlines()) == 3 + 1 + 1 + 2 and len(load_results(out)) == 4
+    # One row per file: the retried error row and the changed file's row replaced, the cut-off line gone.
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(lines) == 3 and len(load_results(out)) == 3
+    assert sorted((r["sample_id"], r["problem_id"], r["state"]) for r in lines) == \
+        [(0, 1, "correct"), (0, 2, "correct"), (1, 1, "generation_failure")]
+    fourth, runs = run()  # a finished evaluation run again verifies nothing and the file stays as it is
+    assert runs == 0 and fourth.verified == 0 and fourth.resumed == 3
+    assert [json.loads(line) for line in out.read_text().splitlines()] == lines
 
 
 # -- the command --------------------------------------------------------------------------------------
@@ -244,6 +251,7 @@ def test_eval_command_end_to_end(tmp_path, cache_dir):
 
     res = subprocess.run([sys.executable, "-m", "kforge.cli", *args], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0 and "6 file(s): 0 verified now, 5 already in kforge_eval.jsonl" in res.stdout
+    assert len((gen / "kforge_eval.jsonl").read_text().splitlines()) == 6  # one row per file, twice run
 
 
 def test_eval_logs_to_mlflow(tmp_path, capsys):

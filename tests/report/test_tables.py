@@ -122,10 +122,12 @@ def test_identical_kernels_in_two_arms_show_their_timing_noise(tmp_path):
     assert noise.kernels == 1 and noise.worst == pytest.approx(0.41 / 0.29 - 1)
     files = build_all(client, tmp_path / "results", ["single_vs_iterative"])["single_vs_iterative"]["files"]
     md = files["md"].read_text()
-    assert "| oracle† | cpu | 1 | single_shot | 1 | 1/1 [1.00, 1.00] |" in md and "0.29–0.41 (1/1)" in md
+    assert "| oracle† | cpu | 1 | Single shot | 1 | 1/1 [1.00, 1.00] |" in md and "0.29–0.41 (1/1)" in md
     assert "† not an LLM: oracle = kforge's hand-written solutions" in md
     assert "Speedup = time of PyTorch eager / time of the kernel" in md and "a median of 41%" in md
-    assert pd.read_csv(files["timings"]).iloc[0]["timings"] == 3  # 0.41, 0.30, 0.29
+    timings = pd.read_csv(files["timings"]).iloc[0]  # its columns say what they hold: speedups, not times
+    assert timings["timings_n"] == 3 and timings["min_speedup_vs_eager"] == pytest.approx(0.29)  # 0.41, 0.30, 0.29
+    assert timings["max_speedup_vs_eager"] == pytest.approx(0.41) and "min" not in timings.index
 
 
 def test_fast_p_curve(store):
@@ -150,13 +152,17 @@ def test_files_written(store, tmp_path):
     res = build_all(store, tmp_path / "results", ["single_vs_iterative", "reference_transfer"], baseline="compile")
     files = res["single_vs_iterative"]["files"]
     md = files["md"].read_text()
-    assert "| m | cpu | 1 | iterative | 3 | 3/3 [1.00, 1.00] |" in md and "torch.compile of the reference" in md
+    assert "| m | cpu | 1 | Iterative | 3 | 3/3 [1.00, 1.00] |" in md and "torch.compile of the reference" in md
+    assert "| Model | Backend | Level | Loop | n | Correct | fast_1 |" in md and "loop_mode" not in md
     assert "not an LLM" not in md  # model "m" stands for an LLM here
     csv = pd.read_csv(files["csv"])
     assert list(csv.columns[:7]) == ["model", "backend", "level", "loop_mode", "n", "correct_k", "correct"]
+    assert set(csv["loop_mode"]) == {"single_shot", "iterative"}  # the CSV keeps the identifiers
     assert {"geomean_speedup_lo", "geomean_speedup_hi", "timing_range_retimed"} <= set(csv.columns)
-    assert "\\begin{tabular}" in files["tex"].read_text()
+    tex = files["tex"].read_text()
+    assert "\\begin{tabular}" in tex and "\\scriptsize" not in tex and not re.search(r"\\small\b", tex)
     assert files["fast_p"].read_bytes()[:4] == b"\x89PNG" and files["iterations"].stat().st_size > 1000
+    assert files["speedup"].read_bytes()[:4] == b"\x89PNG"
     assert res["reference_transfer"]["runs"] == 0
 
 
@@ -167,8 +173,9 @@ def test_latex_escapes_what_latex_reads_as_commands(store, tmp_path):
     tex = build_all(store, tmp_path, ["single_vs_iterative"])["single_vs_iterative"]["files"]["tex"].read_text()
     # Every special character is escaped, but for the comment sign that ends the \resizebox line on purpose.
     body = "\n".join(line.removesuffix("{%") for line in tex.splitlines() if not line.startswith("%"))
+    body = re.sub(r"fast\$_\{[\d.]+\}\$", "fast", body)  # fast_p's subscript is LaTeX math on purpose
     assert re.search(r"(?<!\\)[_%&#$]", body.replace(" & ", " ").replace(r"\\", "")) is None, body
-    assert r"\toprule" in tex and r"\bottomrule" in tex and r"loop\_mode" in tex and r"\caption{" in tex
+    assert r"\toprule" in tex and r"\bottomrule" in tex and r"\caption{" in tex and "fast$_{1.5}$" in tex
 
 
 @pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex is not installed (Debian: texlive-latex-base "
@@ -209,3 +216,17 @@ def test_kernel_share_column_and_degenerate_problems_apart(tmp_path):
     assert everything["fast_1"].k == 2 and everything["geomean_speedup"].value == pytest.approx(100 ** (1 / 3))
     curve = fast_p_curve(df, "loop_mode")
     assert set(curve["n"]) == {2}
+
+
+def test_the_caption_is_short_and_the_notes_stand_beside_the_table(store, tmp_path):
+    """A paper takes the caption as it is: a sentence or two; what each column means is in the notes."""
+    files = build_all(store, tmp_path, ["single_vs_iterative"])["single_vs_iterative"]["files"]
+    tex = files["tex"].read_text()
+    cap = re.search(r"\\caption\{(.*)\}", tex).group(1)
+    assert len(cap.split()) <= 45 and cap.count(". ") <= 2, cap
+    assert cap.startswith("Single vs iterative: correctness and speedup over PyTorch eager") and "loop" in cap
+    notes = files["notes"].read_text()
+    assert "bootstrap interval" in notes and "timing range" in notes and "tab:single-vs-iterative" in notes
+    assert files["notes"].name in tex.splitlines()[0]  # the table's first line says where its notes are
+    md = files["md"].read_text()
+    assert md.startswith("### Single vs iterative\n") and "\nNotes. Speedup = time of PyTorch eager" in md
