@@ -1,0 +1,1 @@
+"""Whole-workload mode (see docs/workload.md)."""
