@@ -32,7 +32,7 @@ _KF_REGIONS = [
 
 def _kf_swap(model, path, module):
     parent, _, name = path.rpartition('.')
-    setattr(model.get_submodule(parent) if parent else model, name, module)
+    (model.get_submodule(parent) if parent else model).add_module(name, module)
 
 
 class ModelNew({base}):
@@ -205,3 +205,19 @@ def evaluate(workload: Workload, verifier, backend, kernels: dict[str, RegionKer
                           speedup_compile=verdict.speedup_compile, bound=bound, coverage=workload.coverage,
                           replaced_share=sum(o.share for o in done), regions=outcomes, source=source,
                           verdict=verdict.to_dict())
+
+
+def check_regions(workload: Workload, verifier, backend, kernels: dict[str, str], *,
+                  config=None) -> tuple[dict[str, RegionKernel], dict[str, Any]]:
+    """Verify each region's kernel on its own problem: (the correct ones with their speedups, every verdict)."""
+    best: dict[str, RegionKernel] = {}
+    verdicts: dict[str, Any] = {}
+    for r in workload.regions:
+        source = kernels.get(r.name, kernels.get(r.path))
+        if source is None:
+            continue
+        verdict = verifier.verify(workload.load_region(r), source, backend, config)
+        verdicts[r.name] = verdict
+        if verdict.correct:
+            best[r.name] = RegionKernel(source, verdict.speedup_eager)
+    return best, verdicts
