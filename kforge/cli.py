@@ -422,6 +422,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--device", choices=("cpu", "cuda"), help="override the backend's device")
     b.add_argument("--jobs", type=int, default=4, help="parallel builds (default 4)")
     b.set_defaults(func=cmd_build)
+
+    from .workload.cli import add_subcommand as add_workload
+    add_workload(sub)
     return parser
 
 
