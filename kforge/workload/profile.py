@@ -14,9 +14,6 @@ from typing import Any
 
 from ..errors import KforgeError
 from ..problems import Problem
-from ..sandbox.dispatch import register
-
-register("workload_profile", "kforge.workload.worker:run_in_worker")
 
 
 class WorkloadError(KforgeError, RuntimeError):
