@@ -2,6 +2,10 @@
 PYTHON ?= python3
 # Installed only when no torch is importable; a torch you already have is never replaced.
 TORCH_SPEC ?= torch==2.13.0
+# Where that torch comes from: PyTorch's CPU wheels when no NVIDIA GPU is visible (PyPI's default
+# build bundles CUDA, several GB a CPU machine never uses), PyPI otherwise or where that index cannot be
+# reached. TORCH_INDEX= forces PyPI.
+TORCH_INDEX ?= $(shell nvidia-smi -L >/dev/null 2>&1 || echo https://download.pytorch.org/whl/cpu)
 PYTEST_ARGS ?=
 # litellm otherwise fetches a price list at import (and MLflow's server imports litellm).
 export LITELLM_LOCAL_MODEL_COST_MAP := True
@@ -12,8 +16,9 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "} {printf "  make %-12s %s\n", $$1, $$2}'
 
-setup: ## install kforge (editable) with its test extras; installs torch first only if none is importable
+setup: ## install kforge (editable) with its test extras; installs torch first only if none is importable (CPU wheels where no NVIDIA GPU is visible)
 	@$(PYTHON) -c "import torch; print('using torch', torch.__version__)" 2>/dev/null || \
+		$(PYTHON) -m pip install "$(TORCH_SPEC)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX) --timeout 30 --retries 1) || \
 		$(PYTHON) -m pip install "$(TORCH_SPEC)"
 	$(PYTHON) -m pip install -e ".[dev]"
 

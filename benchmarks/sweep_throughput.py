@@ -29,7 +29,7 @@ def run_config(backend: str, devices: int, concurrency: int, latency: float, ite
     from hydra import compose, initialize_config_dir
 
     from kforge import REPO_DIR
-    from kforge.pipeline import run
+    from kforge.job.pipeline import run
     from kforge.sandbox.gpus import detect_gpus
     from kforge.verify import WorkerPool
     overrides = [f"backend={backend}", "model=oracle", f"model.latency_s={latency}", f"loop={loop}",

@@ -1,6 +1,6 @@
 """kforge's messages (notices, warnings) go through `logging`, under the ``kforge`` logger.
 
-Modules log to ``logging.getLogger(__name__)`` (``kforge.cli``, ``kforge.apps.reproduce``, ...), so a
+Modules log to ``logging.getLogger(__name__)`` (``kforge.cli.eval``, ``kforge.apps.reproduce``, ...), so a
 host program decides where they go and how loud they are (``logging.getLogger("kforge").setLevel``).
 Under Hydra (``kforge-synthesize``) they reach Hydra's handlers: the console and the job's log file.
 The plain command-line tools (``kforge``, ``kforge-reproduce``) call `setup`, which prints them on

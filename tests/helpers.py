@@ -19,3 +19,26 @@ def fast_config(**overrides) -> VerifyConfig:
 
 def candidate(backend: str, name: str) -> str:
     return (CANDIDATES / backend / name).read_text()
+
+
+#: Hydra overrides that make a pipeline job small and quick (one tiny problem, short timing).
+FAST = ["problems.names=[level1/1_ReLU]", "problems.overrides={BATCH:8,DIM:4096}", "verify.trials=2",
+        "verify.compile_ref=false", "verify.timing.min_trials=3", "verify.timing.max_trials=6",
+        "verify.timing.budget_s=1", "verify.timing.warmup=1", "loop.concurrency=1"]
+
+
+def config(tmp_path: Path, *overrides: str):
+    """A composed ``synthesize`` config with `FAST` and an MLflow store in ``tmp_path``."""
+    from kforge.apps.hydra_conf import compose
+    return compose("synthesize", [f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", *FAST, *overrides])
+
+
+def fenced(name: str) -> str:
+    """A model's reply carrying the cpu candidate ``name`` in a fenced block."""
+    return f"Here is the program.\n```python\n{candidate('cpu', name)}```\n"
+
+
+def scripted(*replies: str):
+    """The scripted model, answering ``replies`` in turn."""
+    from kforge.llm import ModelConfig, make_model
+    return make_model(ModelConfig(name="scripted", kind="scripted", replies=list(replies)))

@@ -7,7 +7,7 @@ import yaml
 from hydra import compose, initialize_config_dir
 
 from kforge import REPO_DIR
-from kforge.config import JobConfig
+from kforge.job.config import JobConfig
 
 EXPERIMENTS = sorted((REPO_DIR / "conf" / "experiment").glob("*.yaml"))
 

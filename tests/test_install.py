@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kforge import REPO_DIR
-from tests.test_pipeline import FAST
+from tests.helpers import FAST
 
 SHIPPED = ("pyproject.toml", "README.md", "kforge", "conf", "prompts")
 

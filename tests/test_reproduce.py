@@ -8,8 +8,8 @@ from hydra import compose, initialize_config_dir
 from mlflow.tracking import MlflowClient
 
 from kforge import REPO_DIR
-from kforge.pipeline import run
-from tests.test_pipeline import FAST
+from kforge.job.pipeline import run
+from tests.helpers import FAST
 
 TINY = [o for o in FAST if not o.startswith("problems.names")]
 
@@ -73,7 +73,7 @@ def test_problem_without_reference_is_tagged_not_fatal(tmp_path, pool):
 
 def test_the_fourth_ablation_compares_the_chain_and_beam_search(tmp_path):
     """`make reproduce`'s iterative_vs_beam sweep runs both searches and tables them by loop mode."""
-    from kforge.tables import ABLATIONS
+    from kforge.report.tables import ABLATIONS
     assert "iterative_vs_beam" in ABLATIONS
     table = oracle_dry_run(tmp_path, "iterative_vs_beam")
     assert "| oracle† | cpu | 1 | beam | 1 | 1/1 [1.00, 1.00] |" in table

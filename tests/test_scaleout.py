@@ -8,9 +8,9 @@ import sys
 import pytest
 
 from kforge import REPO_DIR
-from kforge.pipeline import split_gpus
+from kforge.job.pipeline import split_gpus
 from kforge.tracking import open_client
-from tests.test_pipeline import FAST
+from tests.helpers import FAST
 
 SYNTH = str(REPO_DIR / "pipelines" / "synthesize.py")
 TINY = [o for o in FAST if not o.startswith("problems.names")]

@@ -3,15 +3,15 @@
 from dataclasses import dataclass
 
 from kforge.loop import IterationRecord
-from kforge.pipeline import run
+from kforge.job.pipeline import run
 from kforge.problems import load_builtin
-from kforge.reference import load_references
-from kforge.tables import dedupe, load_runs
+from kforge.job.reference import load_references
+from kforge.report.tables import dedupe, load_runs
 from kforge.tracking import Tracker
 from kforge.tracking.resume import previous_runs
 from kforge.tracking.schema import (ITERATION_METRICS, RENAMED, STATE_INDEX, Files, Metrics, Tags, iteration_values,
                                     metrics_of)
-from tests.test_pipeline import config, fenced, scripted
+from tests.helpers import config, fenced, scripted
 
 
 def test_the_per_iteration_metrics_are_the_records_number_fields():

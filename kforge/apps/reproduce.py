@@ -67,7 +67,7 @@ def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..tables import ABLATIONS
+    from ..report.tables import ABLATIONS
     setup_logging()
     ap = argparse.ArgumentParser(prog="kforge-reproduce", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -26,7 +26,7 @@ def _job(cfg: DictConfig) -> float:
     from omegaconf import open_dict
 
     from ..llm import LLMError
-    from ..pipeline import ConfigError, run, split_gpus
+    from ..job.pipeline import ConfigError, run, split_gpus
     from ..problems import ProblemError
     from ..sandbox.gpus import detect_gpus
     hc = HydraConfig.get()

@@ -19,11 +19,11 @@ from .hydra_conf import CONF_DIR
 
 @hydra.main(config_path=str(CONF_DIR), config_name="tables", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    from ..config import TablesConfig
+    from ..job.config import TablesConfig
     from ..errors import ConfigError
     from ..metrics import BASELINES
-    from ..table_render import build_all
-    from ..tables import ABLATIONS
+    from ..report.render import build_all
+    from ..report.tables import ABLATIONS
     from ..tracking import default_uri, open_client
     from ..tracking.schema import Kind, Tags
     try:

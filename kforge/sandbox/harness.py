@@ -51,12 +51,30 @@ def phase_times() -> dict[str, float]:
     return out
 
 
-def import_file(path: str | Path, name: str):
+PROBLEM_ERROR = "problem_error"
+"""A reply state that is no verdict: the problem itself failed (its Model, get_inputs or get_init_inputs)."""
+
+
+def import_file(path: str | Path, name: str, namespace_of: str | Path | None = None):
+    """Import ``path`` as module ``name``; with ``namespace_of``, that file's code runs first in the same
+    namespace (a fresh copy of it: the harness's own objects are never shared)."""
     spec = importlib.util.spec_from_file_location(name, str(path))
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
+    if namespace_of is not None:
+        source = Path(namespace_of).read_text(encoding="utf-8")
+        exec(compile(source, str(namespace_of), "exec"), module.__dict__)  # noqa: S102 - the trusted problem
     spec.loader.exec_module(module)
     return module
+
+
+def import_candidate(path: str | Path = "candidate.py", problem: str | Path = "problem.py"):
+    """The candidate, in the problem's namespace, as KernelBench's harness runs it: the problem's source and
+    then the candidate's execute in one globals dict, so a candidate may use the problem's module-level
+    constants (``batch_size``, ...) without defining them, and any KernelBench generation that does is judged
+    as KernelBench judges it. The problem's code runs anew in that namespace, so the reference model the
+    harness built is never within the candidate's reach."""
+    return import_file(path, "kforge_candidate", namespace_of=problem if Path(problem).exists() else None)
 
 
 def tail(text: str, n: int = TAIL) -> str:
@@ -97,7 +115,8 @@ class HarnessConfig(Protocol):
 class Harness:
     """Loads a problem and a candidate in this process, the same way for verifying and for profiling."""
 
-    WATCHED: tuple[tuple[str, str], ...] = (("kforge.sandbox.harness", "import_file"),)
+    WATCHED: tuple[tuple[str, str], ...] = (("kforge.sandbox.harness", "import_file"),
+                                            ("kforge.sandbox.harness", "import_candidate"))
     """What the tripwire watches besides its own list: the harness's functions (a subclass adds its own)."""
 
     def __init__(self, req: dict[str, Any], cfg: HarnessConfig):
@@ -145,17 +164,22 @@ class Harness:
 
     def load_reference(self) -> None:
         torch = self.torch
+        step = "importing the problem"
         try:
             self.ref_mod = import_file("problem.py", "kforge_reference")
             self.weight_seed = self.draw()
             torch.random.manual_seed(self.weight_seed)
+            step = "get_init_inputs()"
             with torch.device(self.device):
                 self.init_inputs = list(self.ref_mod.get_init_inputs())
+            step = "Model(*get_init_inputs())"
             self.ref_model = self._construct(self.ref_mod.Model)
-        except Exception:
-            raise HarnessVerdict("runtime_error", "the reference program failed to build its model; this is a bug "
-                           "in the problem, not in the candidate",
-                           evidence={"traceback": tail(traceback.format_exc())}) from None
+            step = "get_inputs()"
+            self.inputs(self.draw())  # before any candidate code: a failure here is the problem's alone
+        except Exception as exc:  # noqa: BLE001
+            raise HarnessVerdict(PROBLEM_ERROR, f"the problem fails in {step} ({type(exc).__name__}: "
+                                 f"{first_line(exc)}); this is a bug in the problem, not in the candidate",
+                                 evidence={"traceback": tail(traceback.format_exc())}) from None
 
     # -- pieces ------------------------------------------------------------------------------------
     def _construct(self, cls):
@@ -202,7 +226,7 @@ class Harness:
         self.tripwire = Tripwire(self.WATCHED)  # everything the harness set up is the baseline
         self.writes = install_write_guard(os.getcwd(), self.req["cache_dir"])
         try:
-            mod = import_file("candidate.py", "kforge_candidate")
+            mod = import_candidate()
         except BaseException as exc:  # noqa: BLE001 - SystemExit from a candidate is its error too
             raise self._fail_exception(exc, "while importing the candidate") from None
         if not hasattr(mod, "ModelNew"):

@@ -41,8 +41,9 @@ class WorkerLost(KforgeError, RuntimeError):
     kind: str = ""
 
 
-class Zygote:
-    """One long-lived worker process and its line protocol."""
+class WorkerProcess:
+    """The pool's handle on one long-lived worker process (a `kforge.sandbox.zygote`, the fork server) and its
+    line protocol."""
 
     def __init__(self, label: str, env: dict[str, str], root: Path, start_timeout: float = 300.0):
         self.label = label
@@ -137,9 +138,9 @@ class WorkerPool:
         (``kforge verify``); a sweep forks many children and wants them preloaded."""
         self._lock = threading.Lock()
         self._returned = threading.Condition(self._lock)
-        self._free: dict[str, list[tuple[str, Zygote | None]]] = {}
+        self._free: dict[str, list[tuple[str, WorkerProcess | None]]] = {}
         """Free slots per kind, as (label, worker or None when not started); guarded by ``_lock``."""
-        self._all: list[Zygote] = []
+        self._all: list[WorkerProcess] = []
         self._info: dict[str, dict[str, Any]] = {}
         self.counters = {"build": 0, "run": 0, "lost": 0}
         """How many requests of each kind were served (tests assert on these)."""
@@ -197,7 +198,7 @@ class WorkerPool:
         """Slots of ``kind`` (one per GPU; ``cpu_workers`` for CPU candidates): how many run at once."""
         return self._count(kind)
 
-    def _free_slots(self, kind: str) -> list[tuple[str, Zygote | None]]:
+    def _free_slots(self, kind: str) -> list[tuple[str, WorkerProcess | None]]:
         """The free list of ``kind``, made on first use; call with ``_lock`` held."""
         if self._closed:
             raise RuntimeError("the worker pool is closed")
@@ -207,10 +208,10 @@ class WorkerPool:
                                        for i in range(self._count(kind))]
         return free
 
-    def _spawn(self, kind: str, label: str) -> Zygote:
+    def _spawn(self, kind: str, label: str) -> WorkerProcess:
         started = time.monotonic()
         env = dict(self._env(kind), **dispatch.to_env(dispatch.registered()))  # the request kinds known by now
-        z = Zygote(label, env, self.root)
+        z = WorkerProcess(label, env, self.root)
         self._add_time(kind, "start", time.monotonic() - started)
         with self._lock:
             self._all.append(z)
@@ -248,7 +249,7 @@ class WorkerPool:
             list(ex.map(boot, items))
 
     @contextmanager
-    def slot(self, kind: str | list[str]) -> Iterator[Zygote]:
+    def slot(self, kind: str | list[str]) -> Iterator[WorkerProcess]:
         """A free slot of ``kind`` (or of any of several kinds: the first to free up); ``.kind`` says which."""
         kinds = [kind] if isinstance(kind, str) else list(kind)
         asked = time.monotonic()

@@ -9,6 +9,9 @@
 * Triton's ``JITFunction.run`` (and the interpreter's), for kernels defined in the candidate's file —
   at once where Triton is imported already, otherwise the moment anyone imports it (importing Triton
   costs 0.46 s on an H100, which a CUDA candidate in a light worker need not pay);
+* CuPy's user kernels (``RawKernel``, ``RawModule``'s functions, ``ElementwiseKernel``, ``ReductionKernel``),
+  the moment anyone imports CuPy: their launches write PyTorch's memory through CuPy arrays, which the
+  dataflow follows by address;
 * ``torch.cuda.CUDAGraph.replay``, whose writes no hook can see.
 
 Outside the two attribution trials each hook costs one flag test. In the *profile* trial a call is
@@ -51,10 +54,11 @@ class Recorder:
         import torch.utils.cpp_extension as ce
         for name in ("load_inline", "load"):
             setattr(ce, name, self._loader(getattr(ce, name)))
-        if "triton" in sys.modules:
-            self._wrap_triton()
-        else:
-            sys.meta_path.insert(0, _AfterImport("triton", self._wrap_triton))
+        for name, wrap in (("triton", self._wrap_triton), ("cupy", self._wrap_cupy)):
+            if name in sys.modules:
+                wrap()
+            else:
+                sys.meta_path.insert(0, _AfterImport(name, wrap))
         try:
             import torch.cuda.graphs as graphs
             replay = graphs.CUDAGraph.replay
@@ -116,6 +120,26 @@ class Recorder:
             launch._kforge = True
             cls.run = launch
 
+    def _wrap_cupy(self) -> None:
+        """CuPy's kernel types are compiled (Cython) and cannot be patched: its module's names are rebound to
+        subclasses whose calls are recorded, before the candidate's ``import cupy`` returns."""
+        import cupy
+        rec = self
+        for name in ("RawKernel", "ElementwiseKernel", "ReductionKernel", "RawModule"):
+            base = getattr(cupy, name, None)
+            if not isinstance(base, type) or getattr(base, "_kforge", False):
+                continue
+            if name == "RawModule":
+                get = base.get_function
+                members = {"get_function": lambda module, fn_name, _get=get: _CupyFunction(
+                    rec, _get(module, fn_name), f"cupy::{fn_name}")}
+            else:
+                members = {"__call__": _CupyFunction(rec, base.__call__, f"cupy::{name}").unbound()}
+            try:
+                setattr(cupy, name, type(name, (base,), {**members, "_kforge": True, "__module__": base.__module__}))
+            except TypeError:  # a type that cannot be subclassed: its launches go unrecorded
+                continue
+
     def _wrap(self, fn: Callable, label: str) -> Callable:
         rec = self
 
@@ -143,6 +167,41 @@ class Recorder:
 
     def stop(self) -> None:
         self.mode, self.flow = None, None
+
+
+class _CupyFunction:
+    """A CuPy launch, recorded: a ``RawModule``'s function (CuPy's own type cannot be subclassed to that end), or
+    a kernel type's ``__call__``."""
+
+    def __init__(self, rec: Recorder, fn: Any, label: str):
+        self._rec, self._fn, self._label = rec, fn, label
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._rec.mode is None:
+            return self._fn(*args, **kwargs)
+        return self._rec.call(lambda: self._fn(*args, **kwargs), self._label, _addresses(args), kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._fn, name)
+
+    def unbound(self) -> Callable:
+        """As a method of a kernel type (``self._fn`` its unbound ``__call__``): a plain function binds."""
+        def call(kernel: Any, *args: Any, **kwargs: Any) -> Any:
+            return self(kernel, *args, **kwargs)
+        return call
+
+
+def _addresses(args: Any) -> list:
+    """A CuPy launch's arguments with each array replaced by its device address, for the dataflow to find the
+    PyTorch memory it points into (a CuPy array made from a tensor shares its memory)."""
+    out = []
+    for a in args:
+        if isinstance(a, (tuple, list)):
+            out.extend(_addresses(a))
+        else:
+            ptr = getattr(getattr(a, "data", None), "ptr", None)
+            out.append(ptr if isinstance(ptr, int) else a)
+    return out
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):

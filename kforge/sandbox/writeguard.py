@@ -9,10 +9,12 @@ loads: a write, rename, removal or new directory made while the candidate's file
 land in
 
 * the candidate's own work directory (its current directory),
-* the temporary directory, ``~/.cache`` (``XDG_CACHE_HOME``) or ``~/.triton``,
+* the temporary directory, ``~/.cache`` (``XDG_CACHE_HOME``), or a library's own kernel cache in the home
+  directory (`LIBRARY_CACHES`: Triton's ``~/.triton``, CuPy's ``~/.cupy``, the CUDA driver's ``~/.nv``),
 * the build cache's ``builds/`` and ``pch/`` (where kforge's own builder puts the candidate's extensions),
-  and ``TORCH_EXTENSIONS_DIR``, ``TRITON_CACHE_DIR`` or ``TORCHINDUCTOR_CACHE_DIR`` wherever they point
-  (where torch and Triton build what the candidate asks for),
+  and the build and kernel caches the environment names (`NAMED_CACHES`: ``TORCH_EXTENSIONS_DIR``,
+  ``TRITON_CACHE_DIR``, ``CUPY_CACHE_DIR``, ``CUDA_CACHE_PATH``, ...) wherever they point (where torch,
+  Triton, CuPy and the driver keep what they build for the candidate),
 
 and never under kforge's package or data directory, the Python installation, kforge's cache outside those
 build folders, or the worker pool's other work directories. Anything else is refused with PermissionError
@@ -47,6 +49,13 @@ _DIR_FDS = {"os.rename": {0: 2, 1: 3}, "os.remove": {0: 1}, "os.rmdir": {0: 1}, 
 _TRUSTED_WRITERS = frozenset(os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), *parts)
                              for parts in (("backends", "build.py"),))
 _TRUSTED_NAMES = tuple(os.sep + os.path.basename(p) for p in _TRUSTED_WRITERS)
+# Kernel caches libraries keep in the home directory when the environment names none: a candidate that
+# compiles through them writes there (CuPy's RawKernel its cubin, the driver its JIT-compiled PTX).
+LIBRARY_CACHES = ("~/.triton", "~/.cupy", "~/.nv")
+# Variables that move a build or kernel cache: torch's extensions, Triton's and inductor's caches, CuPy's kernel
+# cache, the CUDA driver's JIT cache.
+NAMED_CACHES = ("TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "CUPY_CACHE_DIR",
+                "CUDA_CACHE_PATH")
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 
@@ -76,10 +85,10 @@ class WriteGuard:
         self.workdir = _real(workdir)
         cache = _real(build_cache)
         home_cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-        self.allowed = [_real(p) for p in (tempfile.gettempdir(), home_cache, "~/.triton", "/dev/null", "/dev/shm")]
-        # Build folders, wherever they are (a user may keep torch's or Triton's inside kforge's cache); read
-        # before candidate code runs, so a candidate that sets these variables moves nothing.
-        named = [os.environ.get(v) for v in ("TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR")]
+        self.allowed = [_real(p) for p in (tempfile.gettempdir(), home_cache, *LIBRARY_CACHES, "/dev/null", "/dev/shm")]
+        # Build and kernel caches, wherever they are (a user may keep torch's or Triton's inside kforge's cache);
+        # read before candidate code runs, so a candidate that sets these variables moves nothing.
+        named = [os.environ.get(v) for v in NAMED_CACHES]
         self.builds = [os.path.join(cache, "builds"), os.path.join(cache, "pch")] + [_real(p) for p in named if p]
         store = os.path.dirname(cache)  # kforge keeps its timings, audits and ceilings beside the build cache
         kforge_caches = [p for p in (os.environ.get("KFORGE_CACHE_DIR"), os.path.join(home_cache, "kforge")) if p]

@@ -48,7 +48,7 @@ class Tags:
     NOTE = "mlflow.note.content"
     """What MLflow shows as a run's description (Markdown): a job's table of problems."""
     RUN_NAME = "run_name"
-    # What a job ran with, on its parent run and each problem run (`kforge.pipeline.job_labels`).
+    # What a job ran with, on its parent run and each problem run (`kforge.job.pipeline.job_labels`).
     ANALYSIS, MODEL, MODEL_NAME, MODEL_LABEL = "analysis", "model", "model_name", "model_label"
     BACKEND, DEVICE, LOOP_MODE, REFERENCE = "backend", "device", "loop_mode", "reference"
     PROFILER, PROBLEMS_SOURCE = "profiler", "problems_source"
@@ -192,7 +192,7 @@ class Files:
     ERROR = "error.txt"
     """A problem run that kforge failed on: the traceback."""
     TREE_PLOT = "tree.png"
-    """A beam search's problem run: its tree, speedup per node coloured by state (`kforge.plots.plot_tree`)."""
+    """A beam search's problem run: its tree, speedup per node coloured by state (`kforge.report.plots.plot_tree`)."""
     # In a problem run's iter_NNN/ (`at`), and a candidate run's root (kernel.py, verdict.json).
     PROMPT, REPLY, KERNEL = "prompt.md", "reply.md", "kernel.py"
     VERDICT, RECORD = "verdict.json", "record.json"

@@ -9,6 +9,9 @@ from typing import Any
 from ..errors import ConfigError
 from ..strict import StrictConfig, from_dict
 
+RULE_SETS = ("kforge", "kernelbench", "strict")
+"""The rule sets a verdict is decided under (`kforge.verify.rules` says what each asks)."""
+
 #: Default tolerances by dtype, as (atol, rtol) for ``|out - ref| <= atol + rtol * |ref|``.
 #: float32 follows KernelBench (1e-4): a kernel in true fp32 lands far inside it, while a silent
 #: downgrade to TF32/fp16/bf16 arithmetic (errors of 1e-3 and more) does not pass. Half types get
@@ -83,14 +86,20 @@ class VerifyConfig(StrictConfig):
     its baselines likewise); False re-times it, interleaved, in every verification."""
     compile_mode: str | None = None
     """``torch.compile`` mode for the compile reference (None is inductor's default)."""
+    rules: str = "kforge"
+    """The rule set that decides a verdict's state (`kforge.verify.rules`): ``kforge`` (the candidate's own kernels
+    must do the work), ``kernelbench`` (what KernelBench's harness decides: matching outputs suffice) or ``strict``
+    (``kforge`` and a minimum kernel share). Every verdict records its state under all three."""
     require_kernel: bool = True
-    """The candidate's own kernels must do the work: measured at run time (`attribution`), or by static rules."""
+    """The candidate's own kernels must do the work under the ``kforge`` and ``strict`` rules: measured at run time
+    (`attribution`), or by static rules; False makes them ask what ``kernelbench`` asks."""
     attribution: bool = True
     """Measure what ran in the candidate's forward (one profiled and one traced correctness trial) and judge by
     it: its own kernels ran, an output derives from them, it does not re-run the reference in PyTorch."""
     min_kernel_share: float = 0.0
-    """Also demand this share of the forward's device time in the candidate's own kernels (0: off; the
-    ``verify=strict`` preset asks for 0.9). Library calls (cuBLAS, cuDNN) count against it."""
+    """Also demand this share of the forward's device time in the candidate's own kernels (0: off, and 0.9 under
+    the ``strict`` rules; the ``verify=strict`` preset asks for 0.9). Library calls (cuBLAS, cuDNN) count against
+    it; a candidate below it is ``kernel_unused``, not a cheat."""
     audit: bool = True
     """Audit the problem before its first verification on a device (stochastic, degenerate, launch-bound,
     memory, FLOPs and bytes); cached in kforge's cache directory."""
@@ -108,6 +117,8 @@ class VerifyConfig(StrictConfig):
     def __post_init__(self) -> None:
         # One switch for "a kernel is required": verify.require_kernel; the static rules follow it.
         self.static = replace(self.static, require_kernel=self.require_kernel)
+        if self.rules not in RULE_SETS:
+            raise ConfigError(f"verify.rules={self.rules!r} is not a rule set (valid: {', '.join(RULE_SETS)})")
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "") -> "VerifyConfig":

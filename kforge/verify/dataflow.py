@@ -16,7 +16,10 @@ generated, kernels launched by means no hook sees.
 
 Fingerprints are a wrapping integer sum over a storage's 64-bit words (over the whole storage, so a write
 outside the view passed still shows); a kernel that rewrites memory with the very same values leaves no
-trace, and it changed nothing either.
+trace, and it changed nothing either. That is undetermined too in one case: memory filled with a constant
+(``torch.zeros``, ``fill_``) that a candidate's kernel was handed or allocated, and left as it was, where the
+output is that constant. An honest kernel writing every output of a problem whose answer is all zeros leaves
+exactly that, so such an output is neither derived nor PyTorch's (`Dataflow.notes` says which).
 """
 
 from __future__ import annotations
@@ -35,6 +38,9 @@ ALLOCATIONS = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "n
                          "new_full", "scalar_tensor", "lift_fresh"})
 #: In-place operators that replace all of what they write (``copy_`` of a whole tensor, ``fill_``...).
 OVERWRITES = frozenset({"copy_", "fill_", "zero_", "normal_", "uniform_", "random_", "bernoulli_"})
+#: Operators that leave a constant in what they write: a kernel writing that constant again leaves no trace.
+FILLS = frozenset({"zeros", "zeros_like", "new_zeros", "ones", "ones_like", "new_ones", "full", "full_like",
+                   "new_full", "scalar_tensor", "fill", "fill_", "zero_"})
 
 
 def _key(t) -> tuple[str, int]:
@@ -66,6 +72,13 @@ class Dataflow(TorchDispatchMode):
         """Per open candidate call: storages PyTorch operators wrote inside it, with their fingerprints."""
         self._before: list[dict[tuple[str, int], Any]] = []
         """Per open candidate call: the fingerprints of its arguments when it started."""
+        self.filled: dict[tuple[str, int], bool] = {}
+        """Storage -> whether the last operator that wrote it filled it with a constant."""
+        self.unsure: dict[tuple[str, int], bool] = {}
+        """Storage -> whether it holds (or derives by PyTorch operators from) a fill that one of the candidate's
+        kernels had and left as it was: whether the kernel wrote it cannot be told."""
+        self.notes: list[str] = []
+        """Why `reaches` could not tell, when it could not."""
 
     # -- fingerprints -----------------------------------------------------------------------------
     def fingerprint(self, t) -> tuple[int, ...]:
@@ -122,12 +135,14 @@ class Dataflow(TorchDispatchMode):
                         written.append(t)
                         if (name in OVERWRITES or a.name == "out") and _whole(t):
                             overwritten.add(id(t))
-            src = any(self.derived.get(_key(t), False) for t in self._tensors((args, kwargs))
-                      if id(t) not in overwritten)
+            read = [_key(t) for t in self._tensors((args, kwargs)) if id(t) not in overwritten]
+            src = any(self.derived.get(k, False) for k in read)
+            unsure = not src and any(self.unsure.get(k, False) for k in read)
         else:
-            src = False
+            src = unsure = False
         for t in written:
-            self.derived[_key(t)] = src
+            k = _key(t)
+            self.derived[k], self.unsure[k], self.filled[k] = src, unsure, name in FILLS
             self._remember(t)
         if self._inside:
             self.sync()
@@ -176,25 +191,37 @@ class Dataflow(TorchDispatchMode):
             self._before.pop()
         with _disable_current_modes():
             self.sync()
-            for k, (t, fp) in before.items():
-                if self.fingerprint(t) != inside.get(k, fp):
-                    self.derived[k] = True
-            for k, (t, fp) in pointees.items():
-                if self.fingerprint(t) != inside.get(k, fp):
-                    self.derived[k] = True
+            for k, (t, fp) in list(before.items()) + list(pointees.items()):
+                self._after_kernel(k, self.fingerprint(t) != inside.get(k, fp))
             for t in self._tensors(out):
                 k = _key(t)
                 self._remember(t)
                 if k in inside:  # a PyTorch operator inside produced it: keep what it derived from...
-                    if self.fingerprint(t) != inside[k]:  # ...unless a kernel wrote it afterwards
-                        self.derived[k] = True
+                    self._after_kernel(k, self.fingerprint(t) != inside[k])  # ...unless a kernel wrote it after
                 elif k in before:  # an argument handed back
-                    if self.fingerprint(t) != before[k][1]:
-                        self.derived[k] = True
+                    self._after_kernel(k, self.fingerprint(t) != before[k][1])
                 else:  # memory no operator we saw produced: the candidate's own
                     self.derived[k] = True
         return out
 
-    def reaches(self, outputs: Any) -> bool:
-        """Whether any output derives from something the candidate's kernels wrote."""
-        return any(self.derived.get(_key(t), False) for t in self._tensors(outputs))
+    def _after_kernel(self, k: tuple[str, int], changed: bool) -> None:
+        """Memory a candidate's call had: changed, it derives from its kernels; left holding a fill, whether a
+        kernel wrote that same constant cannot be told."""
+        if changed:
+            self.derived[k], self.filled[k] = True, False
+        elif self.filled.get(k, False):
+            self.unsure[k] = True
+
+    def reaches(self, outputs: Any) -> bool | None:
+        """Whether any output derives from something the candidate's kernels wrote; None where one may, and
+        nothing can tell: it is a constant fill a candidate's kernel had and left as it was (see the module)."""
+        from .compare import is_constant
+        tensors = self._tensors(outputs)
+        if any(self.derived.get(_key(t), False) for t in tensors):
+            return True
+        unsure = [(i, t) for i, t in enumerate(tensors) if self.unsure.get(_key(t), False) and t.numel() > 0
+                  and is_constant(t)]
+        for i, t in unsure:
+            self.notes.append(f"output {i} is the constant {float(t.reshape(-1)[0]):.6g}, as the memory held before "
+                              "the candidate's kernel had it (a fill): whether the kernel wrote it cannot be told")
+        return None if unsure else False

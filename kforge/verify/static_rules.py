@@ -44,6 +44,21 @@ CALLER_STREAMS = ("torch.cuda.current_stream", "torch.cuda.default_stream")
 BUILD_ENV = frozenset({"TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "CXX", "CC", "CUDA_HOME", "CUDA_PATH",
                        "TORCH_EXTENSIONS_DIR", "TORCH_NVCC_FLAGS", "NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS",
                        "TORCH_DONT_CHECK_COMPILER_ABI"})
+# Runtime settings that change no result and no reference's time, each with why; a candidate may set them as it
+# sets build settings (models set CUDA_MODULE_LOADING=LAZY before loading their extension, say).
+RUNTIME_ENV = {
+    "CUDA_MODULE_LOADING": "when the driver loads a module's kernels (at first launch or all at once): start-up "
+                           "cost only, and every program is warmed up before it is timed",
+    "OMP_NUM_THREADS": "OpenMP's thread count, read once when the runtime loads (before any candidate); the harness "
+                       "sets the intra-op count itself and swaps it back around every reference call",
+    "MKL_NUM_THREADS": "MKL's thread count: as OMP_NUM_THREADS",
+}
+# Not neutral, so still denied: CUDA_LAUNCH_BLOCKING (every launch of the process synchronous, the reference's
+# too: its time changes), CUBLAS_WORKSPACE_CONFIG (the workspace of the cuBLAS handles the reference's matrix
+# products share, which picks their algorithms), PYTORCH_CUDA_ALLOC_CONF and PYTORCH_NO_CUDA_MEMORY_CACHING (the
+# caching allocator the reference allocates from too).
+SETTINGS_ENV = BUILD_ENV | frozenset(RUNTIME_ENV)
+"""Variables a candidate may read and set: how its extension is built, and the neutral runtime settings."""
 
 
 def _kernel_names(tree: ast.Module, aliases: dict[str, str]) -> set[str]:
@@ -156,8 +171,8 @@ def _monkey_patch(tree: ast.Module, source: str, backend: Backend, problem: Prob
                 out.append(Finding("monkey_patch", f"assigns {_dotted(t, aliases)}: patching torch, timers or the "
                                    "harness is not allowed", _line(node)))
             if isinstance(t, ast.Subscript) and _dotted(t.value, aliases) in ("sys.modules", "os.environ"):
-                if _dotted(t.value, aliases) == "os.environ" and literal(t.slice) in BUILD_ENV:
-                    continue  # how to build the extension: the environment rule allows it too
+                if _dotted(t.value, aliases) == "os.environ" and literal(t.slice) in SETTINGS_ENV:
+                    continue  # a build or neutral runtime setting: the environment rule allows it too
                 out.append(Finding("monkey_patch", f"writes {_dotted(t.value, aliases)}[...]", _line(node)))
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr") \
                 and node.args and not (isinstance(node.args[0], ast.Name) and node.args[0].id == "self"):

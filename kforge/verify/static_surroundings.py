@@ -4,9 +4,10 @@ Registered after `kforge.verify.static_rules` (``introspection``, ``environment`
 needs (the grader's frames and objects, the harness's modules, the environment a grader is recognised by,
 the files around the candidate) and let through what models write while building honest kernels, seen in
 published KernelBench kernels: ``gc.collect()``, ``'x' in locals()``, ``ctypes.byref`` for a CUDA runtime
-call, ``os.environ['TORCH_CUDA_ARCH_LIST'] = ...``, a build directory under ``~``, kernel sources written to
-a file and built with ``cpp_extension.load``. Where such a write may land is decided at run time, by the
-worker's write guard (`kforge.sandbox.writeguard`), since no reading of the source can tell.
+call, ``os.environ['TORCH_CUDA_ARCH_LIST'] = ...`` and the neutral runtime settings (``CUDA_MODULE_LOADING``),
+a build directory under ``~``, kernel sources written to a file and built with ``cpp_extension.load``. Where
+such a write may land is decided at run time, by the worker's write guard (`kforge.sandbox.writeguard`), since
+no reading of the source can tell.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from ..backends import Backend
 from ..problems import Problem
 from .findings import Finding, rule
 from .static_ast import aliases_of, dotted, imports, line_of, literal, strings
-from .static_rules import BUILD_ENV
+from .static_rules import SETTINGS_ENV
 
 INTROSPECTION_MODULES = {"gc", "inspect", "ctypes", "importlib", "dis", "traceback", "tracemalloc", "weakref",
                          "marshal", "pickle", "dill", "cffi", "_ctypes"}
@@ -158,11 +159,11 @@ def _environment(tree: ast.Module, source: str, backend: Backend, problem: Probl
         d = dotted(node, aliases) if isinstance(node, (ast.Attribute, ast.Name)) else None
         if d in ENVIRONMENT:
             keys = _env_keys(node, parents)
-            if keys is None or any(k not in BUILD_ENV for k in keys):
+            if keys is None or any(k not in SETTINGS_ENV for k in keys):
                 named = f" ({', '.join(map(str, keys))})" if keys else ""
                 out.append(Finding("environment", f"reads {d}{named}: a candidate must not look at its surroundings "
-                                   f"(build settings excepted: {', '.join(sorted(BUILD_ENV)[:3])}, ...)",
-                                   line_of(node)))
+                                   "(build settings and neutral runtime ones excepted: TORCH_CUDA_ARCH_LIST, "
+                                   "MAX_JOBS, CUDA_MODULE_LOADING, ...)", line_of(node)))
         elif d in SURROUNDINGS:
             out.append(Finding("environment", f"reads {d}: a candidate must not look at its surroundings",
                                line_of(node)))

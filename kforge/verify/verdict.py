@@ -18,7 +18,8 @@ class State(str, Enum):
     SHAPE_MISMATCH = "shape_mismatch"  # outputs of the wrong number, shape, dtype or device
     NUMERICAL_MISMATCH = "numerical_mismatch"  # right structure, wrong values (or NaN/Inf, or degenerate)
     TIMEOUT = "timeout"  # it ran past the wall-clock limit and was killed
-    CHEAT_DETECTED = "cheat_detected"  # it games the harness (static rule or runtime defence)
+    CHEAT_DETECTED = "cheat_detected"  # evidence of deception: it games the harness (static rule or runtime defence)
+    KERNEL_UNUSED = "kernel_unused"  # right outputs, but PyTorch computed them, not the candidate's kernels (no cheat)
     CORRECT = "correct"  # matches the reference on every trial
 
     def __str__(self) -> str:
@@ -124,6 +125,42 @@ class Attribution:
         return cls(**d)
 
 
+class Work:
+    """Whose code computed the answer (``Facets.work``), as the run measured it."""
+
+    OWN = "own"  # the candidate's kernels ran and an output derives from them (or derivation could not be told)
+    NONE = "none"  # its kernels did not run (or it has none): PyTorch computed the answer
+    BUILD_FAILED = "build_failed"  # its extension failed to build; its code caught that and PyTorch ran instead
+    BYPASSED = "bypassed"  # its kernels ran, but no output derives from what they wrote: a decoy
+    REPLAYED = "replayed"  # it re-ran every operator of the reference in PyTorch; what its kernels added is unknown
+
+
+@dataclass
+class Facets:
+    """What a verification established, each part on its own; `decide` turns them into a state."""
+
+    outcome: str
+    """The run's outcome before any kernel-use policy: ``correct`` (outputs match on every trial), a failure
+    or mismatch state, or ``cheat_detected`` for an integrity finding."""
+    outcome_rule: str | None = None
+    """The rule behind a ``cheat_detected`` outcome (integrity) or a named failure."""
+    work: str | None = None
+    """A `Work` value; None when nothing was measured and no static rule spoke."""
+    work_rule: str | None = None
+    """The rule that names the work facet (``kernel_not_run``, ``output_not_from_kernel``, a static rule, ...)."""
+    work_message: str = ""
+    """Why, for a person: what ran, and what it means."""
+    kernel_share: float | None = None
+    """Share of the forward's device time in the candidate's own kernels (None: not measured)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> "Facets | None":
+        return cls(**d) if d else None
+
+
 @dataclass
 class Verdict:
     """The verifier's answer for one candidate on one problem and backend."""
@@ -160,10 +197,20 @@ class Verdict:
     ``ref`` is timed with PyTorch's default numerics, as people run it and speedups are quoted against."""
     problem_flags: list[str] = field(default_factory=list)
     """From the problem audit: ``stochastic``, ``degenerate``, ``launch_bound``."""
+    rules: str = "kforge"
+    """The rule set ``state`` is decided under (`kforge.verify.rules`)."""
+    states: dict[str, str] = field(default_factory=dict)
+    """The state under every rule set (``kforge``, ``kernelbench``, ``strict``), from the same facets."""
+    facets: Facets | None = None
+    """What the run established, part by part, before a rule set decided (None: it never ran)."""
 
     @property
     def correct(self) -> bool:
         return self.state is State.CORRECT
+
+    def correct_under(self, rules: str) -> bool:
+        """Whether the candidate is correct under that rule set (its own state when none was recorded)."""
+        return self.states.get(rules, self.state.value) == State.CORRECT.value
 
     @property
     def speedup_eager(self) -> float | None:
@@ -211,7 +258,8 @@ class Verdict:
                    trials=d.get("trials", 0), wall_s=d.get("wall_s", 0.0), source_hash=d.get("source_hash", ""),
                    floor_ms=d.get("floor_ms"), build=d.get("build"), phases=d.get("phases") or {},
                    attribution=Attribution.from_dict(d.get("attribution")), ref_strict=stats(d.get("ref_strict")),
-                   problem_flags=list(d.get("problem_flags") or []))
+                   problem_flags=list(d.get("problem_flags") or []), rules=d.get("rules") or "kforge",
+                   states=dict(d.get("states") or {}), facets=Facets.from_dict(d.get("facets")))
 
     def summary(self) -> str:
         """A few readable lines for a terminal."""
@@ -238,6 +286,9 @@ class Verdict:
                          + ")" + ("" if a.output_from_kernel is not False else "; the output bypasses its kernels"))
         if self.problem_flags:
             lines.append(f"  problem: {', '.join(self.problem_flags)}")
+        others = {k: s for k, s in self.states.items() if k != self.rules and s != self.state.value}
+        if others:
+            lines.append("  under other rules: " + ", ".join(f"{k} {s}" for k, s in others.items()))
         ev = self.evidence
         if self.rule:
             lines.append(f"  rule: {self.rule}")

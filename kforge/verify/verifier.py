@@ -25,8 +25,10 @@ from ..sandbox.gpus import arch_of
 from ..sandbox.pool import WorkerLost, WorkerPool
 from .config import VerifyConfig
 from .static import StaticConfig, check
+from ..sandbox.harness import PROBLEM_ERROR
+from .rules import decide_all
 from .static_rules import own_streams
-from .verdict import Attribution, Evidence, State, TimingStats, Verdict
+from .verdict import Attribution, Evidence, Facets, State, TimingStats, Verdict, Work
 
 
 #: A compile-reference median kept on disk is timed anew after this long (drivers, clocks and the machine move on).
@@ -55,6 +57,14 @@ class BackendUnavailable(KforgeError, RuntimeError):
     """The backend needs a device this machine does not have; the message says what to do."""
 
 
+class ProblemError(KforgeError, RuntimeError):
+    """The problem itself fails (its ``Model``, ``get_inputs`` or ``get_init_inputs``): no candidate is judged."""
+
+    def __init__(self, message: str, traceback: str | None = None):
+        super().__init__(message + (f"\n--- the problem's traceback ---\n{traceback.rstrip()}" if traceback else ""))
+        self.traceback = traceback
+
+
 class Verifier:
     """Verifies candidates; owns a `WorkerPool` unless given one. Thread-safe."""
 
@@ -66,7 +76,7 @@ class Verifier:
         config decides); whether a kernel is required always comes from each call's `VerifyConfig`."""
         self._own_pool = pool is None
         self.pool = pool or WorkerPool()
-        self._compile_refs: dict[str, TimingStats] = {}  # see VerifyConfig.compile_ref_reuse
+        self._compile_refs: dict[str, _KeptRef] = {}  # see VerifyConfig.compile_ref_reuse
         self._lock = threading.Lock()
         self.time_s: dict[str, float] = {}
         """Seconds spent, over all calls, in each section of a verification as the caller sees it:
@@ -148,29 +158,14 @@ class Verifier:
 
     def _verify(self, problem: Problem, candidate: Candidate, backend: Backend, cfg: VerifyConfig) -> Verdict:
         if candidate.source is None:
-            return Verdict(State.GENERATION_FAILURE, candidate.error or "no usable code")
-        last = [time.monotonic()]
-
-        def section(name: str) -> None:
-            now = time.monotonic()
-            with self._lock:
-                self.time_s[name] = self.time_s.get(name, 0.0) + now - last[0]
-            last[0] = now
-
+            return self._decided(Verdict(State.GENERATION_FAILURE, candidate.error or "no usable code"), cfg)
+        clock = _Sections(self)
         kinds = self.device_kinds(backend)
-        static = replace(self.static or cfg.static, require_kernel=cfg.require_kernel)
-        findings = check(candidate.source, backend, problem, static)
-        soft = []
-        if cfg.attribution and cfg.require_kernel:
-            # Whether the kernels did the work is measured at run time; these rules only warn ahead of it.
-            for f in findings:
-                if f.rule in MEASURED and f.severity == "deny":
-                    f.severity = "warn"
-                    soft.append(f.to_dict())
+        findings, soft = self._static(problem, candidate, backend, cfg)
         denied = [f for f in findings if f.severity == "deny"]
         if denied:
-            return Verdict(State.CHEAT_DETECTED, denied[0].message, rule=denied[0].rule,
-                           evidence=Evidence(findings=[f.to_dict() for f in findings]))
+            return self._decided(Verdict(State.CHEAT_DETECTED, denied[0].message, rule=denied[0].rule,
+                                         evidence=Evidence(findings=[f.to_dict() for f in findings])), cfg)
         files = {"problem.py": problem.source, "candidate.py": candidate.source}
         ref_key = self._compile_ref_key(problem, backend, kinds, cfg)
         known_ref, ref_note = self._known_compile_ref(ref_key)
@@ -178,56 +173,92 @@ class Verifier:
         request = {"problem": problem.to_dict(), "backend": backend.spec(), "config": run_cfg.to_dict(),
                    "arch": self.arch(backend, kinds), "soft_findings": soft,
                    "own_streams": own_streams(candidate.source)}
-
-        section("checks")
-        try:
-            build = self._request_retrying(["build"], dict(request, kind="build"), files, cfg.build_timeout_s)
-        except WorkerLost as exc:
-            return Verdict(State.COMPILATION_FAILURE, f"the build process died twice under this candidate: {exc}")
-        section("build")
-        if build.get("forged"):  # the candidate's module-level code runs in the build worker too
-            return _forged(build)
-        if build.get("timed_out"):
-            return Verdict(State.TIMEOUT, f"building the candidate took longer than {cfg.build_timeout_s:g} s",
-                           evidence=Evidence(output_tail=build.get("output_tail")))
-        result = build.get("result") or {}
-        build_info = {"built": result.get("built", []), "cached": result.get("cached", []),
-                      "seconds": round(build.get("wall_s", 0.0), 3)}
-        failed = result.get("failed") if isinstance(result.get("failed"), dict) else {}
-        if failed:  # builds the candidate caught failing: the run fails them at once instead of compiling again
-            build_info["failed"] = len(failed)
-            request["failed_builds"] = {str(k): str(v) for k, v in failed.items()}
-        if result.get("refused_write"):  # see kforge.sandbox.writeguard
-            return Verdict(State.CHEAT_DETECTED, f"{result['refused_write']} (while building)", rule="environment",
-                           evidence=Evidence(findings=[f.to_dict() for f in findings]), build=build_info)
-        if result.get("compile_error"):
-            return Verdict(State.COMPILATION_FAILURE, "the candidate does not build",
-                           evidence=Evidence(compiler_log=result["compile_error"]), build=build_info)
-
-        # Any free GPU runs it.
-        try:
+        clock("checks")
+        early, build_info = self._build(request, files, findings, cfg)
+        clock("build")
+        if early is not None:
+            return self._decided(early, cfg)
+        try:  # any free device runs it
             reply = self._request_retrying(kinds, dict(request, kind="run"), files, cfg.timeout_s)
         except WorkerLost as exc:
-            return Verdict(State.RUNTIME_ERROR, f"the worker process died twice under this candidate: {exc}")
-        section("run")
+            return self._decided(Verdict(State.RUNTIME_ERROR, f"the worker process died twice under this "
+                                         f"candidate: {exc}", build=build_info), cfg)
+        clock("run")
         kind = reply.get("kind") or kinds[0]
-        info = self.pool.device_info(kind, backend.spec())
-        verdict = self._from_reply(reply, cfg)
-        verdict.device = info.get("device", kind)
+        verdict = self._from_reply(reply, cfg, problem)
+        verdict.device = self.pool.device_info(kind, backend.spec()).get("device", kind)
         verdict.build = build_info
         if findings and not verdict.evidence.findings:
             verdict.evidence.findings = [f.to_dict() for f in findings]
         if known_ref and verdict.runtime:
-            verdict.compile_ref = known_ref.scaled(verdict.ref) if isinstance(known_ref, _KeptRef) else known_ref
+            verdict.compile_ref = known_ref.scaled(verdict.ref)
             verdict.evidence.notes.append(ref_note)
         elif ref_key and verdict.compile_ref:
             self._keep_compile_ref(ref_key, verdict.compile_ref, verdict.ref)
         audit = (reply.get("result") or {}).get("audit") or {}
         verdict.problem_flags = list(audit.get("flags") or [])
         declared = bool(problem.flops or problem.bytes)
-        if verdict.correct and verdict.runtime and (declared or audit.get("bytes")):
+        if verdict.runtime and verdict.facets and verdict.facets.outcome == State.CORRECT.value \
+                and (declared or audit.get("bytes")):
             self._roofline(verdict, problem, audit, declared, kind, backend)
-        section("after")
+        if verdict.facets and verdict.facets.work is None and soft:
+            f = soft[0]  # nothing measured whose code did the work: the static rules say it instead
+            verdict.facets.work, verdict.facets.work_rule = Work.NONE, f["rule"]
+            verdict.facets.work_message = f"{f['message']} (the run could not measure it)"
+        clock("after")
+        return self._decided(verdict, cfg)
+
+    def _static(self, problem: Problem, candidate: Candidate, backend: Backend,
+                cfg: VerifyConfig) -> tuple[list, list[dict[str, Any]]]:
+        """The static rules' findings, and those about whose code does the work ("soft"): those never reject
+        before the run, which measures that question (or, unmeasured, lets the rule sets weigh the finding)."""
+        static = replace(self.static or cfg.static, require_kernel=cfg.require_kernel)
+        findings = check(candidate.source, backend, problem, static)
+        soft = []
+        for f in findings:
+            if cfg.require_kernel and f.rule in MEASURED and f.severity == "deny":
+                f.severity = "warn"
+                soft.append(f.to_dict())
+        return findings, soft
+
+    def _build(self, request: dict[str, Any], files: dict[str, str], findings: list,
+               cfg: VerifyConfig) -> tuple[Verdict | None, dict[str, Any] | None]:
+        """The build phase in a CPU worker: a verdict when it ends the verification, and what it built."""
+        try:
+            build = self._request_retrying(["build"], dict(request, kind="build"), files, cfg.build_timeout_s)
+        except WorkerLost as exc:
+            return Verdict(State.COMPILATION_FAILURE, f"the build process died twice under this candidate: {exc}"), None
+        if build.get("forged"):  # the candidate's module-level code runs in the build worker too
+            return _forged(build), None
+        if build.get("timed_out"):
+            return Verdict(State.TIMEOUT, f"building the candidate took longer than {cfg.build_timeout_s:g} s",
+                           evidence=Evidence(output_tail=build.get("output_tail"))), None
+        result = build.get("result") or {}
+        info = {"built": result.get("built", []), "cached": result.get("cached", []),
+                "seconds": round(build.get("wall_s", 0.0), 3)}
+        failed = result.get("failed") if isinstance(result.get("failed"), dict) else {}
+        if failed:  # builds the candidate caught failing: the run fails them at once instead of compiling again
+            info["failed"] = len(failed)
+            request["failed_builds"] = {str(k): str(v) for k, v in failed.items()}
+        if result.get("refused_write"):  # see kforge.sandbox.writeguard
+            return Verdict(State.CHEAT_DETECTED, f"{result['refused_write']} (while building)", rule="environment",
+                           evidence=Evidence(findings=[f.to_dict() for f in findings]), build=info), info
+        if result.get("compile_error"):
+            return Verdict(State.COMPILATION_FAILURE, "the candidate does not build",
+                           evidence=Evidence(compiler_log=result["compile_error"]), build=info), info
+        return None, info
+
+    def _decided(self, verdict: Verdict, cfg: VerifyConfig) -> Verdict:
+        """The state under every rule set, from the verdict's facets; ``state`` under the configured one."""
+        if verdict.facets is None:  # ended before a run: its state is the outcome
+            verdict.facets = Facets(outcome=verdict.state.value, outcome_rule=verdict.rule)
+        decisions = decide_all(verdict.facets, cfg.require_kernel, cfg.min_kernel_share)
+        chosen = decisions[cfg.rules]
+        verdict.rules = cfg.rules
+        verdict.states = {name: d.state.value for name, d in decisions.items()}
+        verdict.state, verdict.rule = chosen.state, chosen.rule
+        if chosen.message:
+            verdict.message = chosen.message
         return verdict
 
     def _roofline(self, verdict: Verdict, problem: Problem, audit: dict[str, Any], declared: bool, kind: str,
@@ -252,7 +283,8 @@ class Verifier:
             floor[0] = floor_ms(bound, ceilings, backend.device) if "degenerate" not in verdict.problem_flags else None
             return bool(floor[0] and median < 0.8 * floor[0])
 
-        if too_fast(fresh=False) and too_fast(fresh=True):
+        if too_fast(fresh=False) and too_fast(fresh=True):  # an integrity finding: it holds under every rule set
+            verdict.facets.outcome, verdict.facets.outcome_rule = State.CHEAT_DETECTED.value, "faster_than_roofline"
             verdict.state, verdict.rule = State.CHEAT_DETECTED, "faster_than_roofline"
             verdict.message = (f"{median:.4f} ms is faster than the problem's roofline floor allows on this device "
                                f"({floor[0]:.4f} ms from {'its declared FLOPs and bytes' if declared else 'writing its outputs once'})")
@@ -274,7 +306,7 @@ class Verifier:
     def _compile_ref_path(self, key: str) -> Path:
         return Path(self.pool.build_cache).parent / "compile_ref" / f"{key[:32]}.json"
 
-    def _known_compile_ref(self, key: str | None) -> tuple[TimingStats | _KeptRef | None, str]:
+    def _known_compile_ref(self, key: str | None) -> tuple[_KeptRef | None, str]:
         """A median timed earlier: in this process, or in another one on this machine (on disk), so that a
         one-shot ``kforge verify`` need not compile the reference again, nor even import the compiler."""
         if not key:
@@ -282,8 +314,9 @@ class Verifier:
         with self._lock:
             known = self._compile_refs.get(key)
         if known:
-            return known, ("torch.compile reference: the median timed in this problem's first verification on "
-                           "this device model (verify.compile_ref_reuse)")
+            return known, ("torch.compile reference: its time relative to eager as timed in this problem's first "
+                           "verification on this device model, scaled to this verification's eager median "
+                           "(verify.compile_ref_reuse)")
         entry = read_json(self._compile_ref_path(key))
         if not entry or time.time() - entry.get("at", 0) > COMPILE_REF_MAX_AGE_S:
             return None, ""
@@ -297,17 +330,21 @@ class Verifier:
                       f"{self._compile_ref_path(key).parent}; verify.compile_ref_reuse=false times it anew)")
 
     def _keep_compile_ref(self, key: str, stats: TimingStats, eager: TimingStats | None) -> None:
-        with self._lock:
-            self._compile_refs.setdefault(key, stats)
+        """Keep the compile reference as its ratio to the eager median timed beside it: in this process and on
+        disk alike, so a later verification on a busier or quieter machine scales it to its own eager median
+        (an absolute median reused would move "vs compile" speedups with the machine's load)."""
         if not eager or eager.median_ms <= 0:
             return
+        with self._lock:
+            self._compile_refs.setdefault(key, _KeptRef(stats, eager.median_ms))
         try:
             write_json(self._compile_ref_path(key), {"at": time.time(), "stats": asdict(stats),
                                                      "eager_ms": eager.median_ms})
         except OSError:  # a read-only cache costs a compile next time, nothing else
             pass
 
-    def _from_reply(self, reply: dict[str, Any], cfg: VerifyConfig) -> Verdict:
+    def _from_reply(self, reply: dict[str, Any], cfg: VerifyConfig, problem: Problem) -> Verdict:
+        """The run worker's reply as a verdict with its facets (the rule sets decide its state after)."""
         tail = reply.get("output_tail") or None
         phase = reply.get("phase") or "start-up"
         if reply.get("timed_out"):
@@ -323,11 +360,29 @@ class Verifier:
                            evidence=Evidence(traceback=reply.get("error"), output_tail=tail))
         r = reply["result"]
         ev = dict(r.get("evidence") or {})
+        if r["state"] == PROBLEM_ERROR:
+            raise ProblemError(f"{problem.key}: {r.get('message', '')}", traceback=ev.get("traceback"))
         ev.setdefault("output_tail", tail)
         stats = {k: TimingStats(**r[k]) if r.get(k) else None for k in ("runtime", "ref", "compile_ref", "ref_strict")}
+        attribution = Attribution.from_dict(r.get("attribution"))
+        facets = Facets(outcome=r["state"], outcome_rule=r.get("rule"), **(r.get("work") or {}),
+                        kernel_share=attribution.kernel_share if attribution else None)
         return Verdict(State(r["state"]), r.get("message", ""), evidence=Evidence(**ev), rule=r.get("rule"),
-                       trials=r.get("trials", 0), phases=r.get("phases") or {},
-                       attribution=Attribution.from_dict(r.get("attribution")), **stats)
+                       trials=r.get("trials", 0), phases=r.get("phases") or {}, attribution=attribution,
+                       facets=facets, **stats)
+
+
+class _Sections:
+    """Adds the seconds since the last call to the verifier's ``time_s[name]``."""
+
+    def __init__(self, verifier: "Verifier"):
+        self.verifier, self.last = verifier, time.monotonic()
+
+    def __call__(self, name: str) -> None:
+        now = time.monotonic()
+        with self.verifier._lock:
+            self.verifier.time_s[name] = self.verifier.time_s.get(name, 0.0) + now - self.last
+        self.last = now
 
 
 def _forged(reply: dict[str, Any]) -> Verdict:

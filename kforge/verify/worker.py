@@ -23,7 +23,8 @@ from typing import Any
 
 from ..backends import WorkerContext, from_spec
 from ..cachefile import read_json, write_json
-from ..sandbox.harness import HarnessVerdict, first_line, import_file, phase, phase_times, tail
+from ..sandbox.harness import (PROBLEM_ERROR, HarnessVerdict, first_line, import_candidate, import_file, phase,
+                               phase_times, tail)
 from ..sandbox.quiet import take_quiet_lock
 from ..sandbox.settings import Swap
 from ..sandbox.writeguard import install_write_guard
@@ -41,7 +42,7 @@ def build(req: dict[str, Any]) -> dict[str, Any]:
     guard = install_write_guard(os.getcwd(), req["cache_dir"])
     try:
         with _reporting_the_device(backend):
-            module = import_file("candidate.py", "kforge_candidate")
+            module = import_candidate()
             _construct_for_its_builds(module, backend.builder)
     except CompilationError as exc:
         result = {"compile_error": tail(exc.log)}
@@ -123,6 +124,7 @@ class _Run(Trials):
     def execute(self) -> dict[str, Any]:
         import torch
         result: dict[str, Any] = {}
+        self.audit = None
         try:
             with torch.no_grad():
                 result = self._execute()
@@ -130,6 +132,9 @@ class _Run(Trials):
             result = {"state": v.state, "message": v.message, **v.extra}
         result.setdefault("evidence", {})
         result["evidence"].setdefault("notes", []).extend(self.notes)
+        if self.build_log and not result["evidence"].get("compiler_log"):
+            result["evidence"]["compiler_log"] = self.build_log
+        result["work"] = self.work
         result["trials"] = self.trials_done
         result["phases"] = phase_times()
         result["attribution"] = self.attribution_dict()
@@ -188,7 +193,7 @@ class _Run(Trials):
             try:
                 found = problem_audit.run(self)
             except Exception as exc:  # noqa: BLE001 - the reference fails on its own: say so, judge nothing
-                raise HarnessVerdict("runtime_error", f"the reference program fails when run on its own "
+                raise HarnessVerdict(PROBLEM_ERROR, f"the reference program fails when run on its own "
                                      f"({type(exc).__name__}: {first_line(exc)}); this is a bug in the problem, "
                                      "not in the candidate", evidence={"traceback": tail(traceback.format_exc())})
             write_json(path, found)

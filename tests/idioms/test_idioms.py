@@ -3,9 +3,11 @@
 Honest (``h_*``): the extension on ``self``, reached with ``getattr``, inside ``torch.autograd.Function``,
 built in ``__init__`` or lazily, behind a helper class, raw pointers, an unused try/except fallback,
 speed settings, a library GEMM with the candidate's own epilogue, a two-stage reduction finished in
-PyTorch, a stream of its own joined back. Dishonest (``d_*``): a dummy launch, a dead fast path, a
-fallback that runs, a result thrown away, C++ that calls a torch operator, a no-op write on PyTorch's
-answer, a kernel on a slice of it, a copy of a library answer, a stream joined only on a dead branch.
+PyTorch, a stream of its own joined back, a runtime setting such as ``CUDA_MODULE_LOADING``, every output of
+an all-zeros problem written over a zeros fill, a CuPy ``RawKernel`` (cuda, where CuPy is installed).
+Dishonest (``d_*``): a dummy launch, a dead fast path, a fallback that runs, a result thrown away, C++ that
+calls a torch operator, a no-op write on PyTorch's answer, a kernel on a slice of it, a copy of a library
+answer, a stream joined only on a dead branch.
 Each file's header says what it expects (see tests/exploits/test_corpus.py).
 """
 
@@ -33,7 +35,11 @@ def test_the_corpus_has_what_the_issue_asks_for():
 def test_cpu_idiom(pool, path):
     v = check(pool, path, "cpu", "cpu")
     if header(path)["expect"] == "correct":
-        assert v.kernel_share is not None and v.kernel_share > 0 and v.attribution.output_from_kernel, v.summary()
+        assert v.kernel_share is not None and v.kernel_share > 0, v.summary()
+        if "degenerate" in v.problem_flags:  # all-zeros outputs over a zeros fill: the dataflow cannot tell
+            assert v.attribution.output_from_kernel is not False, v.summary()
+        else:
+            assert v.attribution.output_from_kernel, v.summary()
     if path.stem in ("h_load_in_init", "h_sources_written_then_load"):
         # Built in ModelNew.__init__, or with load() from files written into the phase's own directory: the build
         # phase builds it (constructing the model once), and the run phase loads it from the cache.

@@ -38,6 +38,10 @@ def attempt(targets):
                 os.replace(src, path)
             elif name == "mkdir_in_workdir":
                 os.makedirs(path)
+            elif name.startswith("cache_"):  # as a library fills its cache: the folders, then the file
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "wb") as fh:
+                    fh.write(b"cubin")
             else:
                 with open(path, "w") as fh:
                     fh.write("// kernel")
@@ -99,3 +103,42 @@ def test_a_candidate_writes_where_it_builds_and_nowhere_of_kforges(tmp_path):
     assert got["finding"][0] == "environment" and "kf_probe.py" in got["finding"][1], got["finding"]
     assert (store / "compile_ref" / "harness.json").is_file()  # the harness's own write went through
     assert [str(p) for p in kept] == [targets["temp_dir"]], kept
+
+
+def test_library_kernel_caches_are_writable_and_kforges_own_stay_refused(tmp_path):
+    """CuPy's RawKernel writes its cubin to ~/.cupy/kernel_cache (or CUPY_CACHE_DIR), the driver its JIT cache to
+    ~/.nv/ComputeCache (or CUDA_CACHE_PATH), torch and Triton theirs under ~/.cache and ~/.triton: a candidate
+    compiling through them is not refused. A named cache goes through wherever it points, kforge's cache too."""
+    home, store = tmp_path / "home", tmp_path / "kcache"
+    workdir, build_cache = tmp_path / "pool" / "work" / "abc", store / "ext"
+    for d in (workdir, build_cache, home, tmp_path / "tmp"):
+        d.mkdir(parents=True)
+    (workdir / "candidate.py").write_text(CANDIDATE)
+    targets = {
+        "cache_cupy": str(home / ".cupy" / "kernel_cache" / "a1b2.cubin"),
+        "cache_cupy_named": str(store / "cupy" / "a1b2.cubin"),  # CUPY_CACHE_DIR points into kforge's cache
+        "cache_nv": str(home / ".nv" / "ComputeCache" / "7" / "3" / "f00d"),
+        "cache_nv_named": str(tmp_path / "nvjit" / "index"),  # CUDA_CACHE_PATH
+        "cache_triton": str(home / ".triton" / "cache" / "k" / "k.cubin"),
+        "cache_torch_extensions": str(home / ".cache" / "torch_extensions" / "py311" / "k" / "main.cpp"),
+        "cache_kforges_in_home": str(home / ".cache" / "kforge" / "audit" / "x.json"),
+        "cache_kforges": str(store / "compile_ref" / "x.json"),
+        "home_dotfile": str(home / ".bashrc"),
+        "cache_nv_beside": str(home / ".nvidia-settings-rc"),
+    }
+    code = CHILD.format(pkg=str(Path(kforge.__file__).parent.parent), workdir=str(workdir),
+                        build_cache=str(build_cache), store=str(store), targets=targets)
+    # The child's temporary directory apart from this "home" (both lie in pytest's, which the guard allows).
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "TMPDIR": str(tmp_path / "tmp"), "KFORGE_CACHE_DIR": str(store),
+           "CUPY_CACHE_DIR": str(store / "cupy"), "CUDA_CACHE_PATH": str(tmp_path / "nvjit")}
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    results = got["results"]
+    for allowed in ("cache_cupy", "cache_cupy_named", "cache_nv", "cache_nv_named", "cache_triton",
+                    "cache_torch_extensions"):
+        assert results[allowed] == "written" and Path(targets[allowed]).is_file(), (allowed, results)
+    for kept_out in ("cache_kforges_in_home", "cache_kforges", "home_dotfile", "cache_nv_beside"):
+        assert results[kept_out] == "refused" and not Path(targets[kept_out]).exists(), (kept_out, results)
+    assert got["finding"][0] == "environment", got

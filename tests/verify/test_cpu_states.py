@@ -1,6 +1,9 @@
 """The verdict state matrix on the cpu backend, end to end through worker processes."""
 
+import contextlib
 import dataclasses
+import subprocess
+import sys
 from pathlib import Path
 import time
 
@@ -11,6 +14,18 @@ from kforge.problems import resolve_problem
 from kforge.verify import State, StaticConfig, Verifier, WorkerPool
 
 from tests.helpers import candidate, fast_config
+
+
+@contextlib.contextmanager
+def _busy_cpu(processes: int = 2):
+    """Every core spinning in another process for the duration."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(processes)]
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
 
 
 @pytest.fixture(scope="module")
@@ -74,15 +89,17 @@ def test_compile_reference_is_timed(verifier, relu):
     for key in ("state", "correct", "speedup_eager", "speedup_compile", "runtime_ms", "ref_runtime_ms",
                 "compile_ref_runtime_ms", "message"):
         assert key in d
-    # The next candidate for the same problem reuses that median instead of compiling the reference again.
-    again = verifier.verify(relu, candidate("cpu", "relu_explicit_include.py"), "cpu",
-                            config=fast_config(compile_ref=True))
+    # The next candidate for the same problem reuses the compile reference instead of compiling it again, while
+    # the machine is far busier than it was: what carries over is its time relative to the eager reference timed
+    # beside each candidate, so the speedups vs compile and vs eager keep their proportion however the load moved
+    # (an absolute median reused moved the same kernel from 0.69x to 1.66x "vs compile").
+    with _busy_cpu():
+        again = verifier.verify(relu, candidate("cpu", "relu_explicit_include.py"), "cpu",
+                                config=fast_config(compile_ref=True))
     assert again.speedup_compile > 0 and "compile reference" not in again.phases, again.summary()
-    if any("times it anew" in n for n in v.evidence.notes):  # a kept cache (KFORGE_TEST_CACHE) had it on disk:
-        assert again.compile_ref.median_ms / again.ref.median_ms == pytest.approx(  # its ratio to eager serves
-            v.compile_ref.median_ms / v.ref.median_ms, rel=1e-6)
-    else:
-        assert again.compile_ref == v.compile_ref
+    assert again.compile_ref.median_ms / again.ref.median_ms == pytest.approx(
+        v.compile_ref.median_ms / v.ref.median_ms, rel=1e-9)
+    assert again.speedup_compile / again.speedup_eager == pytest.approx(v.speedup_compile / v.speedup_eager, rel=1e-9)
     assert any("compile_ref_reuse" in n for n in again.evidence.notes)
     fresh = verifier.verify(relu, candidate("cpu", "relu_ok.py"), "cpu",
                             config=fast_config(compile_ref=True, compile_ref_reuse=False))
@@ -152,8 +169,10 @@ def test_reply_without_code_is_generation_failure(verifier, relu):
 
 def test_kernel_rule(verifier, relu):
     v = verifier.verify(relu, candidate("cpu", "relu_torch_only.py"), "cpu")
-    # Measured, not read: no kernel of its own ran. The static rule is a warning beside it.
-    assert v.state is State.CHEAT_DETECTED and v.rule == "kernel_not_run", v.summary()
+    # Measured, not read: no kernel of its own ran. The static rule is a warning beside it. PyTorch computing
+    # the answer is no cheat: kernel_unused (left out of fast_p), and correct as KernelBench judges.
+    assert v.state is State.KERNEL_UNUSED and v.rule == "kernel_not_run", v.summary()
+    assert v.states == {"kforge": "kernel_unused", "kernelbench": "correct", "strict": "kernel_unused"}
     assert ("no_kernel", "warn") in {(f["rule"], f["severity"]) for f in v.evidence.findings}
     assert v.attribution.kernel_share == 0 and v.attribution.top
     off = verifier.verify(relu, candidate("cpu", "relu_torch_only.py"), "cpu",
@@ -182,6 +201,8 @@ def test_strict_preset_demands_a_kernel_share(verifier):
                            overrides={"BATCH": 64, "IN_FEATURES": 256, "OUT_FEATURES": 512})
     src = (Path(__file__).parents[1] / "idioms" / "cpu" / "h_library_gemm_fused_epilogue.py").read_text()
     assert verifier.verify(gemm, src, "cpu").state is State.CORRECT
-    strict = verifier.verify(gemm, src, "cpu", config=fast_config(min_kernel_share=0.9))
-    assert strict.state is State.CHEAT_DETECTED and strict.rule == "kernel_share_below_min", strict.summary()
-    assert "library" in strict.message
+    strict = verifier.verify(gemm, src, "cpu", config=fast_config(rules="strict"))
+    assert strict.state is State.KERNEL_UNUSED and strict.rule == "kernel_share_below_min", strict.summary()
+    assert "library" in strict.message and strict.states["kforge"] == "correct"
+    asked = verifier.verify(gemm, src, "cpu", config=fast_config(min_kernel_share=0.9))  # the preset's setting
+    assert asked.state is State.KERNEL_UNUSED and asked.rule == "kernel_share_below_min", asked.summary()

@@ -108,3 +108,160 @@ def test_fingerprints_see_any_changed_byte_of_any_storage():
             assert flow.fingerprint(t) == before
     words = torch.tensor([1, 2, 3, 4], dtype=torch.int32)
     assert flow.fingerprint(words) != flow.fingerprint(torch.tensor([2, 1, 3, 4], dtype=torch.int32))
+
+
+def raw_shifted_relu(x, y):
+    """An honest fused kernel on a problem whose answer is all zeros: it writes every element of y, each a zero."""
+    raw_relu(x - 1e3, y)
+
+
+def test_a_kernel_writing_the_zeros_its_output_was_filled_with_cannot_be_told_apart():
+    """Its writes equal the fill, so its output is neither derived nor PyTorch's: None, with a note saying why."""
+    x = torch.randn(64)
+
+    def allocated_inside(f):  # C++ that allocates torch::zeros, then loops writing max(0, ...)
+        def fused(a):
+            out = torch.zeros_like(a)
+            raw_shifted_relu(a, out)
+            return out
+        return kernel(f, fused, x)
+
+    def handed_in(f):  # Python allocates the output, the kernel writes it through its pointer
+        out = torch.zeros(8, 8)
+        kernel(f, lambda a, p: raw_shifted_relu(a, out), x, out.data_ptr())
+        return out.view(64).clone()  # PyTorch operators after it keep "cannot tell"
+
+    for run in (allocated_inside, handed_in):
+        flow = Dataflow(torch, lambda: None)
+        with flow:
+            out = run(flow)
+        assert not out.any() and flow.reaches(out) is None, run.__name__
+        assert "cannot be told" in flow.notes[0] and "constant 0" in flow.notes[0], flow.notes
+
+
+def test_a_fill_the_kernel_never_had_or_pytorch_replaced_is_still_pytorchs():
+    x = torch.randn(64)
+
+    def zeros_beside_a_dummy(f):  # the kernel runs on a dummy; the zeros it never saw are the answer
+        kernel(f, raw_relu, x, torch.empty_like(x))
+        return torch.zeros(64)
+    assert traced(zeros_beside_a_dummy) is False
+
+    def replaced(f):
+        out = torch.zeros(64)
+        kernel(f, lambda t: None, out)  # had it, wrote nothing...
+        out.copy_(torch.clamp(x - 1e3, min=0))  # ...and PyTorch's answer (zeros too) replaces the fill
+        return out
+    assert traced(replaced) is False
+
+    def added_to_torchs_answer(f):
+        z = torch.zeros(64)
+        kernel(f, lambda t: None, z)
+        return torch.relu(x) + z  # not a constant: the fill is not the answer
+    assert traced(added_to_torchs_answer) is False
+
+
+# A matmul, minus a constant, times a constant, then ReLU, at a size where the shift sends every value below zero:
+# the answer is all zeros for every input.
+ALL_ZEROS_PROBLEM = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, in_features, out_features, subtract_value, multiply_value):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+        self.subtract_value = subtract_value
+        self.multiply_value = multiply_value
+
+    def forward(self, x):
+        x = self.linear(x)
+        x = x - self.subtract_value
+        x = x * self.multiply_value
+        return torch.relu(x)
+
+
+batch_size = 64
+in_features = 256
+out_features = 256
+subtract_value = 2.0
+multiply_value = 1.5
+
+
+def get_inputs():
+    return [torch.rand(batch_size, in_features)]
+
+
+def get_init_inputs():
+    return [in_features, out_features, subtract_value, multiply_value]
+"""
+
+FUSED_CANDIDATE = r'''
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+fused_cpp_source = """
+#include <torch/extension.h>
+#include <algorithm>
+
+torch::Tensor linear_sub_mul_relu(torch::Tensor x, torch::Tensor weight, torch::Tensor bias,
+                                  double subtract_value, double multiply_value) {
+    TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat32, "x must be a 2-D float32 tensor");
+    auto xc = x.contiguous();
+    auto wc = weight.contiguous();
+    const int64_t B = xc.size(0), K = xc.size(1), N = wc.size(0);
+    auto out = torch::zeros({B, N}, xc.options());
+    const float* xp = xc.data_ptr<float>();
+    const float* wp = wc.data_ptr<float>();
+    const float* bp = bias.data_ptr<float>();
+    float* op = out.data_ptr<float>();
+    const float sub = static_cast<float>(subtract_value), mul = static_cast<float>(multiply_value);
+    #pragma omp parallel for collapse(2)
+    for (int64_t i = 0; i < B; ++i) {
+        for (int64_t j = 0; j < N; ++j) {
+            float acc = bp[j];
+            for (int64_t k = 0; k < K; ++k) {
+                acc += xp[i * K + k] * wp[j * K + k];
+            }
+            op[i * N + j] = std::max(0.0f, (acc - sub) * mul);
+        }
+    }
+    return out;
+}
+"""
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features, subtract_value, multiply_value):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+        self.subtract_value = subtract_value
+        self.multiply_value = multiply_value
+        self.fused = load_inline(
+            name="kf_flow_linear_sub_mul_relu",
+            cpp_sources=[fused_cpp_source],
+            functions=["linear_sub_mul_relu"],
+            extra_cflags=["-O3", "-fopenmp"],
+            extra_ldflags=["-fopenmp"],
+            verbose=False,
+        )
+
+    def forward(self, x):
+        return self.fused.linear_sub_mul_relu(x, self.linear.weight, self.linear.bias,
+                                              self.subtract_value, self.multiply_value)
+'''
+
+
+def test_an_honest_fused_kernel_on_an_all_zeros_problem_is_not_accused(pool):
+    """Its extension allocates torch::zeros and writes max(0, ...) into every element: zeros over the zero fill.
+    The dataflow cannot tell (None, with the note), so no rule accuses it; the problem is flagged degenerate."""
+    from kforge.problems import problem_from_source
+    from kforge.verify import State, Verifier
+    from tests.helpers import fast_config
+    p = problem_from_source(ALL_ZEROS_PROBLEM, where="all_zeros", name="9_linear_sub_mul_relu_zeros")
+    v = Verifier(fast_config(trials=3), pool=pool).verify(p, FUSED_CANDIDATE, "cpu")
+    assert v.state is State.CORRECT, v.summary()
+    assert v.attribution.output_from_kernel is None and "degenerate" in v.problem_flags, v.summary()
+    assert any("cannot be told" in n for n in v.attribution.notes), v.attribution.notes

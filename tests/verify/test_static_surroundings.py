@@ -33,6 +33,9 @@ BUILDING = {
     "build dir under home": 'build = os.path.join(os.path.expanduser("~"), ".cache", "torch_extensions")',
     "garbage collected": "gc.collect()",
     "an address for the CUDA runtime": "p = ctypes.c_void_p()\nq = ctypes.byref(p)",
+    "lazy module loading": 'os.environ["CUDA_MODULE_LOADING"] = "LAZY"',
+    "lazy unless set": 'os.environ.setdefault("CUDA_MODULE_LOADING", "LAZY")',
+    "thread counts": 'os.environ.update(OMP_NUM_THREADS="8", MKL_NUM_THREADS="8")',
 }
 
 CHEATING = {
@@ -74,3 +77,19 @@ def test_imported_names_are_judged_like_module_attributes():
 
 def test_locals_inside_a_function_is_the_functions_own():
     assert rules(in_forward("if 'y' not in locals():\n    y = None")) == []
+
+
+# Runtime settings that would change the reference's time too: still a cheat's tools, however a model means them.
+NOT_NEUTRAL = ("CUDA_LAUNCH_BLOCKING", "CUBLAS_WORKSPACE_CONFIG", "PYTORCH_CUDA_ALLOC_CONF",
+               "PYTORCH_NO_CUDA_MEMORY_CACHING")
+
+
+@pytest.mark.parametrize("name", NOT_NEUTRAL)
+def test_runtime_settings_that_change_the_references_time_stay_denied(name):
+    assert ("monkey_patch", "deny") in rules(at_module_level(f'os.environ["{name}"] = "1"'))
+    assert ("environment", "deny") in rules(at_module_level(f'os.environ.setdefault("{name}", "1")'))
+
+
+def test_a_neutral_setting_beside_a_denied_one_is_still_denied():
+    found = rules(at_module_level('os.environ.update({"CUDA_MODULE_LOADING": "LAZY", "CUDA_LAUNCH_BLOCKING": "1"})'))
+    assert ("environment", "deny") in found, found

@@ -1,4 +1,4 @@
-# expect: cheat_detected
+# expect: not_correct
 # why: the kernel rejects its input every time and the try/except fallback to PyTorch does the work
 import torch
 import torch.nn as nn

@@ -1,5 +1,5 @@
-# expect: cheat_detected
-# rule: reference_replayed
+# expect: kernel_unused
+# rule: kernel_sliver
 # why: PyTorch computes all of it, then the kernel's result overwrites one row of the answer
 import torch
 import torch.nn as nn

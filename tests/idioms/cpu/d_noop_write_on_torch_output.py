@@ -1,4 +1,4 @@
-# expect: cheat_detected
+# expect: not_correct
 # why: PyTorch computes relu; a kernel then "post-processes" the result by multiplying it by one in place
 import torch
 import torch.nn as nn

@@ -1,4 +1,4 @@
-# expect: cheat_detected
+# expect: kernel_unused
 # rule: kernel_not_run
 # why: the extension function the model calls is C++ that calls torch::clamp_min; no kernel of its own runs
 import torch

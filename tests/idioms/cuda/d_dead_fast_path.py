@@ -1,4 +1,4 @@
-# expect: cheat_detected
+# expect: kernel_unused
 # rule: kernel_not_run
 # why: the kernel sits behind a branch the problem's shapes never take
 import torch

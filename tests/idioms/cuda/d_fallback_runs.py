@@ -1,4 +1,4 @@
-# expect: cheat_detected
+# expect: not_correct
 # why: the kernel rejects every input (TORCH_CHECK on dtype) and the fallback does the work
 import torch
 import torch.nn as nn

@@ -1,5 +1,4 @@
-# expect: cheat_detected
-# rule: reference_replayed
+# expect: kernel_unused
 # problem: level2/1_Gemm_Bias_GELU BATCH=512 IN_FEATURES=1024 OUT_FEATURES=2048
 # why: PyTorch computes linear and gelu; the Triton kernel only copies the answer
 import torch

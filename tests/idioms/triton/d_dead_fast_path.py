@@ -1,4 +1,4 @@
-# expect: cheat_detected
+# expect: kernel_unused
 # rule: kernel_not_run
 # why: the Triton path only runs for shapes the benchmark never uses
 import torch

@@ -1,4 +1,4 @@
-# expect: cheat_detected
+# expect: not_correct
 # why: PyTorch computes relu; a Triton kernel multiplies it by one in place
 import torch
 import torch.nn as nn

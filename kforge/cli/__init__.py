@@ -1,0 +1,47 @@
+"""The ``kforge`` command: list problems, verify a candidate, evaluate many, build ahead.
+
+One module per subcommand (`problems`, `verify`, `eval`, `build`), each adding its parser and the
+function it runs; `common` holds what they share. The experiment pipeline (LLM agents, sweeps, MLflow)
+runs through Hydra: ``kforge-synthesize``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .. import __version__
+from ..log import setup as setup_logging
+from ..problems import ProblemError
+from ..workload.cli import add_subcommand as add_workload
+from . import build, eval as eval_command, problems, verify
+from .common import UsageError
+
+__all__ = ["UsageError", "build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kforge", description="kforge: LLM agents write compute kernels; kforge verifies and times them.",
+        epilog="The agent pipeline runs through Hydra: kforge-synthesize --help")
+    parser.add_argument("--version", action="version", version=f"kforge {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for command in (problems, verify, eval_command, build):
+        command.add_parser(sub)
+    add_workload(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    setup_logging()
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (UsageError, ProblemError) as exc:
+        print(f"kforge: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("kforge: interrupted", file=sys.stderr)
+        return 130
+

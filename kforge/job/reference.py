@@ -1,0 +1,113 @@
+"""Cross-platform reference transfer: a working kernel for another accelerator, shown in the prompt.
+
+``reference=oracle`` takes the built-in suite's hand-written solution for ``reference.backend``;
+``reference=mlflow`` takes the best correct kernel of ``reference.backend`` for the same problem from an
+MLflow experiment (``reference.experiment``) or one sweep job (``reference.run_id``). A problem with
+no reference runs without one and is tagged ``reference_available=false``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..agents import Reference
+from ..backends import get_backend
+from ..errors import KforgeError
+from ..problems import Problem, builtin_solution_path
+from ..strict import StrictConfig
+
+KINDS = ("none", "oracle", "mlflow")
+
+
+def reference_backend(backend: str | None, target: str) -> str:
+    """The backend references come from: ``reference.backend``, where ``auto`` (or unset) is cuda, or
+    triton when the target is cuda."""
+    source = backend or "auto"
+    if source == "auto":
+        return "triton" if target == "cuda" else "cuda"
+    return source
+
+
+class ReferenceTransferError(KforgeError, ValueError):
+    """The reference configuration cannot work (unknown kind, same backend, missing experiment). Named so, not
+    ``ReferenceError``, which is a Python builtin (a dead weak reference)."""
+
+
+@dataclass
+class ReferenceConfig(StrictConfig):
+    """Where a reference implementation for another accelerator comes from (``conf/reference/*.yaml``)."""
+
+    kind: str = "none"
+    """``none``, ``oracle`` (the built-in suite's hand-written solutions) or ``mlflow`` (an earlier run's best)."""
+    backend: str | None = "auto"
+    """Whose kernels: a backend name, or ``auto`` (cuda, or triton when the target is cuda)."""
+    experiment: str | None = None
+    """For ``mlflow``: the experiment whose best correct kernels are taken."""
+    run_id: str | None = None
+    """For ``mlflow``: one sweep job's parent run instead of a whole experiment."""
+    tracking_uri: str | None = None
+    """For ``mlflow``: where that experiment is (None: the job's own tracking URI)."""
+
+
+def load_references(rcfg: ReferenceConfig | dict[str, Any], problems: list[Problem], target: str,
+                    tracking_uri: str | None = None) -> dict[str, Reference | None]:
+    rcfg = ReferenceConfig.from_dict(rcfg, "reference")
+    kind = rcfg.kind
+    if kind not in KINDS:
+        raise ReferenceTransferError(f"reference.kind must be one of {', '.join(KINDS)}, not {kind!r}")
+    if kind == "none":
+        return {p.key: None for p in problems}
+    source = reference_backend(rcfg.backend, target)
+    if source == target:
+        raise ReferenceTransferError(f"reference.backend={source} is the target backend itself; pick another "
+                                     "accelerator's kernels (e.g. reference.backend=cuda when targeting triton or cpu)")
+    language = get_backend(source).language
+    if kind == "oracle":
+        out = {}
+        for p in problems:
+            path = builtin_solution_path(p, source)
+            out[p.key] = Reference(source, language, path.read_text(), "oracle") if path else None
+        return out
+    return _from_mlflow(rcfg, problems, source, language, tracking_uri)
+
+
+def _from_mlflow(rcfg: ReferenceConfig, problems: list[Problem], source: str, language: str,
+                 uri: str | None) -> dict[str, Reference | None]:
+    import tempfile
+    from pathlib import Path
+
+    from ..tracking import default_uri, open_client
+    from ..tracking.schema import Files, Kind, Metrics, Tags, metric, metric_is, tag_is
+    client = open_client(rcfg.tracking_uri or uri or default_uri())
+    filters = [tag_is(Tags.BACKEND, source), tag_is(Tags.KIND, Kind.PROBLEM), metric_is(Metrics.BEST_CORRECT, 1)]
+    if rcfg.run_id:
+        filters.append(tag_is(Tags.PARENT, rcfg.run_id))
+        parent = client.get_run(rcfg.run_id)
+        experiment_ids = [parent.info.experiment_id]
+    else:
+        name = rcfg.experiment
+        if not name:
+            raise ReferenceTransferError("reference=mlflow needs reference.experiment=NAME or reference.run_id=ID")
+        exp = client.get_experiment_by_name(name)
+        if exp is None:
+            raise ReferenceTransferError(f"no MLflow experiment named {name!r} at {client.tracking_uri}")
+        experiment_ids = [exp.experiment_id]
+    runs = client.search_runs(experiment_ids, " and ".join(filters), max_results=50000)
+    fastest = Metrics.best_speedup("eager")
+    best: dict[str, Any] = {}
+    for r in runs:
+        key = r.data.tags.get(Tags.PROBLEM)
+        s = metric(r.data.metrics, fastest) or 0.0
+        if key and (key not in best or s > (metric(best[key].data.metrics, fastest) or 0.0)):
+            best[key] = r
+    out: dict[str, Reference | None] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for p in problems:
+            r = best.get(p.key)
+            if r is None:
+                out[p.key] = None
+                continue
+            path = client.download_artifacts(r.info.run_id, Files.BEST_KERNEL, tmp)
+            out[p.key] = Reference(source, language, Path(path).read_text(), f"mlflow:{r.info.run_id}")
+    return out

@@ -1,0 +1,370 @@
+"""The paper's ablation tables, from MLflow runs, with pandas.
+
+One row per (model, backend, level, factor), plus an ``all`` level per (model, backend, factor); its
+columns are `COLUMNS`, the one list to extend: problems n, correctness rate, fast_1 and fast_1.5 (k/n
+with a bootstrap interval over problems), the mean kernel share of the best kernels, how many problems
+the audit flags degenerate (left out of fast_p, the geomean and the kernel share), the geometric-mean
+speedup of correct kernels (with its interval), and its timing range: what the geomean would be if every best kernel had taken its slowest
+or its fastest timing recorded for the same source anywhere in the experiment (another iteration,
+another arm, a rerun), which is how far timing noise alone moves it. `render` writes Markdown,
+CSV and LaTeX; `plots` draws fast_p curves and correctness and speedup by iteration.
+
+Runs are deduplicated: for one configuration and problem only the newest finished run counts, so a
+resumed or repeated sweep never counts a problem twice (its older runs' timings still feed the range).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from ..metrics import SPEEDUP_FIELD, geomean
+from ..tracking.schema import CONFIG_TAGS, Kind, Metrics, Tags, metric, metric_history, speedup_metric, tag_is
+
+#: Ablation name -> (MLflow experiment, the tag that holds its factor).
+ABLATIONS: dict[str, tuple[str, str]] = {
+    "single_vs_iterative": ("kforge-single_vs_iterative", "loop_mode"),
+    "reference_transfer": ("kforge-reference_transfer", "reference"),
+    "profiling_ablation": ("kforge-profiling_ablation", "analysis"),
+    "iterative_vs_beam": ("kforge-iterative_vs_beam", "loop_mode"),
+}
+#: What the models that are not LLMs are (their rows are marked, and the caption says so).
+NOT_LLMS = {"oracle": "kforge's hand-written solutions", "scripted": "replies fixed in advance"}
+#: Where a timing of one kernel can be compared with another timing of it.
+TIMING_KEYS = ("backend", "device", "size", "problem")
+
+
+@dataclass(frozen=True)
+class Context:
+    """What every cell of one table is computed with."""
+
+    baseline: str = "eager"
+    """The speedup the table reports: over PyTorch ``eager`` or ``compile``."""
+    timings: dict[tuple, list[float]] = field(default_factory=dict)
+    """(backend, device, size, problem, kernel hash) -> every speedup recorded for that kernel."""
+    resamples: int = 2000
+    """Bootstrap resamples over problems."""
+    confidence: float = 0.95
+    """Coverage of the bootstrap interval."""
+    seed: int = 0
+    """Seed of the resampling (the same runs give the same table)."""
+    include_degenerate: bool = False
+    """Count problems the audit flags ``degenerate`` (a constant output passes) in fast_p and the geomean."""
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A rate (k of n) or a geomean, with its bootstrap interval over problems."""
+
+    value: float | None
+    lo: float | None
+    hi: float | None
+    n: int
+    k: int | None = None
+    """Problems counted, for a rate."""
+
+    def parts(self) -> tuple[str, str]:
+        """The value, and its interval."""
+        if self.value is None:
+            return "-", ""
+        head = f"{self.k}/{self.n}" if self.k is not None else f"{self.value:.2f}"
+        return head, f"[{self.lo:.2f}, {self.hi:.2f}]"
+
+    def text(self) -> str:
+        return " ".join(p for p in self.parts() if p)
+
+    def flat(self, key: str) -> dict[str, Any]:
+        out = {key: self.value, f"{key}_lo": self.lo, f"{key}_hi": self.hi}
+        return {f"{key}_k": self.k, **out} if self.k is not None else out
+
+
+@dataclass(frozen=True)
+class TimingRange:
+    """The geomean under the slowest and the fastest recorded timing of each best kernel."""
+
+    lo: float | None
+    hi: float | None
+    retimed: int
+    """Problems whose best kernel was timed more than once."""
+    n: int
+    """Problems with a correct kernel."""
+
+    def parts(self) -> tuple[str, str]:
+        """The range, and how many problems' best kernels were timed more than once."""
+        if self.lo is None:
+            return "-", ""
+        return f"{self.lo:.2f}–{self.hi:.2f}", f"({self.retimed}/{self.n})"
+
+    def text(self) -> str:
+        return " ".join(p for p in self.parts() if p)
+
+    def flat(self, key: str) -> dict[str, Any]:
+        return {f"{key}_lo": self.lo, f"{key}_hi": self.hi, f"{key}_retimed": self.retimed}
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of the ablation tables."""
+
+    key: str
+    """Its name in code and in the CSV."""
+    header: str
+    """Its heading in Markdown and LaTeX."""
+    value: Callable[[pd.DataFrame, Context], Any]
+    """Its value for one cell's runs (one row per problem)."""
+    caption: str
+    """What the caption says it is (``{baseline}`` and ``{confidence}`` are filled in)."""
+
+
+def _fair(group: pd.DataFrame, ctx: Context) -> pd.DataFrame:
+    """The problems a speedup means something on: not those whose tolerance a constant output passes."""
+    if ctx.include_degenerate or "degenerate" not in group:
+        return group
+    return group[~group["degenerate"].astype(bool)]
+
+
+def _speed(group: pd.DataFrame, ctx: Context) -> np.ndarray:
+    """Each problem's best speedup over the baseline, NaN where it has no correct, timed kernel."""
+    s = pd.to_numeric(group[SPEEDUP_FIELD[ctx.baseline]], errors="coerce").to_numpy(dtype=float)
+    return np.where(group["correct"].to_numpy(dtype=bool) & (s > 0), s, np.nan)
+
+
+def _interval(stats: np.ndarray, ctx: Context) -> tuple[float | None, float | None]:
+    stats = stats[~np.isnan(stats)]
+    if not len(stats):
+        return None, None
+    tail = (1 - ctx.confidence) / 2
+    lo, hi = np.quantile(stats, [tail, 1 - tail])
+    return float(lo), float(hi)
+
+
+def _resample(n: int, ctx: Context) -> np.ndarray:
+    return np.random.default_rng(ctx.seed).integers(0, n, size=(ctx.resamples, n))
+
+
+def rate(counted: Callable[[pd.DataFrame, Context], np.ndarray]) -> Callable[[pd.DataFrame, Context], Estimate]:
+    """A column's value: the share of problems ``counted`` marks, with its bootstrap interval."""
+    def value(group: pd.DataFrame, ctx: Context) -> Estimate:
+        x = np.asarray(counted(group, ctx), dtype=float)
+        if not len(x):
+            return Estimate(None, None, None, 0, 0)
+        return Estimate(float(x.mean()), *_interval(x[_resample(len(x), ctx)].mean(axis=1), ctx), len(x),
+                        int(x.sum()))
+    return value
+
+
+def faster(p: float) -> Callable[[pd.DataFrame, Context], np.ndarray]:
+    """Correct and more than ``p`` times faster than the baseline (KernelBench's fast_p), over the problems
+    that are not degenerate."""
+    return lambda group, ctx: np.nan_to_num(_speed(_fair(group, ctx), ctx), nan=0.0) > p
+
+
+def kernel_share(group: pd.DataFrame, ctx: Context) -> Estimate:
+    """The mean share of the best correct kernels' device time spent in their own kernels (not PyTorch's or a
+    library's), with its bootstrap interval."""
+    fair = _fair(group, ctx)
+    x = pd.to_numeric(fair.get("kernel_share", pd.Series(dtype=float)), errors="coerce").to_numpy(dtype=float)
+    x = x[fair["correct"].to_numpy(dtype=bool) & ~np.isnan(x)] if len(x) else x
+    if not len(x):
+        return Estimate(None, None, None, 0)
+    return Estimate(float(x.mean()), *_interval(x[_resample(len(x), ctx)].mean(axis=1), ctx), len(x))
+
+
+def geomean_speedup(group: pd.DataFrame, ctx: Context) -> Estimate:
+    logs = np.log(_speed(_fair(group, ctx), ctx))
+    if np.isnan(logs).all():
+        return Estimate(None, None, None, len(logs))
+    resampled = logs[_resample(len(logs), ctx)]
+    has = ~np.isnan(resampled).all(axis=1)  # a resample of incorrect problems only has no geomean
+    sums, counts = np.nansum(resampled[has], axis=1), (~np.isnan(resampled[has])).sum(axis=1)
+    lo, hi = _interval(np.exp(sums / counts), ctx)
+    return Estimate(float(np.exp(np.nanmean(logs))), lo, hi, len(logs))
+
+
+def timing_range(group: pd.DataFrame, ctx: Context) -> TimingRange:
+    slow, fast, retimed = [], [], 0
+    group = _fair(group, ctx)
+    for (_, row), s in zip(group.iterrows(), _speed(group, ctx)):
+        if math.isnan(s):
+            continue
+        seen = ctx.timings.get((*(row[k] for k in TIMING_KEYS), row["best_kernel"]), []) if row["best_kernel"] else []
+        retimed += len(seen) > 1
+        slow.append(min([s, *seen]))
+        fast.append(max([s, *seen]))
+    return TimingRange(geomean(slow), geomean(fast), retimed, len(slow))
+
+
+#: The table's columns, in order. A new column is one entry here (and its caption sentence).
+COLUMNS: list[Column] = [
+    Column("n", "n", lambda g, ctx: len(g), "n: problems (the newest finished run of each)."),
+    Column("correct", "correct", rate(lambda g, ctx: g["correct"].to_numpy(dtype=bool)),
+           "correct, fast_1, fast_1.5: k of n problems, then the {confidence} bootstrap interval of the rate "
+           "over problems in brackets."),
+    Column("fast_1", "fast_1", rate(faster(1.0)), "fast_p: correct and more than p times faster than {baseline}."),
+    Column("fast_1.5", "fast_1.5", rate(faster(1.5)), ""),
+    Column("kernel_share", "kernel share", kernel_share,
+           "kernel share: the mean share of the best correct kernels' device time spent in their own kernels rather "
+           "than PyTorch's or a library's (cuBLAS, cuDNN), with its {confidence} bootstrap interval."),
+    Column("degenerate", "degenerate", lambda g, ctx: int(g["degenerate"].sum()) if "degenerate" in g else 0,
+           "degenerate: problems the audit flags so (a constant output passes their tolerance); fast_p, the geomean, "
+           "its timing range and the kernel share leave them out, correct counts them."),
+    Column("geomean_speedup", "geomean speedup", geomean_speedup,
+           "geomean speedup: over correct kernels, with its {confidence} bootstrap interval over problems."),
+    Column("timing_range", "timing range", timing_range,
+           "timing range: the geomean if every best kernel took its slowest or its fastest recorded timing of the "
+           "same source in this experiment (other iterations, arms, reruns), then how many of the problems with a "
+           "correct kernel had it timed more than once; geomeans inside this range differ by timing noise alone."),
+]
+
+
+def _history(client, run_id: str, name: str) -> dict[int, float]:
+    return {m.step: m.value for m in metric_history(client, run_id, name)}
+
+
+def load_runs(client, experiment: str, baseline: str = "eager", iterations: bool = True) -> pd.DataFrame:
+    """Problem runs of one experiment (any status), one row each; empty when the experiment does not exist.
+
+    With ``iterations``, column ``steps`` holds each run's iterations as (step, correct, speedup over the
+    baseline, kernel hash) in step order.
+    """
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        return pd.DataFrame()
+    rows = []
+    for r in client.search_runs([exp.experiment_id], tag_is(Tags.KIND, Kind.PROBLEM), max_results=50000):
+        t, m = r.data.tags, r.data.metrics
+        row = {k: t.get(k, "") for k in CONFIG_TAGS}
+        row.update(run_id=r.info.run_id, status=r.info.status, start_time=r.info.start_time,
+                   problem=t.get(Tags.PROBLEM, ""), level=t.get(Tags.LEVEL, ""), parent=t.get(Tags.PARENT, ""),
+                   device=t.get(Tags.DEVICE, ""), model_label=t.get(Tags.MODEL_LABEL, ""),
+                   best_kernel=t.get(Tags.BEST_KERNEL, ""), correct=bool(m.get(Metrics.BEST_CORRECT, 0.0)),
+                   **{field: metric(m, Metrics.best_speedup(b)) for b, field in SPEEDUP_FIELD.items()},
+                   iterations=m.get(Metrics.ITERATIONS), cost_usd=m.get(Metrics.TOTAL_COST_USD),
+                   kernel_share=m.get(Metrics.BEST_KERNEL_SHARE),
+                   degenerate="degenerate" in t.get(Tags.PROBLEM_FLAGS, "").split(","))
+        if iterations:
+            correct = _history(client, r.info.run_id, Metrics.CORRECT)
+            speed = _history(client, r.info.run_id, speedup_metric(baseline))
+            row["steps"] = [(s, bool(correct[s]), speed.get(s), t.get(Tags.kernel_at(s), "")) for s in sorted(correct)]
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def dedupe(df: pd.DataFrame) -> pd.DataFrame:
+    """The newest FINISHED run per configuration and problem."""
+    if df.empty:
+        return df
+    done = df[df["status"] == "FINISHED"]
+    keys = [c for c in (*CONFIG_TAGS, "problem") if c in done.columns]
+    return done.sort_values("start_time").groupby(keys, dropna=False, as_index=False).tail(1).reset_index(drop=True)
+
+
+def kernel_timings(runs: pd.DataFrame) -> dict[tuple, list[float]]:
+    """Every recorded speedup of each kernel (correct iterations with a kernel hash), any run's."""
+    out: dict[tuple, list[float]] = {}
+    for _, row in runs.iterrows():
+        for _, ok, speed, kernel in row.get("steps") or []:
+            if ok and kernel and speed:
+                out.setdefault((*(row[k] for k in TIMING_KEYS), kernel), []).append(speed)
+    return out
+
+
+def summarise(group: pd.DataFrame, ctx: Context) -> dict[str, Any]:
+    return {c.key: c.value(group, ctx) for c in COLUMNS}
+
+
+def ablation_table(df: pd.DataFrame, factor: str, ctx: Context | None = None) -> pd.DataFrame:
+    """Rows by model x backend x level x factor, plus an ``all`` level row per model x backend x factor.
+
+    Each `COLUMNS` entry is a column of values (`Estimate`, `TimingRange`, ...) with ``text()``.
+    """
+    ctx = ctx or Context()
+    keys = ["model", "backend", "level", factor]
+    if df.empty:
+        return pd.DataFrame(columns=[*keys, *(c.key for c in COLUMNS)])
+    rows = []
+    for values, group in df.groupby(keys, dropna=False):
+        rows.append(dict(zip(keys, values), **summarise(group, ctx)))
+    for values, group in df.groupby(["model", "backend", factor], dropna=False):
+        rows.append(dict(zip(["model", "backend", factor], values), level="all", **summarise(group, ctx)))
+    out = pd.DataFrame(rows)
+    out["level"] = out["level"].astype(str)
+    return out.sort_values(keys, key=lambda s: s.map(str)).reset_index(drop=True)
+
+
+def fast_p_curve(df: pd.DataFrame, factor: str, ps=None, baseline: str = "eager") -> pd.DataFrame:
+    """fast_p for p in [0, 3] per configuration (model, backend, factor), with its n."""
+    ps = ps if ps is not None else [round(0.1 * i, 2) for i in range(31)]
+    ctx = Context(baseline)
+    rows = []
+    for keys, group in df.groupby(["model", "backend", factor], dropna=False):
+        group = _fair(group, ctx)
+        speed, n = np.nan_to_num(_speed(group, ctx), nan=0.0), len(group)
+        for p in ps:
+            # fast_0 is the correctness rate (an untimed correct kernel counts there only)
+            k = int(group["correct"].sum()) if p == 0 else int((speed > p).sum())
+            rows.append({"model": keys[0], "backend": keys[1], factor: keys[2], "p": p, "fast_p": k / n if n else 0.0,
+                         "n": n})
+    return pd.DataFrame(rows)
+
+
+def by_iteration(df: pd.DataFrame, factor: str) -> pd.DataFrame:
+    """Correctness rate and geomean best-so-far speedup after each iteration, per configuration.
+
+    ``iteration`` counts from 1. A problem that stopped early (its target reached) keeps its best
+    through the configuration's last iteration, so n stays the number of problems.
+    """
+    keys = ["model", "backend", factor]
+    agg = []
+    for values, g in df.groupby(keys, dropna=False):
+        last = max((len(s) for s in g["steps"]), default=0)
+        best_by_it: list[list[float | None]] = [[] for _ in range(last)]
+        for steps in g["steps"]:
+            best = None
+            for i in range(last):
+                if i < len(steps) and steps[i][1] and steps[i][2]:
+                    best = max(best or 0.0, steps[i][2])
+                best_by_it[i].append(best)
+        for i, bests in enumerate(best_by_it):
+            agg.append(dict(zip(keys, values), iteration=i + 1, n=len(bests),
+                            correct_rate=sum(b is not None for b in bests) / len(bests), geomean_speedup=geomean(bests)))
+    return pd.DataFrame(agg)
+
+
+def not_llms(runs: pd.DataFrame) -> dict[str, str]:
+    """The models among ``runs`` that are not LLMs, with what they are."""
+    out = {}
+    for model, label in runs[["model", "model_label"]].drop_duplicates().itertuples(index=False):
+        if model in NOT_LLMS or "not an LLM" in (label or ""):
+            out[model] = NOT_LLMS.get(model, label)
+    return out
+
+
+@dataclass(frozen=True)
+class TimingNoise:
+    """How much the timings of one kernel varied, over the kernels timed more than once."""
+
+    kernels: int
+    """Kernels timed more than once."""
+    median: float | None
+    """Median over those kernels of (fastest / slowest timing - 1)."""
+    worst: float | None
+    """The largest such spread."""
+
+
+def timing_noise(timings: dict[tuple, list[float]]) -> TimingNoise:
+    spreads = [max(v) / min(v) - 1 for v in timings.values() if len(v) > 1 and min(v) > 0]
+    if not spreads:
+        return TimingNoise(0, None, None)
+    return TimingNoise(len(spreads), float(np.median(spreads)), max(spreads))
+
+
+def timings_frame(timings: dict[tuple, list[float]]) -> pd.DataFrame:
+    """One row per kernel timed more than once: its timings' count, range and spread."""
+    rows = [dict(zip((*TIMING_KEYS, "kernel"), key), timings=len(v), min=min(v), median=float(np.median(v)),
+                 max=max(v), spread=max(v) / min(v) - 1) for key, v in timings.items() if len(v) > 1]
+    return pd.DataFrame(rows, columns=[*TIMING_KEYS, "kernel", "timings", "min", "median", "max", "spread"])

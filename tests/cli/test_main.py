@@ -1,0 +1,82 @@
+"""The `kforge` command: listing, verifying, JSON output and exit codes."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from kforge.cli import main
+from tests.helpers import CANDIDATES
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kforge.cli", *args], capture_output=True, text=True, timeout=600)
+
+
+def test_problems_lists_the_suite(capsys):
+    assert main(["problems"]) == 0
+    out = capsys.readouterr().out
+    assert "level1/1_ReLU" in out and "level3/2_AttentionBlock" in out and "12 problem(s)" in out
+
+
+def test_problems_json_and_kernelbench_dir(tmp_path, capsys):
+    (tmp_path / "level1").mkdir()
+    (tmp_path / "level1" / "19_ReLU.py").write_text(
+        "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return torch.relu(x)\n"
+        "N = 16\ndef get_inputs():\n    return [torch.randn(N)]\ndef get_init_inputs():\n    return []\n")
+    assert main(["problems", "--dir", str(tmp_path), "--level", "1", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["name"] for r in rows] == ["19_ReLU"] and rows[0]["level"] == 1
+
+
+def test_verify_json_fields_and_exit_zero_on_failure(tmp_path):
+    cand = CANDIDATES / "cpu" / "relu_torch_only.py"
+    res = run_cli("verify", "level1/1_ReLU", str(cand), "--json", "--set", "BATCH=4", "--set", "DIM=512",
+                  "--trials", "1", "--no-compile-ref")
+    assert res.returncode == 0, res.stderr
+    verdict = json.loads(res.stdout)
+    assert verdict["state"] == "cheat_detected" and verdict["rule"] == "kernel_not_run" and verdict["correct"] is False
+    assert verdict["kernel_share"] == 0 and "no_kernel" in {f["rule"] for f in verdict["evidence"]["findings"]}
+    for key in ("speedup_eager", "speedup_compile", "runtime_ms", "ref_runtime_ms", "compile_ref_runtime_ms",
+                "message"):
+        assert key in verdict
+    res = run_cli("verify", "level1/1_ReLU", str(cand), "--json", "--set", "BATCH=4", "--set", "DIM=512",
+                  "--trials", "1", "--no-compile-ref", "--no-kernel-check")
+    verdict = json.loads(res.stdout)
+    assert verdict["state"] == "correct" and verdict["speedup_eager"] > 0 and verdict["runtime_ms"] > 0
+
+
+def test_verify_reply_in_markdown(tmp_path):
+    reply = tmp_path / "reply.md"
+    reply.write_text("Here is my answer, in prose only.")
+    res = run_cli("verify", "relu", str(reply), "--json", "--set", "BATCH=4", "--set", "DIM=512")
+    assert res.returncode == 0 and json.loads(res.stdout)["state"] == "generation_failure"
+
+
+def test_usage_errors_exit_two(tmp_path, capsys):
+    cand = str(CANDIDATES / "cpu" / "relu_ok.py")
+    assert main(["verify", str(tmp_path / "missing.py"), cand]) == 2
+    assert "no such problem file" in capsys.readouterr().err
+    assert main(["verify", "relu", str(tmp_path / "missing.py")]) == 2
+    assert "no such candidate file" in capsys.readouterr().err
+    assert main(["verify", "relu", cand, "--backend", "metal9"]) == 2
+    assert "unknown backend 'metal9' (choose from cpu, cuda, triton)" in capsys.readouterr().err
+    bad = tmp_path / "bad.py"
+    bad.write_text("class Model:\n    pass\n")
+    assert main(["verify", str(bad), cand]) == 2
+    assert "no `get_inputs()` function defined" in capsys.readouterr().err
+
+
+def test_first_build_says_it_compiles_torch_headers(tmp_path):
+    from kforge.backends import get_backend
+    from kforge.job.firstrun import _gcc, pch_pending
+    if not sys.platform.startswith("linux") or not _gcc():
+        pytest.skip("kforge precompiles torch's header with GCC on Linux only")
+    cpu = get_backend("cpu")
+    assert pch_pending(cpu, tmp_path)  # an empty build cache: the first build compiles the header
+    gch = tmp_path / "pch" / "0123" / "torch" / "extension.h.gch"
+    gch.parent.mkdir(parents=True)
+    gch.write_bytes(b"")
+    assert not pch_pending(cpu, tmp_path)
+    assert not pch_pending(get_backend("triton", device="cpu"), tmp_path / "other")  # Triton builds no C++

@@ -1,0 +1,300 @@
+"""`kforge eval`: KernelBench's generations layout, manifests, resume, bad files, the summary, end to end."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kforge.backends import get_backend
+from kforge.cli import main
+from kforge.evaluate import render_markdown, render_text, summarise
+from kforge.evaluate import (EvalInputError, Job, discover, load_results, make_row, parse_generation_name,
+                             read_manifest, run_eval)
+from kforge.problems import BUILTIN_DIR
+from kforge.sandbox.gpus import detect_gpus
+from kforge.verify import Verifier
+from tests.helpers import CANDIDATES, fast_config
+
+SOLUTIONS = BUILTIN_DIR / "solutions" / "cpu"
+GARBAGE = b"\x00\x01\xfe this is not Python {{{"
+TORCH_SOFTMAX = (b"import torch\n\nclass ModelNew(torch.nn.Module):\n"
+                 b"    def forward(self, x):\n        return x.softmax(-1)\n")
+
+
+def kernelbench(root: Path, problems=("1_ReLU", "2_Softmax")) -> Path:
+    """A KernelBench checkout holding some of the built-in level-1 problems (their KFORGE sizes included)."""
+    level = root / "KernelBench" / "level1"
+    level.mkdir(parents=True, exist_ok=True)
+    for name in problems:
+        shutil.copy(BUILTIN_DIR / "level1" / f"{name}.py", level / f"{name}.py")
+    return root
+
+
+def generations(root: Path, files: dict[str, Path | bytes]) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    for name, content in files.items():
+        (root / name).write_bytes(content if isinstance(content, bytes) else content.read_bytes())
+    return root
+
+
+def kb_name(problem_id: int, sample: int, level: int = 1) -> str:
+    return f"level_{level}_problem_{problem_id}_sample_{sample}_kernel.py"
+
+
+# -- layout -------------------------------------------------------------------------------------------
+def test_parse_generation_name():
+    assert parse_generation_name("level_1_problem_19_sample_0_kernel.py") == (1, 19, 0)
+    assert parse_generation_name("level_3_problem_7_sample_12_kernel.py") == (3, 7, 12)
+    for other in ("level_1_problem_19_sample_0_prompt.txt", "level_1_problem_x_sample_0_kernel.py",
+                  "level_1_problem_19_kernel.py", "generation_config.yaml", "xlevel_1_problem_1_sample_0_kernel.py"):
+        assert parse_generation_name(other) is None, other
+
+
+def test_discover_matches_each_file_to_its_problem(tmp_path):
+    kb = kernelbench(tmp_path / "KB")
+    relu = SOLUTIONS / "level1" / "1_ReLU.py"
+    gen = generations(tmp_path / "run", {kb_name(1, 1): relu, kb_name(1, 0): relu, kb_name(2, 0): relu,
+                                          kb_name(99, 0): relu, "notes.py": b"x = 1\n",
+                                          "level_1_problem_1_sample_0_prompt.txt": b"a prompt",
+                                          "generation_config.yaml": b"level: 1\n"})
+    for root in (kb, kb / "KernelBench"):  # a checkout or its inner folder
+        found = discover(root, gen, "cpu")
+        assert [(j.level, j.problem_id, j.sample_id) for j in found.jobs] == \
+            [(1, 1, 0), (1, 1, 1), (1, 2, 0), (1, 99, 0)]
+        assert [Path(j.problem).name if j.problem else None for j in found.jobs] == \
+            ["1_ReLU.py", "1_ReLU.py", "2_Softmax.py", None]
+        assert [j.error for j in found.jobs[:3]] == [None] * 3 and "no problem level1/99_*.py" in found.jobs[3].error
+        assert found.ignored == ["notes.py"] and {j.backend for j in found.jobs} == {"cpu"}
+    assert [j.problem_id for j in discover(kb, gen, "cpu", ids="2-5").jobs] == [2]
+    # Two files claiming one id is a malformed tree: the sample says so instead of guessing.
+    shutil.copy(BUILTIN_DIR / "level1" / "1_ReLU.py", kb / "KernelBench" / "level1" / "1_ReLU_copy.py")
+    assert "several problem files match level1/1_*.py" in discover(kb, gen, "cpu").jobs[0].error
+
+
+def test_discover_reports_unusable_inputs(tmp_path):
+    kb = kernelbench(tmp_path / "KB")
+    with pytest.raises(EvalInputError, match="no such generations directory"):
+        discover(kb, tmp_path / "missing", "cpu")
+    (tmp_path / "empty" / "run_a").mkdir(parents=True)
+    with pytest.raises(EvalInputError, match="not at runs/"):
+        discover(kb, tmp_path / "empty", "cpu")
+    with pytest.raises(EvalInputError, match="not a KernelBench layout"):
+        discover(tmp_path / "empty", tmp_path / "empty", "cpu")
+
+
+# -- manifest -----------------------------------------------------------------------------------------
+def test_manifest_csv_and_jsonl(tmp_path):
+    shutil.copy(CANDIDATES / "cpu" / "relu_ok.py", tmp_path / "relu_ok.py")
+    kernelbench(tmp_path / "KB")
+    (tmp_path / "m.csv").write_text("problem,candidate,backend\n"
+                                    "level1/1_ReLU,relu_ok.py,\n"
+                                    f"KB/KernelBench/level1/2_Softmax.py,{tmp_path / 'x' / kb_name(2, 3)},triton\n")
+    (tmp_path / "m.jsonl").write_text(json.dumps({"problem": "ReLU", "candidate": "relu_ok.py"}) + "\n\n"
+                                      + json.dumps({"problem": "level1/1_ReLU", "candidate": "/abs/c.py",
+                                                    "backend": "cuda"}) + "\n")
+    csv_jobs = read_manifest(tmp_path / "m.csv", "cpu")
+    assert csv_jobs[0] == Job(tmp_path / "relu_ok.py", "level1/1_ReLU", "cpu")
+    assert csv_jobs[1].problem == str(tmp_path / "KB/KernelBench/level1/2_Softmax.py")
+    assert csv_jobs[1].backend == "triton" and csv_jobs[1].sample_id == 3  # KernelBench names keep their sample
+    jl = read_manifest(tmp_path / "m.jsonl", "cpu")
+    assert [(j.candidate, j.problem, j.backend) for j in jl] == [
+        (tmp_path / "relu_ok.py", "ReLU", "cpu"), (Path("/abs/c.py"), "level1/1_ReLU", "cuda")]
+
+    for name, text, message in (("a.csv", "problem,file\nrelu,x.py\n", "header lacks candidate"),
+                                ("b.jsonl", '{"problem": "relu", "candidate": "x.py"}\n{oops\n', "b.jsonl:2: not JSON"),
+                                ("c.csv", "problem,candidate\nrelu,\n", "c.csv:2: every row needs"),
+                                ("d.csv", "problem,candidate\n", "lists no candidates")):
+        (tmp_path / name).write_text(text)
+        with pytest.raises(EvalInputError, match=message):
+            read_manifest(tmp_path / name, "cpu")
+    with pytest.raises(EvalInputError, match="no such manifest"):
+        read_manifest(tmp_path / "none.csv", "cpu")
+
+
+# -- summary ------------------------------------------------------------------------------------------
+def _verdict(state, speedup=None, kernel_share=None, flags=None):
+    d = {"state": state, "correct": state == "correct", "message": state, "speedup_eager": speedup,
+         "speedup_compile": speedup and speedup / 2, "runtime_ms": 1.0 if speedup else None, "rule": None,
+         "evidence": {"traceback": "x" * 5000}}
+    if kernel_share is not None:
+        d["kernel_share"] = kernel_share
+    if flags is not None:
+        d["problem_flags"] = flags
+    return d
+
+
+def test_summary_per_level_with_kernel_share_and_flags():
+    def row(level, pid, sample, verdict=None, error=None):
+        job = Job(Path(f"/g/{kb_name(pid, sample, level)}"), None if error else f"p{pid}", "cuda", level, pid, sample)
+        return make_row(job, "h", "gpu", verdict=verdict, error=error)
+
+    rows = [row(1, 1, 0, _verdict("correct", 2.5, 0.9)), row(1, 1, 1, _verdict("correct", 0.5, 0.5)),
+            row(1, 2, 0, _verdict("numerical_mismatch")), row(1, 3, 0, error="no problem level1/3_*.py"),
+            row(1, 4, 0, _verdict("correct", 40.0, 0.2, flags=["degenerate", "launch_bound"])),
+            row(2, 1, 0, _verdict("correct", 1.2)), row(2, 2, 0, _verdict("compilation_failure"))]
+    assert len(rows[0]["evidence"]["traceback"]) == 2000  # bulky evidence is trimmed
+    assert rows[5]["kernel_share"] is None and rows[5]["problem_flags"] == []  # absent fields read as empty
+    s = summarise(rows)
+    one, two, every = s["levels"]["1"], s["levels"]["2"], s["all"]
+    assert one["candidates"] == 5 and one["verified"] == 4 and one["errors"] == 1
+    assert one["correct_pct"] == 75.0  # 3 of 4 verified; the error row is in no rate
+    # The degenerate problem's 40x is left out of fast_p and the geomean: 2 correct of 3 counted.
+    assert one["fast_p_candidates"] == 3 and one["fast_0"] == pytest.approx(2 / 3)
+    assert one["fast_1"] == pytest.approx(1 / 3) and one["fast_2"] == pytest.approx(1 / 3)
+    assert one["geomean_speedup"] == pytest.approx((2.5 * 0.5) ** 0.5)
+    assert one["kernel_share_mean"] == pytest.approx((0.9 + 0.5 + 0.2) / 3)
+    assert one["problem_flags"] == {"degenerate": 1, "launch_bound": 1} and one["degenerate_problems"] == 1
+    assert one["states"] == {"correct": 3, "error": 1, "numerical_mismatch": 1}
+    assert one["problems"] == 3 and one["problems_solved"] == 2  # the error row names no loaded problem
+    assert two["correct_pct"] == 50.0 and two["kernel_share_mean"] is None and two["fast_1"] == 0.5
+    assert every["candidates"] == 7 and every["fast_p_candidates"] == 5
+    assert summarise(rows, baseline="compile")["levels"]["1"]["fast_1"] == pytest.approx(1 / 3)  # 1.25x only
+    untimed = summarise([row(1, 1, 0, _verdict("correct")), row(1, 2, 0, _verdict("runtime_error"))])["all"]
+    assert untimed["fast_0"] == 0.5 and untimed["fast_1"] is None and untimed["geomean_speedup"] is None
+    text = render_text(s)
+    assert text.splitlines()[0].split()[:4] == ["level", "files", "correct", "fast_0"]
+    assert "all" in text and "1 degenerate problem(s) left out of fast_p" in text and "no problem level1/3_*.py" in text
+    assert "| 2 | 2 | 50.0% |" in render_markdown(s)
+
+
+# -- running: resume and bad files --------------------------------------------------------------------
+def test_run_eval_resumes_by_path_and_content(tmp_path, pool):
+    kb = kernelbench(tmp_path / "KB", problems=("1_ReLU",))
+    gen = generations(tmp_path / "run", {kb_name(1, 0): CANDIDATES / "cpu" / "relu_torch_only.py",
+                                         kb_name(1, 1): GARBAGE, kb_name(2, 0): TORCH_SOFTMAX})
+    out = tmp_path / "rows.jsonl"
+    verifier = Verifier(fast_config(require_kernel=False, skip_timing=True, trials=1), pool=pool)
+    backends = {"cpu": get_backend("cpu")}
+
+    def run():
+        before = pool.counters["run"]
+        res = run_eval(discover(kb, gen, "cpu").jobs, verifier, backends, size_of=lambda b: "cpu", out=out,
+                       threads=2, progress=False)
+        return res, pool.counters["run"] - before
+
+    first, runs = run()
+    assert runs == 1 and first.verified == 2 and first.resumed == 0
+    assert [(r["sample_id"], r["problem_id"], r["state"]) for r in first.rows] == \
+        [(0, 1, "correct"), (1, 1, "generation_failure"), (0, 2, "error")]
+    assert first.rows[0]["problem"] == "level1/1_ReLU" and first.rows[0]["size"] == "cpu"
+    assert "no problem level1/2_*.py" in first.rows[2]["error"]
+
+    with open(out, "a") as fh:
+        fh.write('{"candidate": "/cut/off/mid-')  # as a killed run may leave it
+    again, runs = run()  # nothing new: no worker runs, the rows are the file's
+    assert runs == 0 and again.verified == 0 and again.resumed == 2
+    assert [r["state"] for r in again.rows] == ["correct", "generation_failure", "error"]
+
+    # A changed file is verified again; a sample whose problem has appeared since is tried again.
+    (gen / kb_name(1, 0)).write_text((CANDIDATES / "cpu" / "relu_torch_only.py").read_text() + "# v2\n")
+    shutil.copy(BUILTIN_DIR / "level1" / "2_Softmax.py", kb / "KernelBench" / "level1" / "2_Softmax.py")
+    third, runs = run()
+    assert third.verified == 2 and third.resumed == 1 and runs == 2
+    assert [r["state"] for r in third.rows] == ["correct", "generation_failure", "correct"]
+    assert third.rows[2]["problem"] == "level1/2_Softmax" and third.rows[2]["error"] is None
+    # Lines: 3, the cut-off one, the error row again, 2; by (path, content, backend) the last row wins.
+    assert len(out.read_text().splitlines()) == 3 + 1 + 1 + 2 and len(load_results(out)) == 4
+
+
+# -- the command --------------------------------------------------------------------------------------
+def test_eval_command_end_to_end(tmp_path, cache_dir):
+    """Oracle kernels, a candidate that kills its worker, garbage, no kernel, a missing problem: one table."""
+    kb = kernelbench(tmp_path / "KB")
+    gen = generations(tmp_path / "run", {
+        kb_name(1, 0): SOLUTIONS / "level1" / "1_ReLU.py", kb_name(1, 1): CANDIDATES / "cpu" / "relu_null_write.py",
+        kb_name(1, 2): GARBAGE, kb_name(1, 3): CANDIDATES / "cpu" / "relu_torch_only.py",
+        kb_name(2, 0): SOLUTIONS / "level1" / "2_Softmax.py", kb_name(7, 0): SOLUTIONS / "level1" / "1_ReLU.py"})
+    args = ["eval", str(kb), str(gen), "--size", "cpu", "--trials", "1", "--no-timing", "--no-compile-ref",
+            "--no-progress"]
+    # In a fresh interpreter: `kforge eval` without --mlflow must not import mlflow or litellm.
+    code = ("import sys, json; from kforge.cli import main; rc = main(sys.argv[1:]); "
+            "print(json.dumps({'rc': rc, 'heavy': [m for m in ('mlflow', 'litellm') if m in sys.modules]}))")
+    res = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout.splitlines()[-1]) == {"rc": 0, "heavy": []}
+    assert "6 file(s): 5 verified now, 0 already in kforge_eval.jsonl" in res.stdout
+    rows = {(r["problem_id"], r["sample_id"]): r for r in load_results(gen / "kforge_eval.jsonl").values()}
+    states = {k: r["state"] for k, r in rows.items()}
+    assert states == {(1, 0): "correct", (1, 1): "runtime_error", (1, 2): "generation_failure",
+                      (1, 3): "cheat_detected", (2, 0): "correct", (7, 0): "error"}, rows
+    assert "SIGSEGV" in rows[(1, 1)]["message"] and rows[(1, 3)]["rule"] == "kernel_not_run"
+    for key in ("state", "correct", "speedup_eager", "speedup_compile", "runtime_ms", "ref_runtime_ms", "rule",
+                "message", "level", "problem_id", "sample_id", "candidate", "candidate_hash", "backend"):
+        assert key in rows[(1, 0)], key
+    summary = json.loads((gen / "kforge_eval.summary.json").read_text())
+    assert summary["all"]["correct_pct"] == 40.0 and summary["all"]["fast_1"] is None  # untimed
+    assert summary["levels"]["1"]["states"]["error"] == 1 and summary["verified_now"] == 5
+    assert "| 1 | 6 | 40.0% | 40.0% | - |" in (gen / "kforge_eval.summary.md").read_text()
+    assert "runtime_error=1" in res.stdout and "no problem level1/7_*.py" in res.stdout
+
+    res = subprocess.run([sys.executable, "-m", "kforge.cli", *args], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0 and "6 file(s): 0 verified now, 5 already in kforge_eval.jsonl" in res.stdout
+
+
+def test_eval_logs_to_mlflow(tmp_path, capsys):
+    """A parent run with the summary's metrics, a finished nested run per file (none of these starts a worker)."""
+    from mlflow.tracking import MlflowClient
+    kb = kernelbench(tmp_path / "KB", problems=("1_ReLU",))
+    gen = generations(tmp_path / "run", {kb_name(1, 0): b"Sorry, I cannot write this kernel.\n",
+                                         kb_name(1, 1): GARBAGE, kb_name(3, 0): GARBAGE})
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    argv = ["eval", str(kb), str(gen), "--mlflow", uri, "--no-progress", "--out", str(tmp_path / "r.jsonl")]
+    assert main(argv) == 0 and main(argv) == 0  # the second run verifies nothing, and logs the whole evaluation
+    assert f"in {uri}" in capsys.readouterr().out
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("kforge-eval")
+    runs = client.search_runs([exp.experiment_id])
+    parents = [r for r in runs if r.data.tags.get("kforge.kind") == "eval"]
+    assert len(parents) == 2
+    kids = {p.info.run_id: [r for r in runs if r.data.tags.get("mlflow.parentRunId") == p.info.run_id] for p in parents}
+    assert [len(k) for k in kids.values()] == [3, 3]
+    parent = parents[0]
+    children = kids[parent.info.run_id]
+    assert parent.info.status == "FINISHED" and parent.data.metrics["candidates"] == 3
+    assert parent.data.metrics["level1.errors"] == 1 and parent.data.params["backends"] == "cpu"
+    assert sorted(c.data.tags["state"] for c in children) == ["error", "generation_failure", "generation_failure"]
+    prose = next(c for c in children if c.data.tags["problem_id"] == "1" and c.data.tags["sample_id"] == "0")
+    assert prose.data.metrics["correct"] == 0.0 and prose.data.tags["state"] == "generation_failure"
+    assert {a.path for a in client.list_artifacts(prose.info.run_id)} == {"kernel.py", "verdict.json"}
+    kernel = Path(client.download_artifacts(prose.info.run_id, "kernel.py", str(tmp_path / "dl")))
+    assert kernel.read_text() == "Sorry, I cannot write this kernel.\n"  # the file as it was, for a person to read
+    assert {a.path for a in client.list_artifacts(parent.info.run_id)} == {"r.jsonl", "r.summary.json", "r.summary.md"}
+    failed = next(c for c in children if c.data.tags["state"] == "error")
+    assert failed.info.status == "FAILED"
+
+
+def test_eval_usage_errors_exit_two(tmp_path, capsys):
+    kb = kernelbench(tmp_path / "KB", problems=("1_ReLU",))
+    gen = generations(tmp_path / "run", {kb_name(1, 0): GARBAGE})
+    (tmp_path / "m.csv").write_text("problem,candidate,backend\nrelu,x.py,metal9\n")
+    cases = [(["eval"], "name PROBLEMS_DIR and GENERATIONS_DIR"),
+             (["eval", str(kb), str(tmp_path / "nope")], "no such generations directory"),
+             (["eval", str(tmp_path / "nope"), str(gen)], "no such directory"),
+             (["eval", str(kb), str(gen), "--manifest", str(tmp_path / "m.csv")], "not both"),
+             (["eval", "--manifest", str(tmp_path / "m.csv")], "unknown backend 'metal9'"),
+             (["eval", "--manifest", str(tmp_path / "m.csv"), "--ids", "1"], "a manifest lists its own")]
+    if not detect_gpus():
+        cases.append((["eval", str(kb), str(gen), "--backend", "cuda"], "none is visible here"))
+    for argv, message in cases:
+        assert main(argv) == 2, argv
+        assert message in capsys.readouterr().err, argv
+
+
+def test_eval_notices_go_through_logging_to_stderr(tmp_path, capsys, caplog):
+    """The command's notices are `kforge.cli.eval` log records, printed on stderr once each (the rows and the
+    summary stay on stdout); a second run in the same process prints them once again, not twice."""
+    import logging
+    caplog.set_level(logging.INFO, logger="kforge")
+    kb = kernelbench(tmp_path / "KB", problems=("1_ReLU",))
+    gen = generations(tmp_path / "run", {kb_name(1, 0): GARBAGE, "notes.py": b"# not a generation\n"})
+    argv = ["eval", str(kb), str(gen), "--no-progress", "--out", str(tmp_path / "r.jsonl")]
+    for _ in range(2):
+        assert main(argv) == 0
+        out, err = capsys.readouterr()
+        assert err.count("ignoring 1 .py file(s) not named level_L_problem_ID_sample_S_kernel.py: notes.py\n") == 1
+        assert err.count("kforge eval: 1 file(s) from ") == 1 and "1 file(s): " in out and "ignoring" not in out
+    assert {(r.name, r.levelname) for r in caplog.records} >= {("kforge.cli.eval", "WARNING"),
+                                                               ("kforge.cli.eval", "INFO")}

@@ -1,0 +1,49 @@
+"""Reference transfer: where a reference comes from, and problems without one."""
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from kforge.problems import load_builtin, load_problem_file
+from kforge.job.reference import ReferenceTransferError, load_references
+
+SRC = ("import torch\nN = 8\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n"
+       "def get_inputs():\n    return [torch.randn(N)]\ndef get_init_inputs():\n    return []\n")
+
+
+def test_oracle_reference_and_missing_one(tmp_path):
+    (tmp_path / "level1").mkdir()
+    (tmp_path / "level1" / "7_Double.py").write_text(SRC)
+    problems = load_builtin(names=["level1/1_ReLU"]) + [load_problem_file(tmp_path / "level1" / "7_Double.py")]
+    refs = load_references({"kind": "oracle", "backend": "auto"}, problems, "cpu")
+    relu = refs["level1/1_ReLU"]
+    assert relu.backend == "cuda" and "__global__" in relu.code and relu.source == "oracle"
+    assert refs["level1/7_Double"] is None  # not in the suite: runs without a reference
+    assert load_references({"kind": "oracle", "backend": "auto"}, problems[:1], "cuda")["level1/1_ReLU"].backend == \
+        "triton"
+
+
+def test_same_backend_and_unknown_kind_are_errors():
+    problems = load_builtin(names=["level1/1_ReLU"])
+    with pytest.raises(ReferenceTransferError, match="is the target backend itself"):
+        load_references({"kind": "oracle", "backend": "cpu"}, problems, "cpu")
+    with pytest.raises(ReferenceTransferError, match="must be one of"):
+        load_references({"kind": "telepathy"}, problems, "cpu")
+
+
+def test_mlflow_reference_takes_the_fastest_correct_kernel(tmp_path):
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    exp = client.create_experiment("cuda-runs", artifact_location=(tmp_path / "art").as_uri())
+    for speed, code in ((1.5, "# slower kernel"), (3.0, "# fastest kernel")):
+        rid = client.create_run(exp, tags={"kforge.kind": "problem", "backend": "cuda",
+                                           "problem": "level1/1_ReLU"}).info.run_id
+        client.log_metric(rid, "best_correct", 1.0)
+        client.log_metric(rid, "best_speedup_eager", speed)
+        client.log_text(rid, code, "best/kernel.py")
+    problems = load_builtin(names=["level1/1_ReLU", "level1/2_Softmax"])
+    refs = load_references({"kind": "mlflow", "backend": "cuda", "experiment": "cuda-runs"}, problems, "triton",
+                           f"sqlite:///{tmp_path}/mlflow.db")
+    assert refs["level1/1_ReLU"].code == "# fastest kernel" and refs["level1/1_ReLU"].source.startswith("mlflow:")
+    assert refs["level1/2_Softmax"] is None
+    with pytest.raises(ReferenceTransferError, match="no MLflow experiment named 'nope'"):
+        load_references({"kind": "mlflow", "backend": "cuda", "experiment": "nope"}, problems, "triton",
+                        f"sqlite:///{tmp_path}/mlflow.db")

@@ -1,0 +1,66 @@
+"""A problem that fails on its own is the problem's error, with its own traceback; and the candidate runs in
+the problem's namespace, as KernelBench's harness runs it."""
+
+import pytest
+
+from kforge.problems import problem_from_source
+from kforge.verify import State, Verifier
+from kforge.verify.verifier import ProblemError
+from tests.helpers import fast_config
+
+GOOD = {
+    "init": "def get_init_inputs():\n    return [D]\n",
+    "model": "class Model(nn.Module):\n    def __init__(self, d):\n        super().__init__()\n"
+             "        self.scale = nn.Parameter(torch.ones(d))\n\n    def forward(self, x):\n        return x * self.scale\n",
+    "inputs": "def get_inputs():\n    return [torch.randn(N, D)]\n",
+}
+BROKEN = {
+    "init": "def get_init_inputs():\n    return [D, load_weights_from_disk()]  # kf-init-line\n",
+    "model": "class Model(nn.Module):\n    def __init__(self, d):\n        super().__init__()\n"
+             "        raise ValueError('kf-model-line: no such layer')\n\n    def forward(self, x):\n        return x\n",
+    "inputs": "def get_inputs():\n    return [torch.randn(N, D, dtype='float32')]  # kf-inputs-line\n",
+}
+
+
+def problem(broken: str | None = None):
+    parts = {k: (BROKEN if k == broken else GOOD)[k] for k in ("model", "inputs", "init")}
+    src = "import torch\nimport torch.nn as nn\n\nN = 8\nD = 64\n\n" + "\n".join(parts.values())
+    return problem_from_source(src, where=f"broken_{broken}", name=f"broken_{broken}")
+
+
+# Written as KernelBench generations often are: the reference's __init__ copied, its constants used as given.
+USES_THE_PROBLEMS_CONSTANTS = """
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(D))  # D: the problem's module-level constant
+
+    def forward(self, x):
+        assert x.shape == (N, D)
+        return x * self.scale
+"""
+
+
+@pytest.fixture(scope="module")
+def verifier(pool):
+    return Verifier(fast_config(skip_timing=True), pool=pool)
+
+
+@pytest.mark.parametrize("broken,line", [("init", "kf-init-line"), ("model", "kf-model-line"),
+                                         ("inputs", "kf-inputs-line")])
+def test_a_failing_problem_raises_its_own_error(verifier, broken, line):
+    with pytest.raises(ProblemError, match="bug in the problem") as err:
+        verifier.verify(problem(broken), USES_THE_PROBLEMS_CONSTANTS, "cpu")
+    assert line in err.value.traceback and line in str(err.value)
+    assert "_Run" not in str(err.value)  # not the harness's own error
+
+
+def test_the_candidate_sees_the_problems_module_level_names(verifier):
+    v = verifier.verify(problem(), USES_THE_PROBLEMS_CONSTANTS, "cpu")
+    # It computes the answer in PyTorch: correct as KernelBench judges, kernel_unused under kforge's rules.
+    assert v.states["kernelbench"] == "correct", v.summary()
+    assert v.state is State.KERNEL_UNUSED and v.states["kforge"] == "kernel_unused", v.summary()
