@@ -23,6 +23,7 @@ from ..llm import LLM, make_model, replaying
 from ..loop import Advisor, Interrupted, ProblemLoop, ProblemResult, run_problems
 from ..problems import Problem, load_builtin, load_directory
 from .reference import ReferenceTransferError, load_references, reference_backend
+from .workload import finish_workload, prepare_workload
 from ..loop import BeamSearch
 from ..tracking.schema import Metrics, Tags
 from ..verify import BackendUnavailable, Verifier, WorkerPool
@@ -177,7 +178,9 @@ def run(cfg: Any, *, llm: LLM | None = None, tags: dict[str, str] | None = None,
         signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         backend = make_backend(job.backend, pool)
-        problems = load_problems(job.problems, backend.device)
+        # Whole-workload mode: the problems are a model's regions, put back and verified whole after the loop.
+        work = prepare_workload(job, backend, pool, tags or {}, chash) if job.workload.model else None
+        problems = work.problems if work else load_problems(job.problems, backend.device)
         verifier = Verifier(job.verify, pool=pool)
         try:
             kinds = verifier.device_kinds(backend)
@@ -192,8 +195,12 @@ def run(cfg: Any, *, llm: LLM | None = None, tags: dict[str, str] | None = None,
         with tempfile.TemporaryDirectory(prefix="kforge-analysis-") as scratch:
             advisor = make_advisor(job, llm, backend, pool, prompts, device_phrase(info, backend), scratch, kinds[0],
                                    chash)
-            return _run_tracked(Job(conf, job, problems, backend, agent, verifier, llm, pool, info,
-                                    advisor, stop, tags or {}))
+            built = Job(conf, job, problems, backend, agent, verifier, llm, pool, info, advisor, stop,
+                        {**(tags or {}), **(work.tags if work else {})})
+            result = _run_tracked(built)
+            if work:
+                finish_workload(work, built, result)
+            return result
     finally:
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, previous_term)

@@ -8,17 +8,13 @@ import sys
 from pathlib import Path
 
 from ..errors import KforgeError
-from ..problems import SIZES, load_problem_file, resolve_problem
-
-BUILTIN_WORKLOADS = Path(__file__).resolve().parent.parent / "problems" / "builtin" / "workloads"
+from ..problems import SIZES
+from .prepare import BUILTIN_WORKLOADS, resolve_model, write_profile  # noqa: F401 - BUILTIN_WORKLOADS for callers
 
 
 def _model(spec: str, size: str | None, device: str):
     """A model file, or the name of a built-in workload (``transformer_block``)."""
-    builtin = BUILTIN_WORKLOADS / f"{spec.removesuffix('.py')}.py"
-    if not Path(spec).exists() and builtin.is_file():
-        return load_problem_file(builtin, size=size or ("cpu" if device == "cpu" else "gpu"))
-    return resolve_problem(spec, size=size or ("cpu" if device == "cpu" else "gpu"))
+    return resolve_model(spec, size, device)
 
 
 def _backend(args):
@@ -52,13 +48,10 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 def cmd_extract(args: argparse.Namespace) -> int:
     from .extract import extract
-    from .profile import plot, render_table
     problem, prof = _profile(args)
     out = Path(args.out_dir)
     workload = extract(prof, problem, out, top=args.top, cover=args.cover, min_share=args.min_share)
-    (out / "profile.json").write_text(json.dumps(prof.to_dict(), indent=1))
-    (out / "profile.txt").write_text(render_table(prof) + "\n")
-    plot(prof, out / "profile.png")
+    write_profile(prof, out)
     print(f"{len(workload.regions)} regions cover {workload.coverage * 100:.1f}% of {Path(workload.model).name}'s "
           f"operator time on {workload.device}:")
     for r in workload.regions:

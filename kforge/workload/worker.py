@@ -300,7 +300,7 @@ def attribute(events, cuda: bool, iters: int) -> dict[str, Any]:
         device_type = str(getattr(e, "device_type", "DeviceType.CPU"))
         if not device_type.endswith("CPU"):
             continue  # a device event: its time is already in the self_device time of the op that launched it
-        t = (getattr(e, "self_device_time_total", None) or 0) if cuda else e.self_cpu_time_total
+        t = self_device_us(e) if cuda else e.self_cpu_time_total
         if t <= 0:
             continue
         parent = e.cpu_parent
@@ -315,3 +315,16 @@ def attribute(events, cuda: bool, iters: int) -> dict[str, Any]:
     return {"self_ms": {k: v / n for k, v in by_module.items()},
             "ops": [{"name": k, "ms": v[0] / n, "calls": max(1, round(v[1] / max(1, iters)))} for k, v in by_op.items()],
             "total_ms": sum(by_module.values()) / n, "wall_ms": wall / n, "iterations": iters}
+
+
+def self_device_us(event) -> float:
+    """The device time of the kernels an operator launched itself (microseconds, all its calls).
+
+    torch >= 2.4 names it ``self_device_time_total``; before, ``self_cuda_time_total`` (since deprecated, so it
+    is read only where the new name is missing). Kernels are charged to the innermost operator that launched
+    them, so an operator that only calls others (``aten::linear`` around ``aten::addmm``) has none."""
+    for name in ("self_device_time_total", "self_cuda_time_total"):
+        value = getattr(event, name, None)
+        if value is not None:
+            return float(value)
+    return 0.0

@@ -79,3 +79,32 @@ def test_a_model_that_fails_says_where_and_why(pool, tmp_path):
     bad_run.write_text(BROKEN.format(init="16"))
     with pytest.raises(WorkloadError, match=r"bad_run.py: the model failed to run: RuntimeError: shape"):
         profile_model(load_problem_file(bad_run), "cpu", pool)
+
+
+class _Event:
+    """The fields of torch.profiler's FunctionEvent that `attribute` reads."""
+
+    def __init__(self, name, parent=None, device="DeviceType.CPU", cpu=0.0, device_us=None, old_name=False):
+        self.name, self.cpu_parent, self.device_type = name, parent, device
+        self.self_cpu_time_total = self.cpu_time_total = cpu
+        if device_us is not None:
+            setattr(self, "self_cuda_time_total" if old_name else "self_device_time_total", device_us)
+
+
+def test_gpu_time_is_charged_to_the_launching_operator_and_its_innermost_module():
+    from kforge.workload.worker import FORWARD, MODULE_RANGE, attribute
+    fwd = _Event(FORWARD, cpu=900.0)
+    attn = _Event(MODULE_RANGE + "attn", fwd)
+    qkv = _Event(MODULE_RANGE + "attn.qkv", attn)
+    linear = _Event("aten::linear", qkv, device_us=0.0)  # launches nothing itself
+    events = [fwd, attn, qkv, linear,
+              _Event("aten::addmm", linear, device_us=300.0),
+              _Event("ampere_sgemm_128x64_tn", device="DeviceType.CUDA", device_us=300.0),  # counted via addmm
+              _Event("aten::softmax", attn, device_us=100.0, old_name=True),  # an older torch's name
+              _Event("aten::add", fwd, device_us=200.0, cpu=50.0)]
+    out = attribute(events, cuda=True, iters=2)
+    assert out["self_ms"] == {"attn.qkv": 0.15, "attn": 0.05, "": 0.1}
+    assert out["total_ms"] == 0.3 and out["wall_ms"] == 0.45
+    assert {o["name"]: o["ms"] for o in out["ops"]} == {"aten::addmm": 0.15, "aten::softmax": 0.05, "aten::add": 0.1}
+    cpu = attribute(events, cuda=False, iters=2)
+    assert cpu["self_ms"] == {"": 0.025}  # on a CPU: operators' own CPU time
