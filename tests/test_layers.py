@@ -28,6 +28,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("sandbox", ("kforge.sandbox",)),  # worker processes, child dispatch, harness, GPU facts, ceilings
     ("verify", ("kforge.verify",)),
     ("profile", ("kforge.profile",)),  # loads candidates with the verifier's config (VerifyConfig)
+    ("workload", ("kforge.workload",)),  # whole models: profile by module, extract regions, assemble kernels
     ("llm", ("kforge.llm",)),
     ("agents", ("kforge.agents",)),
     ("loop", ("kforge.loop",)),  # the iterative chain and beam search, one interface

@@ -49,6 +49,8 @@ def register_model_strings(overrides: list[str]) -> list[str]:
     for model in found:
         group, _, name = model.rpartition("/")
         ConfigStore.instance().store(group=f"model/{group}", name=name, node=generic_model(model), package="model")
+    from ..workload.config import register_workload_files
+    register_workload_files(overrides, CONF_DIR)  # and workload=FILE.py, a model file (kforge/workload/config.py)
     return found
 
 

@@ -13,6 +13,7 @@ import sys
 from .. import __version__
 from ..log import setup as setup_logging
 from ..problems import ProblemError
+from ..workload.cli import add_subcommand as add_workload
 from . import build, eval as eval_command, problems, ui, verify
 from .common import UsageError
 
@@ -27,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for command in (problems, verify, eval_command, build, ui):
         command.add_parser(sub)
+    add_workload(sub)
     return parser
 
 

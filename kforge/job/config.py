@@ -27,6 +27,7 @@ from ..profile import PROFILERS
 from .reference import ReferenceConfig
 from ..strict import StrictConfig
 from ..verify.config import VerifyConfig
+from ..workload.config import WorkloadConfig
 
 SOURCES = ("builtin", "kernelbench", "huggingface")
 
@@ -169,6 +170,8 @@ class JobConfig(StrictConfig):
     """MLflow."""
     workers: WorkersConfig = field(default_factory=WorkersConfig)
     """Worker processes."""
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+    """Whole-workload mode: a model's hot regions as the problems (``conf/workload/``; none: an ordinary job)."""
     resume: bool = True
     """Continue an interrupted job with the same configuration; false always starts afresh."""
     prompts_dir: str | None = None

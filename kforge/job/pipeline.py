@@ -26,6 +26,7 @@ from ..problems import Problem, default_size, load_builtin, load_directory
 from .reference import ReferenceTransferError, load_references, reference_backend
 from ..tracking.observer import JobRun
 from ..tracking.schema import Tags
+from .workload import PreparedWorkload, finish_workload, prepare_workload
 from ..verify import BackendUnavailable, Verifier, WorkerPool
 
 
@@ -49,6 +50,8 @@ class Job:
     stop: threading.Event
     tags: dict[str, str]
     """Extra tags of the parent run."""
+    workload: PreparedWorkload | None = None
+    """Whole-workload mode (``workload=``): the model whose extracted regions are the problems."""
 
 
 @dataclass
@@ -171,7 +174,11 @@ def run(cfg: Any, *, llm: LLM | None = None, tags: dict[str, str] | None = None,
     pool = pool or WorkerPool(gpus=job.workers.gpus, build_workers=job.workers.build, spare=job.workers.spare)
     try:
         with _sigterm_as_interrupt(), tempfile.TemporaryDirectory(prefix="kforge-analysis-") as scratch:
-            return execute(compose(conf, job, llm, pool, scratch, chash, tags or {}))
+            built = compose(conf, job, llm, pool, scratch, chash, tags or {})
+            result = execute(built)
+            if built.workload is not None:  # the model's regions are solved: put them back, verify it whole
+                finish_workload(built.workload, built, result)
+            return result
     finally:
         if own_pool:
             pool.close()
@@ -196,7 +203,9 @@ def compose(conf: dict[str, Any], job: JobConfig, llm: LLM, pool: WorkerPool, sc
     """The job's objects from its configuration: backend, problems, verifier, started workers, agents."""
     backend = make_backend(job.backend, pool)
     check_fits(job, backend, llm)
-    problems = load_problems(job.problems, backend.device)
+    # Whole-workload mode: the problems are a model's regions, put back and verified whole after the loop.
+    work = prepare_workload(job, backend, pool, tags, chash) if job.workload.model else None
+    problems = work.problems if work else load_problems(job.problems, backend.device)
     verifier = Verifier(job.verify, pool=pool)
     try:
         kinds = verifier.device_kinds(backend)
@@ -208,7 +217,8 @@ def compose(conf: dict[str, Any], job: JobConfig, llm: LLM, pool: WorkerPool, sc
     prompts = Prompts(job.prompts_dir)
     agent = GenerationAgent(llm, backend, prompts, device_phrase(info, backend))
     advisor = make_advisor(job, llm, backend, pool, prompts, device_phrase(info, backend), scratch, kinds[0], chash)
-    return Job(conf, job, problems, backend, agent, verifier, llm, pool, info, advisor, threading.Event(), tags)
+    return Job(conf, job, problems, backend, agent, verifier, llm, pool, info, advisor, threading.Event(),
+               {**tags, **(work.tags if work else {})}, work)
 
 
 class _CloseOnAbort(LoopObserver):

@@ -17,13 +17,14 @@ from kforge.loop import LoopConfig
 from kforge.job.reference import ReferenceConfig
 from kforge.strict import StrictConfig
 from kforge.verify import StaticConfig, TimingConfig, VerifyConfig
+from kforge.workload.config import WorkloadConfig
 
 CLASSES = [AnalysisConfig, BackendConfig, JobConfig, LoopConfig, ModelConfig, ProblemsConfig, ProfilerConfig,
            ReferenceConfig, StaticConfig, TablesConfig, TimingConfig, TrackingConfig, VerifyConfig, WorkersConfig]
 #: The config class of each Hydra group of conf/ that is a key of the job (experiment and hydra are not).
 GROUPS = {"analysis": AnalysisConfig, "backend": BackendConfig, "loop": LoopConfig, "model": ModelConfig,
           "problems": ProblemsConfig, "profiler": ProfilerConfig, "reference": ReferenceConfig,
-          "tracking": TrackingConfig, "verify": VerifyConfig}
+          "tracking": TrackingConfig, "verify": VerifyConfig, "workload": WorkloadConfig}
 
 
 @pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)

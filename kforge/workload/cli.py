@@ -1,0 +1,175 @@
+"""``kforge workload profile|extract|assemble``: `add_subcommand(subparsers)` adds the group to the CLI."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ..errors import KforgeError
+from ..problems import SIZES
+from .prepare import BUILTIN_WORKLOADS, resolve_model, write_profile  # noqa: F401 - BUILTIN_WORKLOADS for callers
+
+
+def _model(spec: str, size: str | None, device: str):
+    """A model file, or the name of a built-in workload (``transformer_block``)."""
+    return resolve_model(spec, size, device)
+
+
+def _backend(args):
+    from ..backends import get_backend
+    try:
+        return get_backend(args.backend, device=args.device)
+    except ValueError as exc:
+        raise KforgeError(str(exc)) from None
+
+
+def _profile(args):
+    from ..verify import WorkerPool
+    from .profile import profile_model
+    backend = _backend(args)
+    problem = _model(args.model, args.size, backend.device)
+    with WorkerPool(build_workers=1, light=True) as pool:
+        return problem, profile_model(problem, backend, pool, iterations=args.iterations)
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from .profile import plot, render_table
+    _, prof = _profile(args)
+    if args.json:
+        print(json.dumps(prof.to_dict()))
+    else:
+        print(render_table(prof, top=args.rows))
+    if args.plot:
+        print(f"picture: {plot(prof, args.plot)}", file=sys.stderr)
+    return 0
+
+
+def cmd_extract(args: argparse.Namespace) -> int:
+    from .extract import extract
+    problem, prof = _profile(args)
+    out = Path(args.out_dir)
+    workload = extract(prof, problem, out, top=args.top, cover=args.cover, min_share=args.min_share)
+    write_profile(prof, out)
+    print(f"{len(workload.regions)} regions cover {workload.coverage * 100:.1f}% of {Path(workload.model).name}'s "
+          f"operator time on {workload.device}:")
+    for r in workload.regions:
+        same = f"  (= {r.equivalent})" if r.equivalent else ""
+        print(f"  {r.share * 100:5.1f}%  {r.file:40} {r.path} [{r.type}, {r.style}]{same}")
+    for s in workload.skipped:
+        if s["share"] >= 0.01:
+            print(f"  {s['share'] * 100:5.1f}%  not a region: {s['path'] or '(model)'}: {s['why']}")
+    print(f"wrote {out / 'workload.json'}, profile.txt and profile.png")
+    return 0
+
+
+def _kernels(args, workload) -> dict[str, str]:
+    from ..problems import builtin_solution_path
+    from ..problems.equivalent import builtin_equivalent
+    from .extract import identity_candidate
+    kernels: dict[str, str] = {}
+    for item in args.kernel or []:
+        key, sep, path = item.partition("=")
+        if not sep or not Path(path).is_file():
+            raise KforgeError(f"--kernel expects REGION=FILE with an existing file, got {item!r}")
+        kernels[workload.region(key).name] = Path(path).read_text()
+    for r in workload.regions:
+        if r.name in kernels:
+            continue
+        source = workload.region_file(r).read_text()
+        if args.identity:
+            kernels[r.name] = identity_candidate(source)
+        elif args.oracle:
+            same = builtin_equivalent(source)
+            path = builtin_solution_path(same, args.backend) if same is not None else None
+            if path is not None:
+                kernels[r.name] = path.read_text()
+    return kernels
+
+
+def cmd_assemble(args: argparse.Namespace) -> int:
+    from .assemble import assemble, check_regions, evaluate
+    from .extract import Workload
+    workload = Workload.load(args.workload)
+    kernels = _kernels(args, workload)
+    if not args.verify:
+        text = assemble(workload, kernels)
+        if args.out:
+            Path(args.out).write_text(text)
+            print(f"wrote {args.out} ({len(kernels)}/{len(workload.regions)} regions replaced)")
+        else:
+            print(text)
+        return 0
+    from ..verify import Verifier, VerifyConfig, WorkerPool
+    backend = _backend(args)
+    cfg = VerifyConfig(trials=args.trials, compile_ref=not args.no_compile_ref, skip_timing=args.no_timing,
+                       require_kernel=not (args.no_kernel_check or args.identity))
+    with WorkerPool(build_workers=1, light=True) as pool, Verifier(cfg, pool=pool) as verifier:
+        best, verdicts = check_regions(workload, verifier, backend, kernels, config=cfg)
+        for name, verdict in verdicts.items():
+            print(f"region {name}: {verdict.state}" + (f" ({verdict.message})" if not verdict.correct else ""))
+        result = evaluate(workload, verifier, backend, best, config=cfg)
+    if args.out:
+        Path(args.out).write_text(result.source)
+    print(result.summary())
+    return 0
+
+
+def add_subcommand(sub) -> argparse.ArgumentParser:
+    """Add ``workload`` and its three subcommands to an ``add_subparsers()`` object."""
+    w = sub.add_parser("workload", help="profile a model, extract its hot regions as problems, put kernels back",
+                       description="Whole-workload mode (docs/workload.md). MODEL is a KernelBench-format file "
+                                   "(Model, get_inputs, get_init_inputs) or a built-in workload name "
+                                   "(transformer_block).")
+    ws = w.add_subparsers(dest="workload_command", required=True)
+
+    def common(p):
+        p.add_argument("model", metavar="MODEL", help="a model file or a built-in workload name")
+        p.add_argument("--backend", default="cpu", help="whose device runs the model: cpu, cuda, triton (default cpu)")
+        p.add_argument("--device", choices=("cpu", "cuda"), help="override the backend's device")
+        p.add_argument("--size", choices=SIZES, help="size preset (default: cpu on the cpu device, else gpu)")
+        p.add_argument("--iterations", type=int, default=3, help="profiled forward calls (default 3)")
+
+    p = ws.add_parser("profile", help="time by module and by operator, as a table (and a PNG with --plot)")
+    common(p)
+    p.add_argument("--plot", metavar="FILE.png", help="also draw the shares as bar charts")
+    p.add_argument("--rows", type=int, default=15, help="rows per table (default 15)")
+    p.add_argument("--json", action="store_true", help="print the profile as JSON")
+    p.set_defaults(func=_guarded(cmd_profile))
+
+    e = ws.add_parser("extract", help="write the hot regions as problem files and workload.json")
+    common(e)
+    e.add_argument("out_dir", metavar="OUT_DIR")
+    e.add_argument("--top", type=int, help="at most this many regions")
+    e.add_argument("--cover", type=float, default=0.8, help="stop once regions cover this share (default 0.8)")
+    e.add_argument("--min-share", type=float, default=0.0, help="skip regions with this share or less")
+    e.set_defaults(func=_guarded(cmd_extract))
+
+    a = ws.add_parser("assemble", help="put region kernels into the model; with --verify, check it whole")
+    a.add_argument("workload", metavar="WORKLOAD", help="workload.json or its folder")
+    a.add_argument("--kernel", action="append", metavar="REGION=FILE", help="a region's kernel (name or module path)")
+    a.add_argument("--identity", action="store_true", help="every other region gets its own Model as kernel")
+    a.add_argument("--oracle", action="store_true", help="every other region whose Model is a built-in "
+                   "problem's gets that problem's hand-written solution")
+    a.add_argument("--out", metavar="FILE.py", help="write the assembled program here")
+    a.add_argument("--verify", action="store_true", help="verify each region's kernel, then the assembled model")
+    a.add_argument("--backend", default="cpu", help="cpu, cuda or triton (default cpu)")
+    a.add_argument("--device", choices=("cpu", "cuda"), help="override the backend's device")
+    a.add_argument("--trials", type=int, default=5)
+    a.add_argument("--no-compile-ref", action="store_true", help="skip timing torch.compile")
+    a.add_argument("--no-timing", action="store_true", help="check correctness only")
+    a.add_argument("--no-kernel-check", action="store_true", help="accept kernels written in PyTorch")
+    a.set_defaults(func=_guarded(cmd_assemble))
+    return w
+
+
+def _guarded(fn):
+    """A kforge error is the user's to fix: print it and exit 2, as the CLI does for usage errors."""
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return fn(args)
+        except KforgeError as exc:
+            print(f"kforge: {exc}", file=sys.stderr)
+            return 2
+    return run

@@ -1,0 +1,109 @@
+"""Extraction: regions as problem files at the shapes seen, workload.json, each region verifying against itself."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kforge.problems import load_problem_file
+from kforge.verify import Verifier, VerifyConfig
+from kforge.workload.assemble import assemble
+from kforge.workload.extract import Workload, extract, identity_candidate
+from kforge.workload.profile import WorkloadError, profile_model
+
+from .helpers import BLOCK
+
+IDENTITY = VerifyConfig(require_kernel=False, skip_timing=True, compile_ref=False, trials=2, attribution=False)
+
+
+@pytest.fixture(scope="module")
+def block(pool, tmp_path_factory):
+    problem = load_problem_file(BLOCK, size="cpu")
+    prof = profile_model(problem, "cpu", pool, iterations=2, warmup=1)
+    return problem, prof, extract(prof, problem, tmp_path_factory.mktemp("block"), cover=1.0)
+
+
+def test_regions_are_problems_at_the_shapes_seen(block):
+    _, prof, w = block
+    assert {r.path for r in w.regions} == {"attn", "norm", "up", "gate", "gate_norm", "down"}
+    assert w.coverage == pytest.approx(sum(r.share for r in w.regions))
+    assert w.coverage == pytest.approx(1.0 - prof.module("").self_ms / prof.total_ms, abs=1e-6)
+    assert all(r.style == "class" and r.weights == ("", r.path + ".") for r in w.regions)
+    gate = w.region("gate")
+    problem = w.load_region(gate)
+    assert "torch.randn((256, 256), dtype=torch.float32)" in problem.source
+    assert {r.path: r.equivalent for r in w.regions} == {
+        "attn": "level3/2_AttentionBlock", "norm": "level1/3_LayerNorm", "up": "level2/1_Gemm_Bias_GELU",
+        "gate": "level1/4_Matmul", "down": "level1/4_Matmul", "gate_norm": "level2/4_RMSNorm_SiLUGate"}
+    saved = json.loads((w.region_file(gate).parent / "workload.json").read_text())
+    assert saved["coverage"] == pytest.approx(w.coverage) and len(saved["regions"]) == 6
+    again = Workload.load(w.region_file(gate).parent)
+    assert again.regions == w.regions
+
+
+def test_top_and_cover_choose_the_hottest(block, tmp_path):
+    problem, prof, w = block
+    top2 = extract(prof, problem, tmp_path / "top2", top=2)
+    hottest = sorted(w.regions, key=lambda r: -r.share)[:2]
+    assert [r.path for r in top2.regions] == [r.path for r in hottest]
+    half = extract(prof, problem, tmp_path / "half", cover=0.5)
+    assert half.coverage >= 0.5 and half.coverage - half.regions[-1].share < 0.5
+    with pytest.raises(WorkloadError, match="--cover"):
+        extract(prof, problem, tmp_path / "x", cover=1.5)
+
+
+def test_every_region_verifies_against_its_own_model(block, pool):
+    _, _, w = block
+    with Verifier(IDENTITY, pool=pool) as verifier:
+        for r in w.regions:
+            problem = w.load_region(r)
+            verdict = verifier.verify(problem, identity_candidate(problem.source), "cpu")
+            assert verdict.correct, (r.name, verdict.state, verdict.message)
+
+
+SEQ_MODEL = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, dim, hidden):
+        super().__init__()
+        self.mlp = nn.Sequential(nn.Linear(dim, hidden), nn.GELU(approximate="tanh"), nn.Linear(hidden, dim))
+        self.norm = nn.LayerNorm(dim, eps=1e-3)
+        self.head = nn.Linear(dim, 3, bias=False)
+
+    def forward(self, x, scale: float = 1.0):
+        return self.head(self.norm(x + self.mlp(x)) * scale)
+
+
+def get_inputs():
+    return [torch.randn(64, 32), 0.5]
+
+
+def get_init_inputs():
+    return [32, 64]
+'''
+
+
+def test_torch_modules_become_wrapper_regions_and_reassemble(pool, tmp_path):
+    path = tmp_path / "seq_model.py"
+    path.write_text(SEQ_MODEL)
+    problem = load_problem_file(path)
+    prof = profile_model(problem, "cpu", pool, iterations=2, warmup=1)
+    w = extract(prof, problem, tmp_path / "regions", cover=1.0)
+    by_path = {r.path: r for r in w.regions}
+    assert set(by_path) == {"mlp", "norm", "head"}
+    assert by_path["norm"].weights == ("norm.", "norm.") and by_path["norm"].style == "wrapper"
+    source = w.load_region(by_path["mlp"]).source
+    assert "nn.Sequential(nn.Linear(32, 64), nn.GELU(approximate='tanh'), nn.Linear(64, 32))" in source
+    assert "nn.LayerNorm(32, eps=0.001)" in w.load_region(by_path["norm"]).source
+    assert "nn.Linear(32, 3, bias=False)" in w.load_region(by_path["head"]).source
+    kernels = {r.name: identity_candidate(w.load_region(r).source) for r in w.regions}
+    with Verifier(IDENTITY, pool=pool) as verifier:
+        for r in w.regions:
+            verdict = verifier.verify(w.load_region(r), kernels[r.name], "cpu")
+            assert verdict.correct, (r.name, verdict.state, verdict.message)
+        whole = verifier.verify(problem, assemble(w, kernels), "cpu")
+        assert whole.correct, (whole.state, whole.message)
