@@ -10,6 +10,8 @@ lives in `kforge.evaluate.summary`.
 
 from __future__ import annotations
 
+import contextlib
+
 import csv
 import hashlib
 import json
@@ -19,6 +21,8 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
+
+from tqdm import tqdm
 
 from ..candidate import Candidate
 from ..errors import KforgeError
@@ -263,6 +267,39 @@ class EvalResult:
     resumed: int
 
 
+def _problem(problems: dict, name: str, size: str) -> "Problem | ProblemError":
+    """A job's problem, loaded once per name and size (a problem that does not load: its error)."""
+    if (name, size) not in problems:
+        try:
+            problems[(name, size)] = resolve_problem(name, size=size)
+        except ProblemError as exc:
+            problems[(name, size)] = exc
+    return problems[(name, size)]
+
+
+@contextlib.contextmanager
+def _appending(out: Path):
+    """The rows file open for appending, after a newline if the last run was cut off mid-line."""
+    with open(out, "a+b") as fh:
+        end = fh.seek(0, 2)
+        if end:
+            fh.seek(end - 1)
+            if fh.read(1) != b"\n":
+                fh.write(b"\n")
+        yield fh
+
+
+def _verified_row(verifier, backend, config, job: Job, h: str | None, problem: Problem, cand: Candidate):
+    """One file's row: its verdict, or why it could not be verified (nothing a candidate does raises here)."""
+    try:
+        return make_row(job, h, problem.size, problem, verifier.verify(problem, cand, backend, config).to_dict())
+    except ProblemError as exc:  # the problem's own failure, with its traceback: no candidate is judged
+        return make_row(job, h, problem.size, problem, error=f"the problem fails: {exc}")
+    except Exception as exc:  # noqa: BLE001 - a verifier fault on one file must not end the evaluation
+        tail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        return make_row(job, h, problem.size, problem, error=f"verification failed: {tail}")
+
+
 def run_eval(jobs: Iterable[Job], verifier, backends: dict[str, Any], *, size_of: Callable[[str], str],
              out: Path, config=None, threads: int = 4, progress: bool | None = None,
              on_row: Callable[[dict[str, Any], str | None], None] | None = None) -> EvalResult:
@@ -272,8 +309,6 @@ def run_eval(jobs: Iterable[Job], verifier, backends: dict[str, Any], *, size_of
     name; ``on_row(row, text)`` sees each row with the file's text (MLflow logging). ``progress`` None shows a bar on a
     terminal only. Nothing a candidate does raises here: it becomes a row.
     """
-    from tqdm import tqdm
-
     jobs = list(jobs)
     done = load_results(out)
     problems: dict[tuple[str, str], Problem | ProblemError] = {}  # each problem loaded once per size
@@ -297,12 +332,7 @@ def run_eval(jobs: Iterable[Job], verifier, backends: dict[str, Any], *, size_of
         if h is None:
             fresh.append((i, make_row(job, h, size, error="no such candidate file"), None))
             continue
-        if (job.problem or "", size) not in problems:
-            try:
-                problems[(job.problem or "", size)] = resolve_problem(job.problem or "", size=size)
-            except ProblemError as exc:
-                problems[(job.problem or "", size)] = exc
-        problem = problems[(job.problem or "", size)]
+        problem = _problem(problems, job.problem or "", size)
         if isinstance(problem, ProblemError):
             fresh.append((i, make_row(job, h, size, error=f"the problem does not load: {problem}"), texts[i]))
             continue
@@ -311,16 +341,10 @@ def run_eval(jobs: Iterable[Job], verifier, backends: dict[str, Any], *, size_of
 
     drop_rows(out, {(str(job.candidate), job.backend) for _, job, *_ in todo}
               | {(row["candidate"], row["backend"]) for _, row, _ in fresh})
-    if on_row is not None:  # a run logged by this evaluation holds all of it, resumed rows included
-        for _, row, source in resumed:
-            on_row(row, source)
+    for _, row, source in (resumed if on_row is not None else ()):  # a logged run holds the resumed rows too
+        on_row(row, source)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out, "a+b") as fh:
-        end = fh.seek(0, 2)
-        if end:
-            fh.seek(end - 1)
-            if fh.read(1) != b"\n":
-                fh.write(b"\n")  # the last run was cut off mid-line
+    with _appending(out) as fh:
 
         def record(i: int, row: dict[str, Any], source: str | None) -> None:
             fh.write((json.dumps(row, default=str) + "\n").encode())
@@ -334,14 +358,7 @@ def run_eval(jobs: Iterable[Job], verifier, backends: dict[str, Any], *, size_of
 
         def one(item):
             i, job, h, problem, cand = item
-            try:
-                verdict = verifier.verify(problem, cand, backends[job.backend], config)
-                return i, make_row(job, h, problem.size, problem, verdict.to_dict()), texts[i]
-            except ProblemError as exc:  # the problem's own failure, with its traceback: no candidate is judged
-                return i, make_row(job, h, problem.size, problem, error=f"the problem fails: {exc}"), texts[i]
-            except Exception as exc:  # noqa: BLE001 - a verifier fault on one file must not end the evaluation
-                tail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-                return i, make_row(job, h, problem.size, problem, error=f"verification failed: {tail}"), texts[i]
+            return i, _verified_row(verifier, backends[job.backend], config, job, h, problem, cand), texts[i]
 
         needed = {job.backend: backends[job.backend] for _, job, _, _, cand in todo if cand.source is not None}
         boot = verifier.start_workers(*needed.values()) if needed else None

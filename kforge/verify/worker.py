@@ -17,6 +17,7 @@ output cache keyed by pointer or shape fails.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import traceback
 from typing import Any
@@ -235,26 +236,9 @@ class _Run(Trials):
         return max(1, min(wanted, fit))
 
     def _timed_rounds(self, model, n_sets: int) -> dict[str, Any]:
-        torch = self.torch
-        cfg, tcfg, clock = self.cfg, self.cfg.timing, self.clock
+        torch, tcfg, clock = self.torch, self.cfg.timing, self.clock
         sets = _oom_guard(torch, "reference", lambda: [self.inputs(self.draw()) for _ in range(n_sets)])
-        # (label, program, numerics): the baselines as people run PyTorch, the candidate as it left things.
-        programs: list[tuple[str, Any, str | None]] = [("ref", self.ref_model, "default")]
-        if self.device.type == "cuda" and self.settings.defaults != self.settings.strict:
-            programs.append(("ref_strict", self.ref_model, "strict"))
-        if cfg.compile_ref:
-            phase("compile reference")
-            try:
-                compiled = torch.compile(self.ref_model, mode=cfg.compile_mode)
-                with Swap(self.settings, "default"):
-                    for _ in range(max(1, tcfg.warmup)):
-                        compiled(*sets[0])
-                    clock.sync()
-                programs.append(("compile", compiled, "default"))
-            except Exception as exc:  # noqa: BLE001 - a baseline failing is a note, not the candidate's fault
-                self.notes.append(f"torch.compile of the reference failed: {first_line(exc)}")
-            phase("timing")
-        programs.append(("cand", model, None))
+        programs = self._programs(model, sets[0])
         stochastic = "stochastic" in self.flags
         own_streams = bool(self.req.get("own_streams"))
 
@@ -319,6 +303,28 @@ class _Run(Trials):
                 f"{rechecks} timing rechecks",
                 "runtime": _stats(sampler.stats("cand")), "ref": _stats(sampler.stats("ref")),
                 "compile_ref": _stats(sampler.stats("compile")), "ref_strict": _stats(sampler.stats("ref_strict"))}
+
+    def _programs(self, model, inputs) -> list[tuple[str, Any, str | None]]:
+        """(label, program, numerics) to time: the baselines as people run PyTorch (and the eager reference in
+        strict fp32 where that differs), the compile reference warmed up, the candidate as it left things."""
+        cfg, torch = self.cfg, self.torch
+        programs: list[tuple[str, Any, str | None]] = [("ref", self.ref_model, "default")]
+        if self.device.type == "cuda" and self.settings.defaults != self.settings.strict:
+            programs.append(("ref_strict", self.ref_model, "strict"))
+        if cfg.compile_ref:
+            phase("compile reference")
+            try:
+                compiled = torch.compile(self.ref_model, mode=cfg.compile_mode)
+                with Swap(self.settings, "default"):
+                    for _ in range(max(1, cfg.timing.warmup)):
+                        compiled(*inputs)
+                    self.clock.sync()
+                programs.append(("compile", compiled, "default"))
+            except Exception as exc:  # noqa: BLE001 - a baseline failing is a note, not the candidate's fault
+                self.notes.append(f"torch.compile of the reference failed: {first_line(exc)}")
+            phase("timing")
+        programs.append(("cand", model, None))
+        return programs
 
     def _check_unsynchronized(self, sampler, own_streams: bool = False) -> None:
         """Event time far below host time (with a full device synchronize) means work left the timed stream.
@@ -391,5 +397,4 @@ def _poison(torch, out, protected: set[int]) -> None:
 
 
 def _stats(stats) -> dict[str, Any] | None:
-    from dataclasses import asdict
-    return asdict(stats) if stats else None
+    return dataclasses.asdict(stats) if stats else None
