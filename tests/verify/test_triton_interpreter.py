@@ -31,5 +31,5 @@ def test_triton_interpreter_states(setup, name, state):
 def test_triton_kernel_rule(setup):
     verifier, problem, backend = setup
     v = verifier.verify(problem, candidate("cpu", "relu_torch_only.py"), backend)
-    assert v.state is State.CHEAT_DETECTED and v.rule == "kernel_not_run", v.summary()
+    assert v.state is State.KERNEL_UNUSED and v.rule == "kernel_not_run", v.summary()
     assert "no_kernel" in {f["rule"] for f in v.evidence.findings}
