@@ -18,7 +18,7 @@ from ..agents import GenerationAgent, Prompts
 from ..backends import Backend, get_backend
 from .config import BackendConfig, JobConfig, ProblemsConfig
 from .config import plain as _plain
-from .console import Progress, print_summary
+from .console import Progress, closing_line, print_summary
 from ..errors import ConfigError  # callers import it from here too
 from ..llm import LLM, make_model, replaying
 from ..loop import Advisor, Interrupted, JobEnd, LoopObserver, ProblemLoop, ProblemResult, run_problems
@@ -266,7 +266,7 @@ def execute(job: Job) -> JobResult:
         end = exc.end
     finally:
         progress.close()
-    _report(end, tracker, tracking.parent_id or earlier.parent, todo)
+    _report(end, tracker, tracking.parent_id or earlier.parent, todo, job.llm.config.kind)
     return JobResult(end.results, end.stats, tracking.parent_id or earlier.parent, end.interrupted,
                      extra={"verifier_time_s": dict(job.verifier.time_s)})
 
@@ -319,7 +319,7 @@ def _announce(job: Job, tracker: Any, labels: dict[str, str], earlier: Any, todo
         print(f"kforge: {PCH_NOTICE}", flush=True)
 
 
-def _report(end: JobEnd, tracker: Any, parent: str | None, todo: list[Problem]) -> None:
+def _report(end: JobEnd, tracker: Any, parent: str | None, todo: list[Problem], model_kind: str) -> None:
     """The lines a job ends with."""
     if end.interrupted:
         cut_off = [r for r in end.ended if r.stopped]
@@ -330,8 +330,8 @@ def _report(end: JobEnd, tracker: Any, parent: str | None, todo: list[Problem]) 
     for r in end.skipped:
         print(f"kforge: {r.problem.key} was skipped: the problem itself fails ("
               f"{r.problem_error.strip().splitlines()[-1]}); its traceback is in MLflow")
-    print_summary(end.results, end.stats)
-    print(f"runs table: {tracker.view_url()}" + ("" if tracker.uri.startswith("http") else "  (after `make ui`)"))
+    print_summary(end.results, end.stats, cut_off=[r for r in end.ended if r.stopped], model_kind=model_kind)
+    print(closing_line(tracker))
 
 
 def job_labels(job: Job) -> dict[str, str]:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import select
 import signal
@@ -38,6 +39,8 @@ from . import dispatch
 from .quiet import QUIET_LOCK_ENV, take_quiet_lock
 
 OUTPUT_TAIL = 6000
+#: What the harness's profilers print (USDT probe notices, Kineto's stages): not the candidate's output.
+PROFILER_NOISE = re.compile(r"^.*(?:\bUSDT\b|^STAGE:).*\n?", re.MULTILINE)
 SPARE_ENV = "KFORGE_ZYGOTE_SPARE"
 """``0`` stops a GPU zygote keeping a spare (the pool's ``spare=False``, Hydra's ``workers.spare=false``)."""
 
@@ -104,11 +107,10 @@ def release_nvml() -> None:
 def _read_tail(path: str, n: int = OUTPUT_TAIL) -> str:
     try:
         with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
+            size = fh.seek(0, os.SEEK_END)
             fh.seek(max(0, size - n))
-            data = fh.read().decode("utf-8", "replace")
-        return data if size <= n else "..." + data
+            data = PROFILER_NOISE.sub("", fh.read().decode("utf-8", "replace"))
+        return data if size <= n else "..." + data  # its start was cut
     except OSError:
         return ""
 

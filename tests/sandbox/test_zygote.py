@@ -216,3 +216,10 @@ def test_children_write_a_cprofile_of_their_request_when_asked(tmp_path, monkeyp
     assert written.exists(), sorted(folder.glob("*"))
     stats = pstats.Stats(str(written))
     assert any(name == "handle" for (_, _, name) in stats.stats), "the dispatch handler was not profiled"
+
+
+def test_the_profilers_own_lines_stay_out_of_the_output_tail(tmp_path):
+    from kforge.sandbox.zygote import _read_tail
+    out = tmp_path / "output.txt"
+    out.write_text("candidate says hi\n[W1125 02:03:04] USDT probes enabled\nSTAGE:2026-11-25 Enabling\nbye\n")
+    assert _read_tail(str(out)) == "candidate says hi\nbye\n"
