@@ -1,8 +1,9 @@
 """The pure half of `kernelbench_agreement.py`: its manifest, what each harness's record says, the join.
 
-Nothing here touches a GPU, torch or KernelBench: it reads a manifest, turns a record of KernelBench's
-``eval_kernel_against_ref`` (as the agreement script's child process writes it) and a ``kforge eval`` JSONL
-row into verdicts, joins them per candidate and renders the table (text, markdown, CSV).
+Nothing here touches a GPU, torch or KernelBench (of kforge, only `kforge.manifest`): it reads a manifest,
+turns a record of KernelBench's ``eval_kernel_against_ref`` (as the agreement script's child process writes
+it) and a ``kforge eval`` JSONL row into verdicts, joins them per candidate and renders the table (text,
+markdown, CSV).
 """
 
 from __future__ import annotations
@@ -12,9 +13,14 @@ import hashlib
 import io
 import json
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kforge.manifest import manifest_rows  # noqa: E402  (torch-free: the package's root and this module only)
 
 #: KernelBench's error classes, as this table names them ("" for a correct candidate).
 COMPILE, RUNTIME, MISMATCH, TIMEOUT, CRASH, ERROR = "compile", "runtime", "mismatch", "timeout", "crash", "error"
@@ -47,29 +53,6 @@ def entry_key(name: str, problem: Path) -> str:
     return f"{stem}-{digest}"
 
 
-def _records(path: Path) -> list[tuple[int, dict[str, str]]]:
-    text = path.read_text(errors="replace")
-    if path.suffix in (".jsonl", ".ndjson", ".json"):
-        out = []
-        for n, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise AgreementInputError(f"{path}:{n}: not JSON ({exc.msg})") from None
-            if not isinstance(rec, dict):
-                raise AgreementInputError(f"{path}:{n}: expected an object with problem and candidate")
-            out.append((n, {str(k): str(v if v is not None else "").strip() for k, v in rec.items()}))
-        return out
-    reader = csv.DictReader(text.splitlines())
-    missing = {"problem", "candidate"} - {(c or "").strip() for c in reader.fieldnames or []}
-    if missing:
-        raise AgreementInputError(f"{path}: the CSV header lacks {', '.join(sorted(missing))} "
-                                  "(columns: problem,candidate[,source])")
-    return [(n, {(k or "").strip(): (v or "").strip() for k, v in row.items()}) for n, row in enumerate(reader, 2)]
-
-
 def read_manifest(path: str | Path, kernelbench: str | Path) -> list[Entry]:
     """Entries of a CSV (header row) or JSONL manifest of ``problem,candidate[,source]``.
 
@@ -83,7 +66,7 @@ def read_manifest(path: str | Path, kernelbench: str | Path) -> list[Entry]:
     root = Path(kernelbench).expanduser()
     entries: list[Entry] = []
     seen: dict[Path, int] = {}
-    for n, rec in _records(p):
+    for n, rec in manifest_rows(p, AgreementInputError, "problem,candidate[,source]"):
         prob, cand = rec.get("problem", ""), rec.get("candidate", "")
         if not prob or not cand:
             raise AgreementInputError(f"{path}:{n}: every row needs a problem and a candidate")

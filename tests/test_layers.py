@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent / "kforge"
 # decides a module's layer.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("kforge", "kforge.cachefile", "kforge.candidate", "kforge.metrics", "kforge.errors",
-                    "kforge.strict", "kforge.log",
+                    "kforge.strict", "kforge.log", "kforge.manifest",
                     "kforge.report.plots")),  # figures only (pandas, matplotlib): tracking draws a beam's tree
     ("problems", ("kforge.problems",)),
     ("clocks", ("kforge.sandbox.clocks",)),  # a backend picks its clock (Backend.make_clock)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 
-import csv
 import hashlib
 import json
 import re
@@ -26,6 +25,7 @@ from tqdm import tqdm
 
 from ..candidate import Candidate
 from ..errors import KforgeError
+from ..manifest import manifest_rows
 from .summary import ERROR_STATE
 from ..problems import Problem, ProblemError, kernelbench_root, parse_ids, resolve_problem
 
@@ -135,27 +135,7 @@ def read_manifest(path: str | Path, backend: str) -> list[Job]:
     p = Path(path).expanduser()
     if not p.is_file():
         raise EvalInputError(f"{path}: no such manifest file")
-    text = p.read_text(errors="replace")
-    records: list[tuple[int, dict[str, Any]]] = []
-    if p.suffix in (".jsonl", ".ndjson", ".json"):
-        for n, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise EvalInputError(f"{path}:{n}: not JSON ({exc.msg}); a JSONL manifest has one object a line")
-            if not isinstance(rec, dict):
-                raise EvalInputError(f"{path}:{n}: expected an object with problem and candidate")
-            records.append((n, rec))
-    else:
-        reader = csv.DictReader(text.splitlines())
-        missing = {"problem", "candidate"} - {c.strip() for c in reader.fieldnames or []}
-        if missing:
-            raise EvalInputError(f"{path}: the CSV header lacks {', '.join(sorted(missing))} "
-                                 f"(columns: problem,candidate[,backend])")
-        records = [(n, {(k or "").strip(): (v or "").strip() for k, v in row.items()})
-                   for n, row in enumerate(reader, 2)]
+    records = manifest_rows(p, EvalInputError, "problem,candidate[,backend]")
     jobs = []
     for n, rec in records:
         prob, cand = str(rec.get("problem") or "").strip(), str(rec.get("candidate") or "").strip()
