@@ -1,6 +1,7 @@
 """The dataflow tracker on its own: which outputs derive from memory the candidate's kernels wrote."""
 
 import ctypes
+from pathlib import Path
 
 import torch
 
@@ -162,40 +163,8 @@ def test_a_fill_the_kernel_never_had_or_pytorch_replaced_is_still_pytorchs():
 
 
 # A matmul, minus a constant, times a constant, then ReLU, at a size where the shift sends every value below zero:
-# the answer is all zeros for every input.
-ALL_ZEROS_PROBLEM = """
-import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def __init__(self, in_features, out_features, subtract_value, multiply_value):
-        super().__init__()
-        self.linear = nn.Linear(in_features, out_features)
-        self.subtract_value = subtract_value
-        self.multiply_value = multiply_value
-
-    def forward(self, x):
-        x = self.linear(x)
-        x = x - self.subtract_value
-        x = x * self.multiply_value
-        return torch.relu(x)
-
-
-batch_size = 64
-in_features = 256
-out_features = 256
-subtract_value = 2.0
-multiply_value = 1.5
-
-
-def get_inputs():
-    return [torch.rand(batch_size, in_features)]
-
-
-def get_init_inputs():
-    return [in_features, out_features, subtract_value, multiply_value]
-"""
+# the answer is all zeros for every input (the idioms' own problem file, at its cpu size).
+ALL_ZEROS_PROBLEM = Path(__file__).resolve().parents[1] / "idioms" / "problems" / "9_matmul_subtract_multiply_relu.py"
 
 FUSED_CANDIDATE = r'''
 import torch
@@ -257,10 +226,10 @@ class ModelNew(nn.Module):
 def test_an_honest_fused_kernel_on_an_all_zeros_problem_is_not_accused(pool):
     """Its extension allocates torch::zeros and writes max(0, ...) into every element: zeros over the zero fill.
     The dataflow cannot tell (None, with the note), so no rule accuses it; the problem is flagged degenerate."""
-    from kforge.problems import problem_from_source
+    from kforge.problems import load_problem_file
     from kforge.verify import State, Verifier
     from tests.helpers import fast_config
-    p = problem_from_source(ALL_ZEROS_PROBLEM, where="all_zeros", name="9_linear_sub_mul_relu_zeros")
+    p = load_problem_file(ALL_ZEROS_PROBLEM, size="cpu")
     v = Verifier(fast_config(trials=3), pool=pool).verify(p, FUSED_CANDIDATE, "cpu")
     assert v.state is State.CORRECT, v.summary()
     assert v.attribution.output_from_kernel is None and "degenerate" in v.problem_flags, v.summary()
