@@ -13,6 +13,8 @@ misspelt key on the command line the same way before Hydra composes (Hydra would
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -228,7 +230,8 @@ NOT_JOB_KEYS = ("hydra", "experiment")
 def check_overrides(overrides: list[str], root: type = JobConfig) -> None:
     """Answer a misspelt key among Hydra command-line ``overrides`` (``loop.iteratons=3``, with or without
     ``+``) with `ConfigError` naming the valid keys at that level, before Hydra composes; flags (``-m``) and
-    a group's choice (``loop=beam``) pass, as does anything under a mapping field (``backend.options.x``)."""
+    a group's choice (``loop=beam``) pass, as does anything under a mapping field (``backend.options.x``) and
+    Hydra's own settings and groups (``hydra/launcher=joblib``, ``hydra.launcher.n_jobs=2``)."""
     import typing
 
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -236,7 +239,7 @@ def check_overrides(overrides: list[str], root: type = JobConfig) -> None:
     from ..strict import _dataclass_in, field_names
     given = [o for o in overrides if "=" in o and not o.startswith("-")]  # flags and their values pass
     for override in OverridesParser.create().parse_overrides(given):
-        parts = override.key_or_group.split(".")
+        parts = re.split(r"[./]", override.key_or_group)  # a group's path too (hydra/launcher=joblib)
         if parts[0] in NOT_JOB_KEYS:
             continue
         cls, where = root, ""

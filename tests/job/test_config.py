@@ -156,7 +156,10 @@ def test_a_misspelt_key_with_or_without_plus_names_the_valid_ones(override):
     with pytest.raises(ConfigError, match=r"^unknown setting loop\.iteratons \(valid under loop: beam, .*iterations"):
         check_overrides([override])
     check_overrides(["-m", "loop=beam", "loop.iterations=3,5", "+experiment=demo", "backend.options.x=1",
-                     "analysis.model.name=mini", "hydra.verbose=true", "--cfg", "job"])  # all valid
+                     "analysis.model.name=mini", "hydra.verbose=true", "--cfg", "job", "hydra/launcher=joblib",
+                     "hydra.launcher.n_jobs=2", "+hydra.launcher.ray.init.num_cpus=2"])  # all valid
+    with pytest.raises(ConfigError, match=r"^unknown setting loop/nonsense"):
+        check_overrides(["loop/nonsense=x"])
 
 
 def test_the_profiler_runs_under_the_jobs_verify_settings(tmp_path):
