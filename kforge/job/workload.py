@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from typing import Any
 from ..errors import ConfigError
 from ..problems import Problem, ProblemError
 from ..tracking import Tracker
+from ..tracking.tracker import as_metrics
 from ..tracking.schema import Kind, Tags, tag_is
 from ..workload.assemble import RegionKernel, WorkloadResult, evaluate
 from ..workload.extract import WORKLOAD_JSON, Workload
@@ -163,10 +163,8 @@ def _assemble(prep: PreparedWorkload, job, kernels: dict[str, RegionKernel]) -> 
 def _record(tracker: Tracker, parent: str, folder: Path, metrics: dict[str, Any], state: str, message: str,
             missing: list[str]) -> None:
     """The workload's figures, verdict and files on the job's parent run (after the job's own summary)."""
-    from mlflow.entities import Metric, RunTag
-    now = int(time.time() * 1000)
+    from mlflow.entities import RunTag
     tags = [RunTag(WTags.STATE, state), RunTag(WTags.MESSAGE, message[:5000]),
             RunTag(WTags.UNSOLVED, ",".join(line.split(" ", 2)[1] for line in missing))]
-    tracker.client.log_batch(parent, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items() if v is not None],
-                             tags=tags)
+    tracker.client.log_batch(parent, metrics=as_metrics(metrics), tags=tags)
     tracker.client.log_artifacts(parent, str(folder), WFiles.FOLDER)

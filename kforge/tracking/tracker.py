@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import tempfile
 import threading
@@ -29,6 +30,23 @@ from .schema import (CANDIDATE_METRICS, CANDIDATE_STATE_INDEX, CANDIDATE_TAGS, J
 from .store import default_uri, open_client, sqlite_path
 
 log = logging.getLogger(__name__)
+
+
+#: Significant digits a metric keeps: MLflow's tables show every digit logged, and a speedup or a time is
+#: not known past its fourth (timing noise is larger); whole numbers (counts, tokens) are kept exactly.
+METRIC_DIGITS = 4
+
+
+def as_metrics(values: dict[str, Any], step: int = 0, now: int | None = None) -> list:
+    """MLflow metrics for the numbers among ``values`` (None and non-numbers are left out), each to
+    `METRIC_DIGITS` significant digits."""
+    from mlflow.entities import Metric
+    now = int(time.time() * 1000) if now is None else now
+    return [Metric(k, _tidy(float(v)), now, step) for k, v in values.items() if _is_number(v)]
+
+
+def _tidy(v: float) -> float:
+    return v if v.is_integer() else float(f"{v:.{METRIC_DIGITS}g}")
 
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, str]:
@@ -119,10 +137,10 @@ class Tracker:
     def log_iteration(self, run_id: str, record, attempt, verdict, recommendation=None, outcome: str = "") -> None:
         """Metrics at ``step=iteration``, files under ``iter_NNN/``, the tags ``kernel.N`` (and ``direction.N``
         in a beam search), and the problem's ``state`` tag set to ``outcome`` (the record's state if not given)."""
-        from mlflow.entities import Metric, RunTag
+        from mlflow.entities import RunTag
         it = record.iteration
         now = int(time.time() * 1000)
-        metrics = [Metric(k, v, now, it) for k, v in iteration_values(record).items()]
+        metrics = as_metrics(iteration_values(record), it, now)
         with self._lock:
             self.client.log_text(run_id, attempt.prompt_text, Files.at(it, Files.PROMPT))
             if attempt.response is not None:
@@ -140,7 +158,7 @@ class Tracker:
                     if path and os.path.isfile(path):
                         self.client.log_artifact(run_id, path, Files.at(it, Files.PROFILE))
                 if recommendation.speed_of_light is not None and record.speed_of_light is None:
-                    metrics.append(Metric(Metrics.SPEED_OF_LIGHT, float(recommendation.speed_of_light), now, it))
+                    metrics += as_metrics({Metrics.SPEED_OF_LIGHT: recommendation.speed_of_light}, it, now)
             tags = [RunTag(Tags.STATE, outcome or record.state)]
             if record.direction is not None:  # beam search: the tree's branch, beside the metrics parent and depth
                 tags.append(RunTag(Tags.direction_at(it), record.direction))
@@ -151,8 +169,6 @@ class Tracker:
             self.client.log_batch(run_id, metrics=metrics, tags=tags)
 
     def end_problem(self, run_id: str, result, status: str = "FINISHED") -> None:
-        from mlflow.entities import Metric
-        now = int(time.time() * 1000)
         recs = result.records
         first_ok = next((r.iteration for r in recs if r.correct), None)
         values = {Metrics.BEST_CORRECT: float(result.correct), Metrics.best_speedup("eager"): result.speedup_eager,
@@ -164,8 +180,7 @@ class Tracker:
                   Metrics.TOTAL_COST_USD: total_cost(r.cost_usd for r in recs),
                   Metrics.REPLAYED_CALLS: sum(r.replayed_calls for r in recs)}
         with self._lock:
-            self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in values.items()
-                                                   if v is not None])
+            self.client.log_batch(run_id, metrics=as_metrics(values))
             self.client.set_tag(run_id, Tags.STATE, result.outcome)
             self.client.set_tag(run_id, Tags.PROBLEM_FLAGS, ",".join(result.problem_flags))
             if result.best_verdict is not None and result.best_verdict.source_hash:
@@ -205,16 +220,14 @@ class Tracker:
                    speedup_vs: str = "eager", counts: dict[str, float] | None = None) -> None:
         """The job's figures (``stats``, `kforge.loop.job_stats` of ``results``) and ``counts`` as metrics,
         and its table of problems as the run's description."""
-        from mlflow.entities import Metric, RunTag
-        now = int(time.time() * 1000)
+        from mlflow.entities import RunTag
         # Logged under names that say what they count and against what; `stats` keeps its keys.
         names = {**JOB_METRIC_NAMES, "geomean_speedup": Metrics.geomean_speedup(speedup_vs)}
         values = {names.get(k, k): v for k, v in stats.items()}
         values.update(counts or {})
         note = view.job_summary(self._titles.get(run_id, {}), results, stats, speedup_vs, status)
         with self._lock:
-            self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in values.items()
-                                                   if v is not None],
+            self.client.log_batch(run_id, metrics=as_metrics(values),
                                   tags=[RunTag(Tags.SPEEDUP_VS, speedup_vs), RunTag(Tags.NOTE, note)])
             self.client.set_terminated(run_id, status=status)
 
@@ -236,7 +249,6 @@ class Tracker:
 
     def log_candidate(self, parent_id: str, row: dict[str, Any], text: str | None) -> str:
         """One evaluated file (``text`` as read), logged and closed at once: a later crash loses none of it."""
-        from mlflow.entities import Metric
         name = (f"{row.get('problem')} sample {row['sample_id']}" if row.get("sample_id") is not None
                 else f"{row.get('problem')} {Path(row['candidate']).name}")
         tags = {Tags.PARENT: parent_id, Tags.KIND: Kind.CANDIDATE, Tags.STATE: str(row.get("state")),
@@ -246,11 +258,9 @@ class Tracker:
         values[Metrics.CORRECT_KERNELBENCH] = float((row.get("states") or {}).get("kernelbench") == "correct")
         if row.get("state") in STATE_CODES:
             values[CANDIDATE_STATE_INDEX] = STATE_CODES[row["state"]]
-        now = int(time.time() * 1000)
         with self._lock:
             rid = self.client.create_run(self.experiment_id, run_name=name[:250], tags=tags).info.run_id
-            self.client.log_batch(rid, metrics=[Metric(k, float(v), now, 0) for k, v in values.items()
-                                                if isinstance(v, (int, float))])
+            self.client.log_batch(rid, metrics=as_metrics(values))
             if text is not None:
                 self.client.log_text(rid, text, Files.KERNEL)
             self.client.log_dict(rid, row, Files.VERDICT)
@@ -259,15 +269,12 @@ class Tracker:
 
     def end_eval(self, run_id: str, summary: dict[str, Any], files: list[Path], status: str = "FINISHED") -> None:
         """The summary's figures as metrics (``all`` unprefixed, ``level1.fast_1`` per level) and its files."""
-        from mlflow.entities import Metric
-        now = int(time.time() * 1000)
         groups = [("", summary["all"])] + [(level_prefix(k), g) for k, g in summary["levels"].items() if k != "-"]
         kb = (summary.get("rules") or {}).get("kernelbench")  # the same figures under KernelBench's rules
         if kb:
             groups += [("kernelbench.", kb["all"])] + [(f"kernelbench.{level_prefix(k)}", g)
                                                        for k, g in kb["levels"].items() if k != "-"]
-        metrics = [Metric(f"{prefix}{k}", float(v), now, 0) for prefix, g in groups
-                   for k, v in flatten(g).items() if _is_number(v)]
+        metrics = as_metrics({f"{prefix}{k}": v for prefix, g in groups for k, v in flatten(g).items()})
         with self._lock:
             for i in range(0, len(metrics), 500):
                 self.client.log_batch(run_id, metrics=metrics[i:i + 500])
@@ -277,9 +284,10 @@ class Tracker:
             self.client.set_terminated(run_id, status=status)
 
 
-def _is_number(text: str) -> bool:
+def _is_number(value: Any) -> bool:
+    """A finite number, or a string of one (`flatten`'s values)."""
     try:
-        float(text)
-    except ValueError:
+        v = float(value)
+    except (TypeError, ValueError):
         return False
-    return text not in ("nan", "inf", "-inf")
+    return math.isfinite(v)

@@ -27,6 +27,16 @@ def test_a_job_and_its_problems_carry_their_arm_as_parameters_and_in_their_names
     assert job.data.params["loop.mode"] == "single_shot"  # the whole configuration, flattened, beside them
     assert job.info.run_name == "scripted · cpu · single_shot · L1"
     assert problem.info.run_name == "L1/1_ReLU · single_shot"
+    # Shown as logged in MLflow's tables: a speedup to four significant digits, not sixteen.
+    speedup = problem.data.metrics["best_speedup_vs_eager"]
+    assert speedup > 0 and float(f"{speedup:.4g}") == speedup
+
+
+def test_metrics_keep_four_significant_digits_and_whole_numbers_exactly():
+    from kforge.tracking.tracker import as_metrics
+    got = {m.key: m.value for m in as_metrics({"speedup": 1.287984547851849, "ms": 0.000123456789, "tokens": 123457,
+                                               "none": None, "nan": float("nan"), "text": "n/a", "flat": "2.5"})}
+    assert got == {"speedup": 1.288, "ms": 0.0001235, "tokens": 123457, "flat": 2.5}
 
 
 def test_a_rerun_of_a_finished_job_adds_no_run_and_says_so(tmp_path, pool, capsys):
