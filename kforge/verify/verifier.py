@@ -354,8 +354,13 @@ class Verifier:
         if reply.get("forged"):  # before the signal: a forger may well have killed its process afterwards
             return _forged(reply)
         if reply.get("signal"):
-            return Verdict(State.RUNTIME_ERROR, f"the candidate's process died with {reply['signal']} during {phase}",
-                           evidence=Evidence(output_tail=tail))
+            # Not kforge's (a timeout is reported as one): where nothing in the program kills itself, the
+            # system's out-of-memory killer is the usual sender, and a user should look at memory first.
+            hint = (" (SIGKILL from outside: most often the system's out-of-memory killer, when the reference and "
+                    "the candidate together need more memory than the machine has)"
+                    if reply["signal"] == "SIGKILL" else "")
+            return Verdict(State.RUNTIME_ERROR, f"the candidate's process died with {reply['signal']} during "
+                           f"{phase}{hint}", evidence=Evidence(output_tail=tail))
         if reply.get("error") or "result" not in reply:
             return Verdict(State.RUNTIME_ERROR, f"the worker failed during {phase}",
                            evidence=Evidence(traceback=reply.get("error"), output_tail=tail))

@@ -12,6 +12,7 @@ import pytest
 from kforge.candidate import Candidate
 from kforge.problems import resolve_problem
 from kforge.verify import State, StaticConfig, Verifier, WorkerPool
+from kforge.verify.static import RULES
 
 from tests.helpers import candidate, fast_config
 
@@ -160,6 +161,19 @@ def test_null_pointer_write_is_runtime_error_and_harness_survives(verifier, relu
     v = verifier.verify(relu, candidate("cpu", "relu_null_write.py"), "cpu")
     assert v.state is State.RUNTIME_ERROR and "SIGSEGV" in v.message
     assert verifier.verify(relu, candidate("cpu", "relu_ok.py"), "cpu").state is State.CORRECT
+
+
+def test_a_process_killed_from_outside_says_what_usually_sends_sigkill(pool, relu):
+    """The out-of-memory killer ends a run with SIGKILL (a level-3 model too large for the machine's memory did):
+    the verdict names it as the likely sender, so a user looks at memory before at the kernel."""
+    source = candidate("cpu", "relu_ok.py").replace(
+        "import torch\n", "import os\nimport signal\n\nimport torch\n", 1).replace(
+        "        return ", "        os.kill(os.getpid(), signal.SIGKILL)\n        return ", 1)
+    assert "os.kill" in source
+    static_off = Verifier(fast_config(), pool=pool, static=StaticConfig(disabled=list(RULES)))
+    v = static_off.verify(relu, source, "cpu")
+    assert v.state is State.RUNTIME_ERROR and "SIGKILL" in v.message and "out-of-memory killer" in v.message, \
+        v.summary()
 
 
 def test_reply_without_code_is_generation_failure(verifier, relu):
