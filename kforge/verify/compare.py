@@ -16,9 +16,10 @@ class Mismatch(Exception):
 
 
 def as_outputs(out: Any) -> list[Any]:
-    """A forward may return a tensor or a tuple/list of them."""
+    """A forward's outputs, flat: a tensor, or tuples/lists of them nested to any depth (an ``nn.LSTM`` returns
+    ``(out, (h, c))``); every tensor in them is compared, the nested ones too."""
     if isinstance(out, (tuple, list)):
-        return list(out)
+        return [leaf for item in out for leaf in as_outputs(item)]
     return [out]
 
 

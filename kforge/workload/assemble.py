@@ -25,7 +25,8 @@ _FUTURE = "from __future__ import annotations"
 _TEMPLATE = '''
 
 _KF_REGIONS = [
-    # (module path, its kernel's ModelNew, constructor arguments, (kernel's state prefix, model's state prefix))
+    # (module path, its kernel's ModelNew, constructor arguments, (kernel's state prefix, model's state prefix),
+    #  the positions of inputs that are sequences of tensors, which the kernel takes one tensor at a time)
 {entries}
 ]
 
@@ -35,13 +36,22 @@ def _kf_swap(model, path, module):
     (model.get_submodule(parent) if parent else model).add_module(name, module)
 
 
+def _kf_unpack(packed):
+    def hook(module, args):
+        flat = []
+        for i, a in enumerate(args):
+            flat.extend(a) if i in packed else flat.append(a)
+        return tuple(flat)
+    return hook
+
+
 class ModelNew({base}):
     """{model} with its regions replaced by their kernels (assembled by kforge)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         state = self.state_dict()
-        for path, cls, init_args, (new, old) in _KF_REGIONS:
+        for path, cls, init_args, (new, old), packed in _KF_REGIONS:
             region = cls(*init_args)
             theirs = {{new + k[len(old):]: v for k, v in state.items() if k.startswith(old)}}
             mine = region.state_dict()
@@ -49,6 +59,8 @@ class ModelNew({base}):
                 raise RuntimeError(f"region {{path}}: the kernel's ModelNew holds {{sorted(mine)}} where the "
                                    f"model's module holds {{sorted(theirs)}}; keep the region Model's parameter names")
             region.load_state_dict(theirs)
+            if packed:
+                region.register_forward_pre_hook(_kf_unpack(packed))
             _kf_swap(self, path, region)
 '''
 
@@ -99,13 +111,14 @@ def assemble(workload: Workload, kernels: dict[str, str], source: str | None = N
             for alias, imp in import_bindings(body).items():
                 other = bindings.setdefault(alias, (imp, f"region {region.name}"))
                 if other[0] != imp:
-                    raise WorkloadError(f"region {region.name}'s kernel binds `{alias}` by `{imp}`, {other[1]} by "
+                    raise WorkloadError(f"region {region.name}'s kernel binds `{alias}` to `{imp}`, {other[1]} to "
                                         f"`{other[0]}`: one name cannot be both in one program")
             renamed, mapping = rename_top_level(body, f"_kf_r{i}_")
             shared[body] = mapping["ModelNew"]
             parts += [f"# ---- region {region.name}: module `{region.path}` ({region.type}) ----", renamed]
         args = "(" + "".join(f"{a}, " for a in region.init_args) + ")"
-        entries.append(f"    ({region.path!r}, {shared[body]}, {args}, {tuple(region.weights)!r}),")
+        packed = tuple(j for j, spec in enumerate(region.inputs) if spec.get("kind") == "seq")
+        entries.append(f"    ({region.path!r}, {shared[body]}, {args}, {tuple(region.weights)!r}, {packed!r}),")
     program = "\n\n\n".join(parts) + _TEMPLATE.format(entries="\n".join(entries), base=base_map["Model"],
                                                        model=Path(workload.model).name)
     head = f'"""{Path(workload.model).name} assembled from its regions\' kernels by `kforge workload assemble`."""\n'

@@ -131,6 +131,8 @@ def _why_not(m: ModuleTime) -> str | None:
     bad = [s for s in list(m.inputs["args"]) + list(m.inputs["kwargs"].values()) if s["kind"] == "other"]
     if bad:
         return f"an input is {bad[0]['type']}, neither a tensor nor a literal"
+    if any(s["kind"] == "seq" for s in m.inputs["kwargs"].values()):
+        return "a keyword input is a sequence of tensors"
     return None
 
 
@@ -194,8 +196,27 @@ def _tensor_expr(spec: dict[str, Any]) -> str:
     return f"torch.zeros({shape!r}, dtype={dtype})"  # an integer tensor with no elements
 
 
+def _leaves(name: str, spec: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(parameter name, spec) of each input the region's forward takes for one input of the module."""
+    if spec["kind"] == "seq":
+        return [(f"{name}_{j}", item) for j, item in enumerate(spec["items"])]
+    return [(name, spec)]
+
+
+def _packed(name: str, spec: dict[str, Any]) -> str:
+    """The expression that hands the module its input ``name`` again (a sequence packed from its leaves)."""
+    if spec["kind"] != "seq":
+        return name
+    items = ", ".join(n for n, _ in _leaves(name, spec)) + ("," if len(spec["items"]) == 1 else "")
+    return f"({items})" if spec["type"] == "tuple" else f"[{items}]"
+
+
+def _named_inputs(m: ModuleTime) -> list[tuple[str, dict[str, Any]]]:
+    return [(f"x{i}", s) for i, s in enumerate(m.inputs["args"])] + list(m.inputs["kwargs"].items())
+
+
 def _get_inputs(m: ModuleTime) -> str:
-    items = [_tensor_expr(s) for s in m.inputs["args"]] + [_tensor_expr(s) for s in m.inputs["kwargs"].values()]
+    items = [_tensor_expr(leaf) for name, s in _named_inputs(m) for _, leaf in _leaves(name, s)]
     return "def get_inputs():\n    return [" + ", ".join(items) + "]\n"
 
 
@@ -226,10 +247,11 @@ def _wrapper_region(m: ModuleTime, model_source: str, profile: WorkloadProfile) 
     dtypes = [d for d in m.param_dtypes if d != "torch.float32"]
     if len(m.param_dtypes) == 1 and dtypes:
         ctor = f"{ctor}.to({dtypes[0]})"
-    args = [f"x{i}" for i in range(len(m.inputs["args"]))]
-    kwargs = list(m.inputs["kwargs"])
-    params = ", ".join(["self", *args, *kwargs])
-    call = ", ".join(args + [f"{k}={k}" for k in kwargs])
+    named = _named_inputs(m)
+    params = ", ".join(["self", *(leaf for name, s in named for leaf, _ in _leaves(name, s))])
+    n_args = len(m.inputs["args"])
+    call = ", ".join([_packed(name, s) for name, s in named[:n_args]]
+                     + [f"{name}={_packed(name, s)}" for name, s in named[n_args:]])
     parts.append(f"class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
                  f"        self.{attr} = {ctor}\n\n    def forward({params}):\n        return self.{attr}({call})")
     init = "def get_init_inputs():\n    return []\n"
@@ -240,7 +262,8 @@ def region_source(m: ModuleTime, model_source: str, profile: WorkloadProfile) ->
     """(source, style, weights) of the problem file for module ``m``."""
     prefix = m.path + "."
     plain_dtype = all(d == "torch.float32" for d in m.param_dtypes)
-    if m.in_model and m.init_args is not None and not m.inputs["kwargs"] and plain_dtype:
+    packs = any(s["kind"] == "seq" for s in m.inputs["args"])  # the class's own forward would take the sequence
+    if m.in_model and m.init_args is not None and not m.inputs["kwargs"] and plain_dtype and not packs:
         try:
             return _class_region(m, model_source, profile), "class", ("", prefix)
         except SourceError:

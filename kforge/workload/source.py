@@ -184,15 +184,19 @@ def rename(source: str, mapping: dict[str, str]) -> str:
 
 
 def import_bindings(source: str) -> dict[str, str]:
-    """alias -> what it imports (``nn`` -> ``import torch.nn``), to find two programs binding one alias differently."""
+    """alias -> the module or attribute it names (``nn`` -> ``torch.nn``), to find two programs binding one alias to
+    different things.
+
+    Spellings of one binding agree: ``import torch.nn.modules.linear`` binds ``torch`` to ``torch``, as ``import
+    torch`` does, and ``from torch import nn`` names ``torch.nn`` as ``import torch.nn as nn`` does."""
     out: dict[str, str] = {}
     for node in ast.parse(source).body:
         if isinstance(node, ast.Import):
             for a in node.names:
-                out[(a.asname or a.name).split(".")[0]] = f"import {a.name}" + (f" as {a.asname}" if a.asname else "")
+                out[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
         elif isinstance(node, ast.ImportFrom):
             for a in node.names:
-                out[a.asname or a.name] = f"from {'.' * node.level}{node.module or ''} import {a.name}"
+                out[a.asname or a.name] = "." * node.level + ".".join(filter(None, [node.module, a.name]))
     return out
 
 

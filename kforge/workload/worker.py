@@ -182,6 +182,14 @@ def value_spec(torch, sourcer: Sourcer, v: Any) -> dict[str, Any]:
         return spec
     if isinstance(v, torch.nn.Module):
         return {"kind": "other", "type": f"a module ({type(v).__name__})"}
+    if isinstance(v, (tuple, list)) and any(isinstance(x, torch.Tensor) for x in v):
+        # an LSTM's (h0, c0): the region takes each tensor as an input of its own (so the verifier moves it
+        # to the device, as it moves only a problem's top-level tensors) and packs them again
+        items = [value_spec(torch, sourcer, x) for x in v]
+        other = [i for i in items if i["kind"] in ("other", "seq")]
+        if other:
+            return other[0] if other[0]["kind"] == "other" else {"kind": "other", "type": "a nested sequence"}
+        return {"kind": "seq", "type": type(v).__name__, "items": items}
     try:
         return {"kind": "literal", "expr": sourcer.literal(v)}
     except NotLiteral as exc:

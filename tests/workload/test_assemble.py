@@ -71,6 +71,19 @@ def test_bad_kernels_are_refused_with_the_region_named():
         assemble(w, {"norm": "import numpy as nn\nclass ModelNew: pass"})
 
 
+def test_a_kernel_spelling_its_imports_otherwise_than_the_model_assembles():
+    # Models write `from torch import nn` where the block writes `import torch.nn as nn`, and library code
+    # extracted from KernelBench imports `torch.nn.modules.linear`: the same bindings, so no clash.
+    w = block_workload()
+    norm = own_class("Norm")
+    for line in ("import torch.nn as nn", "import torch\n"):
+        norm = norm.replace(line, "")
+    norm = "from torch import nn\nimport torch.nn.modules.linear\nimport torch.nn.functional as F\n" + norm
+    want, got, model = _run_both(assemble(w, {"norm": norm}))
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert type(model.norm).__name__.endswith("ModelNew")
+
+
 def test_amdahl_bound():
     assert amdahl_bound([], []) == 1.0
     assert amdahl_bound([0.5], [2.0]) == pytest.approx(1 / (0.5 + 0.25))

@@ -107,3 +107,61 @@ def test_torch_modules_become_wrapper_regions_and_reassemble(pool, tmp_path):
             assert verdict.correct, (r.name, verdict.state, verdict.message)
         whole = verifier.verify(problem, assemble(w, kernels), "cpu")
         assert whole.correct, (whole.state, whole.message)
+
+
+RNN_MODEL = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """As KernelBench's level-3 LSTMs are written: the initial state on self, handed over as a tuple."""
+
+    def __init__(self, input_size, hidden_size, num_layers, batch_size):
+        super().__init__()
+        self.h0 = torch.randn((num_layers, batch_size, hidden_size))
+        self.c0 = torch.randn((num_layers, batch_size, hidden_size))
+        self.lstm = nn.LSTM(input_size, hidden_size, num_layers, batch_first=True)
+        self.fc = nn.Linear(hidden_size, 4)
+
+    def forward(self, x):
+        self.h0 = self.h0.to(x.device)
+        self.c0 = self.c0.to(x.device)
+        out, _ = self.lstm(x, (self.h0, self.c0))
+        return self.fc(out[:, -1, :])
+
+
+def get_inputs():
+    return [torch.randn(3, 5, 8)]
+
+
+def get_init_inputs():
+    return [8, 16, 2, 3]
+'''
+
+
+def test_a_tuple_of_tensors_becomes_inputs_of_the_region_packed_again(pool, tmp_path):
+    path = tmp_path / "rnn_model.py"
+    path.write_text(RNN_MODEL)
+    problem = load_problem_file(path)
+    prof = profile_model(problem, "cpu", pool, iterations=2, warmup=1)
+    w = extract(prof, problem, tmp_path / "regions", cover=1.0)
+    lstm = w.region("lstm")
+    source = w.load_region(lstm).source
+    # each tensor its own input, so the verifier moves it to the device; the module gets its tuple back
+    assert "def forward(self, x0, x1_0, x1_1):" in source and "self.lstm(x0, (x1_0, x1_1))" in source
+    assert "torch.randn((2, 3, 16), dtype=torch.float32)" in source
+    kernels = {r.name: identity_candidate(w.load_region(r).source) for r in w.regions}
+    with Verifier(IDENTITY, pool=pool) as verifier:
+        verdict = verifier.verify(w.load_region(lstm), kernels[lstm.name], "cpu")
+        assert verdict.correct, (verdict.state, verdict.message)
+        # nn.LSTM returns (out, (h, c)): the nested state is an output too, compared like the rest
+        half = kernels[lstm.name].replace("return self.lstm(x0, (x1_0, x1_1))",
+                                          "out, (h, c) = self.lstm(x0, (x1_0, x1_1))\n        return out, (h, h)")
+        assert half != kernels[lstm.name]
+        assert verifier.verify(w.load_region(lstm), half, "cpu").state == "numerical_mismatch"
+        whole = verifier.verify(problem, assemble(w, kernels), "cpu")
+        assert whole.correct, (whole.state, whole.message)
+        wrong = kernels[lstm.name].replace("return self.lstm(x0, (x1_0, x1_1))", "return self.lstm(x0, (x1_0, x1_0))")
+        assert wrong != kernels[lstm.name]
+        assert not verifier.verify(problem, assemble(w, {lstm.name: wrong}), "cpu").correct

@@ -79,4 +79,13 @@ def test_strip_entry_points_and_import_bindings():
           "def get_init_inputs(): return []\n"
     out = strip_entry_points(src)
     assert "get_inputs" not in out and "KFORGE" not in out and "class Model" in out
-    assert import_bindings(src) == {"nn": "import torch.nn as nn"}
+    assert import_bindings(src) == {"nn": "torch.nn"}
+
+
+def test_import_bindings_read_spellings_of_one_binding_alike():
+    # KernelBench's 31_VisionAttention region imports torch.nn.modules.linear (for MultiheadAttention's
+    # out_proj type) beside the model's `import torch`: both bind `torch` to the torch package.
+    assert import_bindings("import torch.nn.modules.linear") == import_bindings("import torch") == {"torch": "torch"}
+    assert import_bindings("from torch import nn") == import_bindings("import torch.nn as nn")
+    assert import_bindings("from . import a as b") == {"b": ".a"}
+    assert import_bindings("import numpy as nn") != import_bindings("import torch.nn as nn")
