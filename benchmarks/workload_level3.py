@@ -13,6 +13,8 @@ Per model (``DIR/KernelBench/level3/*.py``, at the file's own sizes, on the firs
    KernelBench's rules (``VerifyConfig(rules="kernelbench")``: matching outputs suffice), correctness only;
 3. assemble the model from those identity candidates and verify it against the model file, likewise.
 
+``--extract-only`` does step 1 alone for every model; later runs reuse those extractions (several with
+disjoint ``--ids`` may then check regions at once: correctness only, so sharing the GPU changes no figure).
 Rows go to ``--work/<model>/row.json`` as each model finishes and the table to ``--out`` (Markdown) after
 each; a rerun skips finished models, so calls cut off by a time limit continue. ``--deadline`` stops
 starting models after that many seconds; a model started twice without finishing is recorded as failed.
@@ -57,11 +59,15 @@ def one_model(problem, backend: str, pool, verifier, cfg, folder: Path, args) ->
             (folder / "profile.txt").parent.mkdir(parents=True, exist_ok=True)
             (folder / "profile.txt").write_text(render_table(prof) + "\n")
             found, _ = blocks(prof)
-            row["reachable"] = sum(m.share for m in found)
+            (folder / "reachable.txt").write_text(repr(sum(m.share for m in found)))
             workload = extract(prof, problem, folder, top=args.top, cover=args.cover)
+        if (folder / "reachable.txt").is_file():
+            row["reachable"] = float((folder / "reachable.txt").read_text())
         row["regions"], row["coverage"] = len(workload.regions), workload.coverage
         print(f"{problem.key}: {len(workload.regions)} regions cover {workload.coverage * 100:.1f}% of device time"
               + (f" (reachable {row['reachable'] * 100:.1f}%)" if row["reachable"] is not None else ""), flush=True)
+        if args.extract_only:
+            return row
         for s in workload.skipped:
             if s["share"] >= 0.05 and s["why"] != "not among the hottest chosen":
                 row["failures"].append(f"not a region: {s['path'] or '(model)'} {s['share'] * 100:.0f}%: {s['why']}")
@@ -121,6 +127,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iterations", type=int, default=3, help="profiled forward calls (default 3)")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per worker request (default 300)")
     ap.add_argument("--deadline", type=float, default=0.0, help="stop starting models after this many seconds")
+    ap.add_argument("--extract-only", action="store_true",
+                    help="profile and extract every model, check nothing (no rows): profiles taken one model at a "
+                    "time, so that several runs with disjoint --ids can then check the regions side by side "
+                    "without sharing the GPU during any profile")
     ap.add_argument("--batch", type=int, help="set batch_size to this where a model has one (a check of the "
                     "extraction on a CPU in minutes; the shares, and so the figures, are those of the files' sizes "
                     "only without it)")
@@ -157,6 +167,9 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 tries.write_text(str(attempts + 1))
                 row = one_model(problem, args.backend, pool, verifier, cfg, folder, args)
+                if args.extract_only:
+                    tries.write_text(str(attempts))
+                    continue
             done.write_text(json.dumps(row, indent=1))
             rows.append(row)
             out.parent.mkdir(parents=True, exist_ok=True)
