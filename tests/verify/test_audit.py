@@ -29,7 +29,8 @@ def verifier(pool):
 
 def test_flags(verifier):
     plain = verifier.audit(problem("plain", "torch.relu(x) @ x.t()"), "cpu")
-    assert plain["flags"] == [] and plain["flops"] == 2 * 64 * 256 * 64
+    # launch_bound depends on how fast this machine runs 2 MFLOP (an idle core does it in under 20 us)
+    assert set(plain["flags"]) - {"launch_bound"} == set() and plain["flops"] == 2 * 64 * 256 * 64
     assert plain["bytes"] == 4 * (64 * 256 + 64 * 64) and plain["out_bytes"] == 4 * 64 * 64
     dropout = verifier.audit(problem("dropout", "F.dropout(x, p=0.5, training=True)"), "cpu")
     assert "stochastic" in dropout["flags"] and "degenerate" not in dropout["flags"]
