@@ -1,9 +1,12 @@
 """`extract`: the hot regions of a profiled model, each written as a KernelBench problem, and `workload.json`.
 
 A region is one submodule (see docs/workload.md for why modules and not graph partitions): the highest
-module on each branch of the module tree that is a *block* (a leaf, or a module whose submodules are
-all leaves, at most `MAX_BLOCK_CHILDREN` of them) and can be written down (its constructor call was
-read, its inputs are tensors or literals). Blocks are taken hottest first until ``top`` regions or a
+module on each branch of the module tree that is a *block* (a leaf, a module whose submodules are all
+leaves, at most `MAX_BLOCK_CHILDREN` of them, or a torch module other than a container, whose children are
+its implementation) and can be written down (its constructor call was read, its inputs are tensors or
+literals). A submodule of a torch module is never a region: torch's code reads its children's attributes
+and weights directly (`nn.MultiheadAttention` hands ``out_proj.weight`` to a functional call), so a kernel
+put there would fail or never run. Blocks are taken hottest first until ``top`` regions or a
 ``cover`` share of the model's time is reached.
 
 A region file is either
@@ -31,6 +34,8 @@ from .profile import ModuleTime, WorkloadError, WorkloadProfile
 from .source import SourceError, closure, module_names, rename, strip_entry_points
 
 MAX_BLOCK_CHILDREN = 8
+TORCH_CONTAINERS = frozenset({"Sequential", "ModuleList", "ModuleDict"})
+"""torch modules whose forward (if any) only calls their children in turn: their children may be regions."""
 """A module with more direct submodules than this is split into them (a long nn.Sequential is no kernel)."""
 
 WORKLOAD_JSON = "workload.json"
@@ -142,10 +147,15 @@ def blocks(profile: WorkloadProfile) -> tuple[list[ModuleTime], list[dict[str, A
     found: list[ModuleTime] = []
     skipped: list[dict[str, Any]] = []
 
-    def visit(m: ModuleTime) -> None:
+    def library(m: ModuleTime | None) -> bool:
+        return m is not None and m.in_torch and m.type not in TORCH_CONTAINERS
+
+    def visit(m: ModuleTime, parent: ModuleTime | None = None) -> None:
         kids = [by_path[c] for c in m.children]
-        is_block = m.leaf or (len(kids) <= MAX_BLOCK_CHILDREN and all(k.leaf for k in kids))
+        is_block = m.leaf or library(m) or (len(kids) <= MAX_BLOCK_CHILDREN and all(k.leaf for k in kids))
         why = _why_not(m) if m.path else "it is the whole model"
+        if why is None and library(parent):
+            why = f"torch's {parent.type} around it reads its attributes and weights itself"
         if is_block and why is None:
             found.append(m)
             return
@@ -154,7 +164,7 @@ def blocks(profile: WorkloadProfile) -> tuple[list[ModuleTime], list[dict[str, A
             skipped.append({"path": m.path, "type": m.type, "share": m.self_ms / profile.total_ms
                             if profile.total_ms else 0.0, "why": f"own time outside any region ({reason})"})
         for k in kids:
-            visit(k)
+            visit(k, m)
 
     visit(by_path[""])
     return found, skipped

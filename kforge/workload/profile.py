@@ -42,6 +42,8 @@ class ModuleTime:
     """Its first call's arguments: ``args`` and ``kwargs`` as specs (tensor shape and dtype, or a literal)."""
     in_model: bool = False
     """Its class is defined in the model file (not in torch or another package)."""
+    in_torch: bool = False
+    """Its class is torch's own (``torch.nn.MultiheadAttention``)."""
     ctor: str | None = None
     """An expression that builds it again (``nn.Linear(256, 512)``), when its construction could be read."""
     ctor_error: str | None = None
@@ -119,6 +121,7 @@ def from_reply(result: dict[str, Any], *, model: str, backend: str, size: str) -
             path=m["path"], type=m["type"], self_ms=own.get(m["path"], 0.0), total_ms=incl,
             share=incl / total if total else 0.0, children=list(m["children"]), calls=int(calls.get("n", 0)),
             inputs={"args": calls["args"], "kwargs": calls["kwargs"]} if calls else None, in_model=m["in_model"],
+            in_torch=m.get("in_torch", False),
             ctor=m.get("ctor"), ctor_error=m.get("ctor_error"), init_args=m.get("init_args"),
             params=m["params"], param_dtypes=list(m.get("param_dtypes") or [])))
     ops = sorted((OpTime(o["name"], o["ms"], o["ms"] / total if total else 0.0, o["calls"]) for o in result["ops"]),

@@ -52,15 +52,38 @@ class CtorRecorder:
                 records[id(mod)] = (mod, record)
 
         Module.__init__ = __init__
+        self._had_deepcopy = "__deepcopy__" in Module.__dict__
+        if not self._had_deepcopy:
+            Module.__deepcopy__ = _deepcopy_as_built(records)
 
     def uninstall(self) -> None:
         if self._original is not None:
             self.torch.nn.Module.__init__ = self._original
             self._original = None
+            if not self._had_deepcopy:
+                del self.torch.nn.Module.__deepcopy__
 
     def record(self, mod) -> dict[str, Any] | None:
         hit = self.records.get(id(mod))
         return hit[1] if hit is not None and hit[0] is mod else None
+
+
+def _deepcopy_as_built(records: dict[int, tuple[Any, dict[str, Any]]]):
+    """``nn.Module.__deepcopy__`` while a model is built: a deep copy was built as its original was.
+
+    `nn.TransformerEncoder` and many models' ``_get_clones`` make their layers by ``copy.deepcopy`` of one
+    prototype, which runs no ``__init__``; without this, none of those layers' modules could be written down.
+    The copy is made as ``copy.deepcopy`` makes any object without a ``__deepcopy__`` of its own."""
+    import copy
+
+    def __deepcopy__(mod, memo):  # noqa: N807 - stands in for the default deep copy
+        new = copy._reconstruct(mod, memo, *mod.__reduce_ex__(4))
+        hit = records.get(id(mod))
+        if hit is not None and hit[0] is mod:
+            records[id(new)] = (new, hit[1])
+        return new
+
+    return __deepcopy__
 
 
 def _outer_init(mod, frame) -> dict[str, Any] | None:
@@ -227,6 +250,7 @@ def run_in_worker(req: dict[str, Any]) -> dict[str, Any]:
     modules = []
     for path, mod in model.named_modules():
         entry = {"path": path, "type": type(mod).__name__, "in_model": type(mod).__module__ == MODEL_MODULE,
+                 "in_torch": type(mod).__module__.startswith("torch."),
                  "children": [f"{path}.{c}" if path else c for c, _ in mod.named_children()],
                  "params": sum(p.numel() for p in mod.parameters()), "calls": calls.get(path)}
         if path:

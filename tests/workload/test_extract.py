@@ -165,3 +165,74 @@ def test_a_tuple_of_tensors_becomes_inputs_of_the_region_packed_again(pool, tmp_
         wrong = kernels[lstm.name].replace("return self.lstm(x0, (x1_0, x1_1))", "return self.lstm(x0, (x1_0, x1_0))")
         assert wrong != kernels[lstm.name]
         assert not verifier.verify(problem, assemble(w, {lstm.name: wrong}), "cpu").correct
+
+
+ENCODER_MODEL = '''
+import copy
+
+import torch
+import torch.nn as nn
+
+
+def _get_clones(module, n):
+    return nn.ModuleList([copy.deepcopy(module) for _ in range(n)])
+
+
+class Block(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.fc = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        return x + self.fc(self.norm(x))
+
+
+class Model(nn.Module):
+    """Layers deep-copied from one prototype: torch's own (as KernelBench's 28_VisionTransformer builds its
+    encoder) and the model's (as DETR-style code does with _get_clones)."""
+
+    def __init__(self, dim, heads, depth):
+        super().__init__()
+        self.embed = nn.Linear(16, dim)
+        layer = nn.TransformerEncoderLayer(d_model=dim, nhead=heads, dim_feedforward=2 * dim, dropout=0.0)
+        self.encoder = nn.TransformerEncoder(layer, num_layers=depth, enable_nested_tensor=False)
+        self.blocks = _get_clones(Block(dim), depth)
+
+    def forward(self, x):
+        x = self.encoder(self.embed(x))
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+def get_inputs():
+    return [torch.randn(12, 2, 16)]
+
+
+def get_init_inputs():
+    return [32, 4, 2]
+'''
+
+
+def test_layers_deep_copied_from_a_prototype_can_be_regions(pool, tmp_path):
+    path = tmp_path / "encoder_model.py"
+    path.write_text(ENCODER_MODEL)
+    problem = load_problem_file(path)
+    prof = profile_model(problem, "cpu", pool, iterations=2, warmup=1)
+    w = extract(prof, problem, tmp_path / "regions", cover=1.0)
+    assert not [s for s in w.skipped if "construction was not seen" in s["why"]], w.skipped
+    # torch's TransformerEncoder reads layers[0].self_attn.batch_first itself: the encoder is one region,
+    # written down through its deep-copied layer's constructor call, and nothing inside it is a region
+    assert {r.path for r in w.regions} == {"embed", "encoder", "blocks.0", "blocks.1"}
+    encoder = w.load_region(w.region("encoder")).source
+    assert "nn.TransformerEncoder(nn.TransformerEncoderLayer(32, 4, dim_feedforward=64, dropout=0.0" in encoder
+    # the clones were never constructed, yet are built as their prototype was
+    assert w.region("blocks.1").style == "class" and w.region("blocks.1").init_args == ["32"]
+    kernels = {r.name: identity_candidate(w.load_region(r).source) for r in w.regions}
+    with Verifier(IDENTITY, pool=pool) as verifier:
+        for r in w.regions:
+            verdict = verifier.verify(w.load_region(r), kernels[r.name], "cpu")
+            assert verdict.correct, (r.name, verdict.state, verdict.message)
+        whole = verifier.verify(problem, assemble(w, kernels), "cpu")
+        assert whole.correct, (whole.state, whole.message)
