@@ -37,11 +37,8 @@ def _kf_swap(model, path, module):
 
 
 def _kf_unpack(packed):
-    def hook(module, args):
-        flat = []
-        for i, a in enumerate(args):
-            flat.extend(a) if i in packed else flat.append(a)
-        return tuple(flat)
+    def hook(module, args):  # (x, (h0, c0)) -> (x, h0, c0) at the positions in packed
+        return tuple(t for i, a in enumerate(args) for t in (a if i in packed else (a,)))
     return hook
 
 

@@ -34,9 +34,9 @@ from .profile import ModuleTime, WorkloadError, WorkloadProfile
 from .source import SourceError, closure, module_names, rename, strip_entry_points
 
 MAX_BLOCK_CHILDREN = 8
+"""A module with more direct submodules than this is split into them (a long nn.Sequential is no kernel)."""
 TORCH_CONTAINERS = frozenset({"Sequential", "ModuleList", "ModuleDict"})
 """torch modules whose forward (if any) only calls their children in turn: their children may be regions."""
-"""A module with more direct submodules than this is split into them (a long nn.Sequential is no kernel)."""
 
 WORKLOAD_JSON = "workload.json"
 
