@@ -62,6 +62,25 @@ def test_every_region_verifies_against_its_own_model(block, pool):
             assert verdict.correct, (r.name, verdict.state, verdict.message)
 
 
+def _extracted(source: str, pool, tmp_path):
+    """(the problem, its workload) for a model file's source, profiled on the cpu and extracted whole."""
+    path = tmp_path / "model.py"
+    path.write_text(source)
+    problem = load_problem_file(path)
+    prof = profile_model(problem, "cpu", pool, iterations=2, warmup=1)
+    return problem, extract(prof, problem, tmp_path / "regions", cover=1.0)
+
+
+def _every_region_and_the_whole_model_correct(w: Workload, problem, pool) -> None:
+    kernels = {r.name: identity_candidate(w.load_region(r).source) for r in w.regions}
+    with Verifier(IDENTITY, pool=pool) as verifier:
+        for r in w.regions:
+            verdict = verifier.verify(w.load_region(r), kernels[r.name], "cpu")
+            assert verdict.correct, (r.name, verdict.state, verdict.message)
+        whole = verifier.verify(problem, assemble(w, kernels), "cpu")
+        assert whole.correct, (whole.state, whole.message)
+
+
 SEQ_MODEL = '''
 import torch
 import torch.nn as nn
@@ -88,11 +107,7 @@ def get_init_inputs():
 
 
 def test_torch_modules_become_wrapper_regions_and_reassemble(pool, tmp_path):
-    path = tmp_path / "seq_model.py"
-    path.write_text(SEQ_MODEL)
-    problem = load_problem_file(path)
-    prof = profile_model(problem, "cpu", pool, iterations=2, warmup=1)
-    w = extract(prof, problem, tmp_path / "regions", cover=1.0)
+    problem, w = _extracted(SEQ_MODEL, pool, tmp_path)
     by_path = {r.path: r for r in w.regions}
     assert set(by_path) == {"mlp", "norm", "head"}
     assert by_path["norm"].weights == ("norm.", "norm.") and by_path["norm"].style == "wrapper"
@@ -100,13 +115,7 @@ def test_torch_modules_become_wrapper_regions_and_reassemble(pool, tmp_path):
     assert "nn.Sequential(nn.Linear(32, 64), nn.GELU(approximate='tanh'), nn.Linear(64, 32))" in source
     assert "nn.LayerNorm(32, eps=0.001)" in w.load_region(by_path["norm"]).source
     assert "nn.Linear(32, 3, bias=False)" in w.load_region(by_path["head"]).source
-    kernels = {r.name: identity_candidate(w.load_region(r).source) for r in w.regions}
-    with Verifier(IDENTITY, pool=pool) as verifier:
-        for r in w.regions:
-            verdict = verifier.verify(w.load_region(r), kernels[r.name], "cpu")
-            assert verdict.correct, (r.name, verdict.state, verdict.message)
-        whole = verifier.verify(problem, assemble(w, kernels), "cpu")
-        assert whole.correct, (whole.state, whole.message)
+    _every_region_and_the_whole_model_correct(w, problem, pool)
 
 
 RNN_MODEL = '''
@@ -141,11 +150,7 @@ def get_init_inputs():
 
 
 def test_a_tuple_of_tensors_becomes_inputs_of_the_region_packed_again(pool, tmp_path):
-    path = tmp_path / "rnn_model.py"
-    path.write_text(RNN_MODEL)
-    problem = load_problem_file(path)
-    prof = profile_model(problem, "cpu", pool, iterations=2, warmup=1)
-    w = extract(prof, problem, tmp_path / "regions", cover=1.0)
+    problem, w = _extracted(RNN_MODEL, pool, tmp_path)
     lstm = w.region("lstm")
     source = w.load_region(lstm).source
     # each tensor its own input, so the verifier moves it to the device; the module gets its tuple back
@@ -216,11 +221,7 @@ def get_init_inputs():
 
 
 def test_layers_deep_copied_from_a_prototype_can_be_regions(pool, tmp_path):
-    path = tmp_path / "encoder_model.py"
-    path.write_text(ENCODER_MODEL)
-    problem = load_problem_file(path)
-    prof = profile_model(problem, "cpu", pool, iterations=2, warmup=1)
-    w = extract(prof, problem, tmp_path / "regions", cover=1.0)
+    problem, w = _extracted(ENCODER_MODEL, pool, tmp_path)
     assert not [s for s in w.skipped if "construction was not seen" in s["why"]], w.skipped
     # torch's TransformerEncoder reads layers[0].self_attn.batch_first itself: the encoder is one region,
     # written down through its deep-copied layer's constructor call, and nothing inside it is a region
@@ -229,10 +230,4 @@ def test_layers_deep_copied_from_a_prototype_can_be_regions(pool, tmp_path):
     assert "nn.TransformerEncoder(nn.TransformerEncoderLayer(32, 4, dim_feedforward=64, dropout=0.0" in encoder
     # the clones were never constructed, yet are built as their prototype was
     assert w.region("blocks.1").style == "class" and w.region("blocks.1").init_args == ["32"]
-    kernels = {r.name: identity_candidate(w.load_region(r).source) for r in w.regions}
-    with Verifier(IDENTITY, pool=pool) as verifier:
-        for r in w.regions:
-            verdict = verifier.verify(w.load_region(r), kernels[r.name], "cpu")
-            assert verdict.correct, (r.name, verdict.state, verdict.message)
-        whole = verifier.verify(problem, assemble(w, kernels), "cpu")
-        assert whole.correct, (whole.state, whole.message)
+    _every_region_and_the_whole_model_correct(w, problem, pool)
