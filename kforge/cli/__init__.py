@@ -8,6 +8,7 @@ runs through Hydra: ``kforge-synthesize``.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from .. import __version__
@@ -44,4 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("kforge: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `kforge problems | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
+        return 0
 

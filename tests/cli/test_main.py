@@ -21,6 +21,15 @@ def test_problems_lists_the_suite(capsys):
     assert "level1/1_ReLU" in out and "level3/2_AttentionBlock" in out and "12 problem(s)" in out
 
 
+def test_a_reader_that_stops_early_is_no_error():
+    # `kforge problems | head -0`: the reader has closed the pipe before kforge writes
+    proc = subprocess.Popen([sys.executable, "-m", "kforge.cli", "problems"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=600) == 0 and "Traceback" not in err and "BrokenPipe" not in err, err
+
+
 def test_problems_json_and_kernelbench_dir(tmp_path, capsys):
     (tmp_path / "level1").mkdir()
     (tmp_path / "level1" / "19_ReLU.py").write_text(
