@@ -29,8 +29,10 @@ def verifier(pool):
 
 def test_flags(verifier):
     plain = verifier.audit(problem("plain", "torch.relu(x) @ x.t()"), "cpu")
-    # launch_bound depends on how fast this machine runs 2 MFLOP (an idle core does it in under 20 us)
+    # launch_bound follows the measured time, which depends on the machine (an idle core runs these 2 MFLOP
+    # in under 20 us, a busy one may not): the rule is checked, not the speed
     assert set(plain["flags"]) - {"launch_bound"} == set() and plain["flops"] == 2 * 64 * 256 * 64
+    assert ("launch_bound" in plain["flags"]) == (plain["ref_ms"] < 0.02)
     assert plain["bytes"] == 4 * (64 * 256 + 64 * 64) and plain["out_bytes"] == 4 * 64 * 64
     dropout = verifier.audit(problem("dropout", "F.dropout(x, p=0.5, training=True)"), "cpu")
     assert "stochastic" in dropout["flags"] and "degenerate" not in dropout["flags"]
@@ -42,7 +44,7 @@ def test_flags(verifier):
     assert "degenerate" in verifier.audit(problem("tiny_mean", "x.mean().reshape(1) * 1e-3", n=4096, d=1024),
                                           "cpu")["flags"]
     tiny = verifier.audit(problem("tiny", "x + 1", n=2, d=2), "cpu")
-    assert "launch_bound" in tiny["flags"] and tiny["ref_ms"] < 0.02
+    assert ("launch_bound" in tiny["flags"]) == (tiny["ref_ms"] < 0.02) and tiny["ref_ms"] < 1.0
 
 
 MATMUL_SUBTRACT_RELU = """
