@@ -33,7 +33,7 @@ def _timer(until: float, out: str, ready_w: int) -> None:
     """Time each kernel in turn until ``until``; write (kernel, start, end, event ms) rows to ``out``."""
     import torch
 
-    from kforge.sandbox.clocks import CudaClock, l2_flush_bytes
+    from kforge.backends.clocks import CudaClock, l2_flush_bytes
     torch.cuda.set_device(0)
     clock = CudaClock(l2_flush_bytes())
     a, b = torch.randn(2048, 2048, device="cuda"), torch.randn(2048, 2048, device="cuda")

@@ -106,12 +106,12 @@ def _book_phases(pool) -> tuple[dict, dict]:
     def booking(kind, payload, files, timeout):
         sent = time.monotonic()
         reply = request(kind, payload, files, timeout)
-        if payload.get("kind") == "run":
+        if payload.KIND == "run":
             with lock:
                 span["first"] = min(span.get("first", sent), sent)
                 span["last"] = max(span.get("last", 0.0), time.monotonic())
                 totals["requests"] = totals.get("requests", 0) + 1
-                for name, sec in ((reply.get("result") or {}).get("phases") or {}).items():
+                for name, sec in (reply.result.phases if reply.result else {}).items():
                     totals[name] = totals.get(name, 0.0) + sec
         return reply
 

@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kforge.backends import get_backend  # noqa: E402
 from kforge.problems import builtin_solution_path, load_builtin  # noqa: E402
 from kforge.profile import ncu  # noqa: E402
+from kforge.profile.protocol import ProfileRequest  # noqa: E402
 from kforge.sandbox.gpus import arch_of  # noqa: E402
 from kforge.verify import Verifier, VerifyConfig, WorkerPool  # noqa: E402
 
@@ -96,7 +97,7 @@ def main() -> None:
             # below then warms inductor's cache for its torch.compile reference.
             t0 = time.monotonic()
             warm = verifier.verify(backend.example_problem(), backend.example()[1], backend)
-            print(f"[{bname}] warm-up on {info['device']}: {warm.state.value}, {time.monotonic() - t0:.1f} s; "
+            print(f"[{bname}] warm-up on {info.device}: {warm.state.value}, {time.monotonic() - t0:.1f} s; "
                   f"workers preload {pool.preloads()}", flush=True)
             for p in problems:
                 sol = builtin_solution_path(p, bname)
@@ -140,9 +141,10 @@ def main() -> None:
                     if not args.no_ncu and backend.device == "cuda":
                         try:
                             rep = ncu.profile(work / "ncu" / f"{bname}-{p.name}",
-                                              {"problem": p.to_dict(), "backend": backend.spec(),
-                                               "config": VerifyConfig().to_dict(), "cache_dir": pool.build_cache,
-                                               "arch": arch_of(info["capability"]), "which": "candidate"},
+                                              ProfileRequest(problem=p, backend=backend.spec(),
+                                                             config=VerifyConfig().to_dict(),
+                                                             cache_dir=pool.build_cache,
+                                                             arch=arch_of(info.capability)),
                                               {"problem.py": p.source, "candidate.py": source}, [ncu.DURATION],
                                               gpu=int(kind.split(":")[1]), iterations=5)
                             per_call = ncu.per_call_duration_ms(rep)

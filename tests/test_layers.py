@@ -20,10 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent / "kforge"
 # decides a module's layer.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("kforge", "kforge.cachefile", "kforge.candidate", "kforge.metrics", "kforge.errors",
-                    "kforge.strict", "kforge.log", "kforge.manifest",
-                    "kforge.report.plots")),  # figures only (pandas, matplotlib): tracking draws a beam's tree
+                    "kforge.strict", "kforge.log", "kforge.manifest", "kforge.figure")),
     ("problems", ("kforge.problems",)),
-    ("clocks", ("kforge.sandbox.clocks",)),  # a backend picks its clock (Backend.make_clock)
     ("backends", ("kforge.backends",)),
     ("sandbox", ("kforge.sandbox",)),  # worker processes, child dispatch, harness, GPU facts, ceilings
     ("verify", ("kforge.verify",)),
@@ -37,9 +35,6 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("job", ("kforge.job",)),  # config (every group's typed view), pipeline, console, reference transfer
     ("apps", ("kforge.apps", "kforge.cli")),
 ]
-
-# Imports allowed to close a cycle, each with why. None today; keep it that way (a stale entry fails the test).
-CYCLE_EXCEPTIONS: dict[tuple[str, str], str] = {}
 
 _DOTTED = re.compile(r"kforge(?:\.\w+)+(?::\w+)?")
 
@@ -154,11 +149,7 @@ def test_no_module_imports_a_higher_layer():
 
 
 def test_no_import_cycles():
-    edges = graph()
-    for (a, b) in CYCLE_EXCEPTIONS:
-        assert b in edges.get(a, set()), f"stale entry in CYCLE_EXCEPTIONS: {a} no longer imports {b}"
-        edges[a] = edges[a] - {b}
-    found = cycles(edges)
+    found = cycles(graph())
     assert not found, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in found)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import Backend, WorkerContext
+from .base import Backend, BackendSpec, WorkerContext
 from .cpu import CpuBackend
 from .cuda import CudaBackend
 from .triton import TritonBackend
@@ -23,8 +23,9 @@ def get_backend(name: str | Backend, device: str | None = None, **options: Any) 
     return cls(device=device, **options)
 
 
-def from_spec(spec: dict[str, Any]) -> Backend:
-    return get_backend(spec["name"], device=spec.get("device"), **(spec.get("options") or {}))
+def from_spec(spec: BackendSpec) -> Backend:
+    """The backend a `BackendSpec` describes (in a worker: the caller's backend, made again)."""
+    return get_backend(spec.name, device=spec.device, **spec.options)
 
 
-__all__ = ["BACKENDS", "Backend", "WorkerContext", "get_backend", "from_spec"]
+__all__ = ["BACKENDS", "Backend", "BackendSpec", "WorkerContext", "get_backend", "from_spec"]

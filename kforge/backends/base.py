@@ -10,13 +10,25 @@ small subclass registered in ``kforge/backends/__init__.py``.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 from .. import DATA_DIR
 
 EXAMPLES_DIR = DATA_DIR / "prompts" / "examples"
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """What a worker needs to make the same backend again (`kforge.backends.from_spec`)."""
+
+    name: str
+    """The registry key (``cpu``, ``cuda``, ``triton``)."""
+    device: str
+    """Torch device type its candidates run on."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """The backend's own options, as given to its constructor."""
 
 
 @dataclass
@@ -73,9 +85,9 @@ class Backend:
         model, _ = self.example()
         return problem_from_source(model, where=str(self.example_dir / "model.py"), name=f"example_{self.name}")
 
-    def spec(self) -> dict[str, Any]:
+    def spec(self) -> BackendSpec:
         """What a worker needs to rebuild this backend."""
-        return {"name": self.name, "device": self.device, "options": dict(self.options)}
+        return BackendSpec(self.name, self.device, dict(self.options))
 
     def worker_env(self) -> dict[str, str]:
         """Environment variables for worker processes running this backend's candidates."""
@@ -92,7 +104,7 @@ class Backend:
         """Get the process ready to import candidates (runs before any candidate code)."""
 
     def make_clock(self, flush_bytes: int):
-        from ..sandbox.clocks import CpuClock, CudaClock
+        from .clocks import CpuClock, CudaClock
         return CudaClock(flush_bytes) if self.device == "cuda" else CpuClock()
 
     def classify(self, exc: BaseException) -> str | None:

@@ -28,6 +28,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     from ..candidate import Candidate
     from ..problems import builtin_solution_path, load_builtin
     from ..verify import WorkerPool
+    from ..verify.protocol import BuildRequest, BuildResult
     backend = backend_of(args.backend, args.device)
     paths = [Path(p) for p in args.candidates]
     if args.oracle:
@@ -42,12 +43,12 @@ def cmd_build(args: argparse.Namespace) -> int:
             if c.source is None:
                 return path, "skipped", 0.0, c.error
             t0 = time.monotonic()
-            reply = pool.request("build", {"kind": "build", "backend": backend.spec(), "arch": arch},
-                                 {"candidate.py": c.source}, 900)
-            r = reply.get("result") or {}
-            state = "failed" if r.get("compile_error") else ("built" if r.get("built") else
-                                                            ("cached" if r.get("cached") else "no extension"))
-            return path, state, time.monotonic() - t0, (r.get("compile_error") or "")[-300:]
+            reply = pool.request("build", BuildRequest(backend=backend.spec(), arch=arch), {"candidate.py": c.source},
+                                 900)
+            r = reply.result or BuildResult(compile_error=reply.error or ("timed out" if reply.timed_out else None))
+            state = "failed" if r.compile_error else ("built" if r.built else
+                                                      ("cached" if r.cached else "no extension"))
+            return path, state, time.monotonic() - t0, (r.compile_error or "")[-300:]
 
         t0 = time.monotonic()
         with ThreadPoolExecutor(max_workers=args.jobs) as ex:
@@ -66,6 +67,6 @@ def _arch(pool, backend) -> str | None:
     if not kinds:
         raise UsageError("no CUDA GPU visible: the arch to build for comes from the GPU")
     info = pool.device_info(kinds[0], backend.spec())
-    if "capability" not in info:
-        raise UsageError(f"could not query the GPU: {info.get('error') or info}")
-    return arch_of(info["capability"])
+    if not info.capability:
+        raise UsageError(f"could not query the GPU: {info.error or info}")
+    return arch_of(info.capability)

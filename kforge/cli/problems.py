@@ -77,26 +77,27 @@ def _audit_problems(problems, args: argparse.Namespace) -> int:
             for p in tqdm(problems, desc=f"auditing on {backend.device}", unit="problem", disable=args.json,
                           file=sys.stderr):
                 try:
-                    audit = verifier.audit(p, backend)
+                    rows.append((p, verifier.audit(p, backend), None))
                 except RuntimeError as exc:
-                    audit = {"flags": [], "error": str(exc)[-300:]}
-                rows.append((p, audit))
+                    rows.append((p, None, str(exc)[-300:]))
     except BackendUnavailable as exc:
         raise UsageError(str(exc)) from None
     if args.json:
         out = []
-        for p, audit in rows:
+        for p, audit, error in rows:
             d = {k: v for k, v in p.to_dict().items() if k != "source"}
-            d.update(flags=audit.get("flags", []), audit=audit)
+            d.update(flags=audit.flags if audit else [], audit=audit.to_wire() if audit else {"error": error})
             out.append(d)
         print(json.dumps(out, indent=1))
         return 0
     print(f"{'problem':40} {'flags':28} {'ref ms':>9} {'FLOPs':>8} {'bytes':>8} {'memory':>8}")
-    for p, a in rows:
-        mem = (a.get("input_bytes") or 0) + (a.get("out_bytes") or 0) + (a.get("peak_bytes") or 0)
-        print(f"{p.key:40} {','.join(a.get('flags', [])) or '-':28} {a.get('ref_ms', float('nan')):9.4f} "
-              f"{fmt_num(p.flops or a.get('flops')):>8} {fmt_num(p.bytes or a.get('bytes')):>8} {fmt_num(mem):>8}"
-              + (f"  error: {a['error']}" if a.get("error") else ""))
-    flagged = {f: sum(f in a.get("flags", []) for _, a in rows) for f in ("stochastic", "degenerate", "launch_bound")}
+    for p, a, error in rows:
+        if a is None:
+            print(f"{p.key:40} {'-':28} {'':>9} {'':>8} {'':>8} {'':>8}  error: {error}")
+            continue
+        mem = a.input_bytes + a.out_bytes + (a.peak_bytes or 0)
+        print(f"{p.key:40} {','.join(a.flags) or '-':28} {a.ref_ms:9.4f} "
+              f"{fmt_num(p.flops or a.flops):>8} {fmt_num(p.bytes or a.bytes):>8} {fmt_num(mem):>8}")
+    flagged = {f: sum(bool(a) and f in a.flags for _, a, _ in rows) for f in ("stochastic", "degenerate", "launch_bound")}
     print(f"\n{len(rows)} problem(s) audited on {backend.device}: " + ", ".join(f"{n} {f}" for f, n in flagged.items()))
     return 0

@@ -28,6 +28,7 @@ from ..tracking.observer import JobRun
 from ..tracking.schema import Tags
 from .workload import PreparedWorkload, finish_workload, prepare_workload
 from ..verify import BackendUnavailable, Verifier, WorkerPool
+from ..sandbox.protocol import DeviceInfo
 
 
 @dataclass
@@ -44,7 +45,7 @@ class Job:
     verifier: Verifier
     llm: LLM
     pool: WorkerPool
-    info: dict[str, Any]
+    info: DeviceInfo
     """The device's facts (``device``: its name)."""
     advisor: Advisor | None
     stop: threading.Event
@@ -153,8 +154,8 @@ def make_advisor(job: JobConfig, llm: LLM, backend: Backend, pool: WorkerPool, p
                             ceilings=pool.ceilings(kind, backend.spec()), verify=job.verify.to_dict())
 
 
-def device_phrase(info: dict[str, Any], backend: Backend) -> str:
-    name = info.get("device", backend.device)
+def device_phrase(info: DeviceInfo, backend: Backend) -> str:
+    name = info.device if not info.error else backend.device
     return f"a {name}" if backend.device == "cpu" else f"an {name} GPU"
 
 
@@ -280,9 +281,9 @@ def job_run_name(job: Job) -> str:
 
 def _job_run(job: Job, labels: dict[str, str], references: dict[str, Any], previous: str | None) -> JobRun:
     from omegaconf import OmegaConf
-    extra = {**job.tags, Tags.DEVICE_NAME: job.info.get("device", "")}
+    extra = {**job.tags, Tags.DEVICE_NAME: job.info.device}
     if job.backend.device == "cuda":
-        extra[Tags.GPU] = job.info.get("device", "")
+        extra[Tags.GPU] = job.info.device
     if labels[Tags.REFERENCE] != "none":
         have = sum(r is not None for r in references.values())
         extra[Tags.REFERENCES_AVAILABLE] = f"{have}/{len(job.problems)}"

@@ -14,6 +14,7 @@ from typing import Any
 from ..sandbox.dispatch import register
 from ..sandbox.gpus import arch_of
 from .base import KernelStat, Profile, ProfilerUnavailable
+from .protocol import ProfileRequest
 
 PROFILERS = ("none", "torch", "ncu", "nsys")
 
@@ -36,24 +37,24 @@ class Profiler:
         from ..verify import VerifyConfig
         kinds = self.pool.kinds_for(backend.device)
         info = self.pool.device_info(kinds[0], backend.spec())  # the sweep's GPUs are one model (see Verifier.arch)
-        request = {"problem": problem.to_dict(), "backend": backend.spec(),
-                   "config": config or VerifyConfig().to_dict(), "cache_dir": self.pool.build_cache,
-                   "arch": arch_of(info["capability"]) if info.get("capability") else None, "which": "candidate",
-                   "iterations": self.iterations}
+        request = ProfileRequest(problem=problem, backend=backend.spec(), config=config or VerifyConfig().to_dict(),
+                                 cache_dir=self.pool.build_cache, arch=arch_of(info.capability) if info.capability
+                                 else None, iterations=self.iterations)
         files = {"problem.py": problem.source, "candidate.py": code}
-        device = info.get("device", backend.device)
+        device = info.device if not info.error else backend.device
         if self.kind == "torch":
             from .torch_profiler import to_profile
-            reply = self.pool.request(kinds, dict(request, kind="profile_torch"), files, self.timeout_s)
-            result = reply.get("result") or {}
-            if "rows" not in result:
-                raise ProfilerUnavailable(f"torch.profiler failed: {result.get('error') or reply.get('error') or reply}")
+            reply = self.pool.request(kinds, request, files, self.timeout_s)
+            result = reply.result
+            if result is None or result.error:
+                why = (result.error if result else None) or reply.error or reply.output_tail or "no result"
+                raise ProfilerUnavailable(f"torch.profiler failed: {why}")
             prof = to_profile(result, device)
             raw = self.workdir / f"torch-{uuid.uuid4().hex[:8]}.txt"
             raw.parent.mkdir(parents=True, exist_ok=True)
-            raw.write_text(result.get("table", ""))
+            raw.write_text(result.table)
             prof.raw_files["torch_table"] = str(raw)
-            prof.seconds = reply.get("wall_s", 0.0)
+            prof.seconds = reply.wall_s
             return prof
         if backend.device != "cuda":
             raise ProfilerUnavailable(f"profiler={self.kind} profiles NVIDIA GPU kernels; the {backend.name} backend "

@@ -15,9 +15,9 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from .base import Profile, ProfilerUnavailable
+from .protocol import ProfileRequest
 from .runner import NVTX_RANGE, run_under
 
 DURATION = "gpu__time_duration.sum"
@@ -151,9 +151,9 @@ def parse_raw_csv(text: str) -> list[NcuKernel]:
     return kernels
 
 
-def profile(workdir: str | os.PathLike, request: dict[str, Any], files: dict[str, str], metrics: list[str], *,
+def profile(workdir: str | os.PathLike, request: ProfileRequest, files: dict[str, str], metrics: list[str], *,
             gpu: int | None = None, timeout: float = 600.0, iterations: int = 3) -> NcuReport:
-    """Profile one program (``request['which']``: candidate or reference) under ncu in ``workdir``."""
+    """Profile one program (``request.which``: candidate or reference) under ncu in ``workdir``."""
     ncu = find_ncu()
     if ncu is None:
         raise NcuError("ncu (Nsight Compute) is not installed or not on PATH; set KFORGE_NCU to its path")

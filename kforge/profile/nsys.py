@@ -13,9 +13,9 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
 
 from .base import KernelStat, Profile, ProfilerUnavailable
+from .protocol import ProfileRequest
 from .runner import NVTX_RANGE, run_under
 
 
@@ -40,7 +40,7 @@ def parse_kern_sum(text: str, iterations: int) -> list[KernelStat]:
     return kernels
 
 
-def profile(workdir: str | os.PathLike, request: dict[str, Any], files: dict[str, str], *, device: str,
+def profile(workdir: str | os.PathLike, request: ProfileRequest, files: dict[str, str], *, device: str,
             gpu: int | None = None, timeout: float = 600.0, iterations: int = 3) -> Profile:
     nsys = find_nsys()
     if nsys is None:

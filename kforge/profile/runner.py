@@ -1,6 +1,6 @@
 """Runs a candidate (or the reference) a few times for an external profiler: ``python -m kforge.profile.runner DIR``.
 
-DIR holds ``request.json`` (the verifier's run request plus ``which``, ``iterations``, ``warmup``),
+DIR holds ``request.json`` (a `ProfileRequest`: the program, ``which``, ``iterations``, ``warmup``),
 ``problem.py`` and ``candidate.py``. The program is loaded exactly as the verifier loads it, warmed
 up, then each profiled call is wrapped in an NVTX range named ``kforge`` (profilers filter on it), with
 L2 flushed before each call.
@@ -11,11 +11,14 @@ from __future__ import annotations
 import json
 import os
 import sys
+from dataclasses import replace
+
+from .protocol import ProfileRequest
 
 NVTX_RANGE = "kforge"
 
 
-def run_under(prefix: list[str], workdir: str | os.PathLike, request: dict, files: dict[str, str], *,
+def run_under(prefix: list[str], workdir: str | os.PathLike, request: ProfileRequest, files: dict[str, str], *,
               gpu: int | None, timeout: float, iterations: int) -> tuple[int, str, float]:
     """Run this runner under a profiler (``prefix`` is its command line): (exit code, output, seconds).
 
@@ -32,7 +35,7 @@ def run_under(prefix: list[str], workdir: str | os.PathLike, request: dict, file
     wd.mkdir(parents=True, exist_ok=True)
     for name, text in files.items():
         (wd / name).write_text(text)
-    (wd / "request.json").write_text(json.dumps(dict(request, iterations=iterations)))
+    (wd / "request.json").write_text(json.dumps(replace(request, iterations=iterations).to_wire()))
     extra = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     if gpu is not None:
         extra["CUDA_VISIBLE_DEVICES"] = str(gpu)
@@ -50,15 +53,15 @@ def run_under(prefix: list[str], workdir: str | os.PathLike, request: dict, file
     return proc.returncode, out, time.monotonic() - start
 
 
-def load_program(req: dict):
+def load_program(req: ProfileRequest):
     """The harness set up as the verifier sets it up, and the program to profile (the candidate, or the
     reference when ``which`` says so); raises `HarnessVerdict` when it cannot be loaded."""
     from ..sandbox.harness import Harness
     from ..verify.config import VerifyConfig
-    h = Harness(req, VerifyConfig.from_dict(req["config"]))
+    h = Harness(req, VerifyConfig.from_dict(req.config))
     h.setup(flush_l2=True)
     h.load_reference()
-    return h, (h.load_candidate() if req.get("which", "candidate") == "candidate" else h.ref_model)
+    return h, (h.load_candidate() if req.which == "candidate" else h.ref_model)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = argv[0]
     os.chdir(workdir)
     with open("request.json") as fh:
-        req = json.load(fh)
+        req = ProfileRequest.from_wire(json.load(fh))
     from ..sandbox.harness import HarnessVerdict
     try:
         h, model = load_program(req)
@@ -77,10 +80,10 @@ def main(argv: list[str] | None = None) -> int:
     inputs = h.inputs(h.draw())
     cuda = h.device.type == "cuda"
     with torch.no_grad():
-        for _ in range(int(req.get("warmup", 2))):
+        for _ in range(req.warmup):
             model(*inputs)
         h.clock.sync()
-        for _ in range(int(req.get("iterations", 3))):
+        for _ in range(req.iterations):
             h.clock.flush()
             h.clock.sync()
             if cuda:

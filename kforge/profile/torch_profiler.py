@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from .base import KernelStat, Profile
+from .protocol import OpRow, ProfileRequest, ProfileResult
 
 FORWARD = "kforge_forward"
 
 
-def run_in_worker(req: dict[str, Any]) -> dict[str, Any]:
+def run_in_worker(req: ProfileRequest) -> ProfileResult:
     """Worker request ``profile_torch``: profile ``iterations`` forward calls of the candidate."""
     from ..sandbox.harness import HarnessVerdict
     from ..sandbox.quiet import take_quiet_lock
@@ -18,15 +17,15 @@ def run_in_worker(req: dict[str, Any]) -> dict[str, Any]:
     try:
         h, model = load_program(req)
     except HarnessVerdict as v:
-        return {"error": f"{v.state}: {v.message}"}
+        return ProfileResult(error=f"{v.state}: {v.message}")
     torch = h.torch
     from torch.profiler import ProfilerActivity, profile, record_function
     cuda = h.device.type == "cuda"
-    iters = int(req.get("iterations", 3))
+    iters = req.iterations
     inputs = h.inputs(h.draw())
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with torch.no_grad():
-        for _ in range(int(req.get("warmup", 2))):
+        for _ in range(req.warmup):
             model(*inputs)
         h.clock.sync()
         with profile(activities=activities) as prof:
@@ -43,35 +42,35 @@ def run_in_worker(req: dict[str, Any]) -> dict[str, Any]:
         self_device = getattr(e, "self_device_time_total", None)
         if self_device is None:
             self_device = getattr(e, "self_cuda_time_total", 0)
-        rows.append({"name": e.key, "calls": e.count, "cpu_total_ms": e.cpu_time_total / 1e3,
-                     "self_cpu_ms": e.self_cpu_time_total / 1e3, "device_total_ms": device_total / 1e3,
-                     "self_device_ms": self_device / 1e3})
+        rows.append(OpRow(name=e.key, calls=e.count, cpu_total_ms=e.cpu_time_total / 1e3,
+                          self_cpu_ms=e.self_cpu_time_total / 1e3, device_total_ms=device_total / 1e3,
+                          self_device_ms=self_device / 1e3))
     table = prof.key_averages().table(sort_by="self_cuda_time_total" if cuda else "self_cpu_time_total",
                                       row_limit=40)
-    return {"rows": rows, "table": table, "iterations": iters, "device": str(h.device)}
+    return ProfileResult(rows=rows, table=table, iterations=iters, device=str(h.device))
 
 
-def to_profile(result: dict[str, Any], device_name: str) -> Profile:
+def to_profile(result: ProfileResult, device_name: str) -> Profile:
     """Kernels per forward call. On a GPU: the device kernels. On a CPU: the operators the forward calls,
     plus the candidate's own code (forward time not spent in any operator)."""
-    n = max(1, int(result.get("iterations", 1)))
-    rows = result["rows"]
-    forward = next((r for r in rows if r["name"] == FORWARD), None)
-    cuda = result.get("device", "cpu").startswith("cuda")
+    n = max(1, result.iterations)
+    rows = result.rows
+    forward = next((r for r in rows if r.name == FORWARD), None)
+    cuda = result.device.startswith("cuda")
     kernels: list[KernelStat] = []
     if cuda:
         for r in rows:
-            if r["self_device_ms"] > 0 and r["name"] != FORWARD and not r["name"].startswith(("aten::", "cuda")):
-                kernels.append(KernelStat(r["name"], r["self_device_ms"] / n, max(1, r["calls"] // n)))
+            if r.self_device_ms > 0 and r.name != FORWARD and not r.name.startswith(("aten::", "cuda")):
+                kernels.append(KernelStat(r.name, r.self_device_ms / n, max(1, r.calls // n)))
         total = sum(k.time_ms for k in kernels)
     else:
-        ops = [r for r in rows if r["name"] != FORWARD and r["self_cpu_ms"] > 0]
-        total = forward["cpu_total_ms"] / n if forward else sum(r["self_cpu_ms"] for r in ops) / n
+        ops = [r for r in rows if r.name != FORWARD and r.self_cpu_ms > 0]
+        total = forward.cpu_total_ms / n if forward else sum(r.self_cpu_ms for r in ops) / n
         op_time = 0.0
         for r in ops:
-            if r["name"].startswith("aten::") or r["name"].startswith("torch"):
-                kernels.append(KernelStat(r["name"], r["self_cpu_ms"] / n, max(1, r["calls"] // n)))
-                op_time += r["self_cpu_ms"] / n
+            if r.name.startswith("aten::") or r.name.startswith("torch"):
+                kernels.append(KernelStat(r.name, r.self_cpu_ms / n, max(1, r.calls // n)))
+                op_time += r.self_cpu_ms / n
         own = max(0.0, total - op_time)
         kernels.append(KernelStat("candidate code (outside torch operators)", own, 1))
     return Profile(tool="torch", device=device_name, kernels=kernels, total_ms=total)

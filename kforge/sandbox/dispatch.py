@@ -9,6 +9,9 @@ a request line is what it always was.
 
 A kind must be registered before the pool starts the worker that serves it: importing `kforge.verify`
 or `kforge.profile` does that, and whoever sends their requests has imported them.
+
+A handler takes the kind's request dataclass and returns its result dataclass (`kforge.sandbox.protocol`);
+`handle` decodes the one and encodes the other, so JSON exists only on the pipe.
 """
 
 from __future__ import annotations
@@ -54,15 +57,38 @@ def preload() -> None:
         importlib.import_module(target.partition(":")[0])
 
 
-def _resolve(target: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+def _resolve(target: str) -> Callable[[Any], Any]:
     module, _, name = target.partition(":")
     return getattr(importlib.import_module(module), name)
 
 
-def handle(request: dict[str, Any]) -> dict[str, Any]:
-    """Serve one request in this (child) process."""
-    kind = request["kind"]
+def request_type(handler: Callable[[Any], Any], target: str = "") -> type:
+    """The request dataclass a handler takes: its first parameter's annotation."""
+    import inspect
+    import typing
+
+    from .protocol import Request
+    params = list(inspect.signature(handler).parameters)
+    hint = typing.get_type_hints(handler).get(params[0]) if params else None
+    if not (isinstance(hint, type) and issubclass(hint, Request)):
+        raise TypeError(f"the handler {target or handler} must take one kforge.sandbox.protocol.Request "
+                        f"subclass, annotated (it takes {hint!r})")
+    return hint
+
+
+def handle(wire: dict[str, Any]) -> dict[str, Any]:
+    """Serve one request line in this (child) process: its body decoded as the kind's request dataclass, the
+    handler's result encoded as JSON data."""
+    from .protocol import ProtocolError
+    kind = wire["kind"]
     target = table().get(kind)
     if target is None:
         raise ValueError(f"unknown request kind {kind!r}")
-    return _resolve(target)(request)
+    handler = _resolve(target)
+    cls = request_type(handler, target)
+    request = cls.from_wire(wire.get("body"))
+    result = handler(request)
+    if not isinstance(result, type(request).RESULT):
+        raise ProtocolError(f"the {kind} handler {target} returned {type(result).__name__}, not "
+                            f"{type(request).RESULT.__name__}")
+    return result.to_wire()

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..backends import WorkerContext, from_spec
-from ..problems import Problem
-from .clocks import l2_flush_bytes
+from ..backends.clocks import l2_flush_bytes
+from .protocol import ProgramRequest
 from .writeguard import WriteGuard, install_write_guard
 
 TAIL = 6000
@@ -119,11 +119,11 @@ class Harness:
                                             ("kforge.sandbox.harness", "import_candidate"))
     """What the tripwire watches besides its own list: the harness's functions (a subclass adds its own)."""
 
-    def __init__(self, req: dict[str, Any], cfg: HarnessConfig):
+    def __init__(self, req: ProgramRequest, cfg: HarnessConfig):
         self.req = req
         self.cfg = cfg
-        self.problem = Problem.from_dict(req["problem"])
-        self.backend = from_spec(req["backend"])
+        self.problem = req.problem
+        self.backend = from_spec(req.backend)
         seed = self.cfg.seed
         self.rng = random.Random(seed) if seed is not None else secrets.SystemRandom()
         self.notes: list[str] = []
@@ -133,8 +133,9 @@ class Harness:
     def draw(self) -> int:
         return self.rng.randrange(1 << 62)
 
-    def setup(self, flush_l2: bool = True) -> None:
-        """Numerics, device, trusted clock, backend — all before any candidate code is imported."""
+    def setup(self, flush_l2: bool = True, failed_builds: dict[str, str] | None = None) -> None:
+        """Numerics, device, trusted clock, backend — all before any candidate code is imported. Builds in
+        ``failed_builds`` (the build phase saw them fail) fail at once instead of compiling again."""
         import torch
         _as_if_dynamo_imported(torch)
         self.torch = torch
@@ -152,9 +153,9 @@ class Harness:
         flush = l2_flush_bytes() if self.device.type == "cuda" and flush_l2 else 0
         self.clock = self.backend.make_clock(flush)  # trusted: made before any candidate code exists
         phase("setup: backend")
-        self.backend.prepare(WorkerContext(cache_dir=self.req["cache_dir"], arch=self.req.get("arch")))
-        if getattr(self.backend, "builder", None) is not None:  # builds the build phase saw fail: not tried again
-            self.backend.builder.known_failures = dict(self.req.get("failed_builds") or {})
+        self.backend.prepare(WorkerContext(cache_dir=self.req.cache_dir, arch=self.req.arch))
+        if getattr(self.backend, "builder", None) is not None:
+            self.backend.builder.known_failures = dict(failed_builds or {})
         from .recorder import Recorder
         self.recorder = Recorder()  # wraps what the backend installed, before the tripwire's snapshot
         self.recorder.install()
@@ -224,7 +225,7 @@ class Harness:
     def load_candidate(self):
         from .tripwire import Tripwire
         self.tripwire = Tripwire(self.WATCHED)  # everything the harness set up is the baseline
-        self.writes = install_write_guard(os.getcwd(), self.req["cache_dir"])
+        self.writes = install_write_guard(os.getcwd(), self.req.cache_dir)
         try:
             mod = import_candidate()
         except BaseException as exc:  # noqa: BLE001 - SystemExit from a candidate is its error too

@@ -9,6 +9,7 @@ running in threads share it, and free slots go to them in the order they asked.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
@@ -27,11 +28,13 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .. import cache_dir
+from ..backends import BackendSpec
 from ..errors import KforgeError
 from . import dispatch
 from .ceilings import CeilingCache
 from .env import scrubbed_env
 from .gpus import detect_gpus, mps_control_pipe
+from .protocol import CeilingsRequest, DeviceInfo, ProbeRequest, Reply, Request
 from .zygote import LIGHT_LEVEL, PRELOAD_ENV, SPARE_ENV
 
 
@@ -141,7 +144,8 @@ class WorkerPool:
         self._free: dict[str, list[tuple[str, WorkerProcess | None]]] = {}
         """Free slots per kind, as (label, worker or None when not started); guarded by ``_lock``."""
         self._all: list[WorkerProcess] = []
-        self._info: dict[str, dict[str, Any]] = {}
+        self._info: dict[str, Any] = {}
+        """Per slot kind: its `DeviceInfo`; per ``ceilings:KIND``: its measured ceilings (or None)."""
         self.counters = {"build": 0, "run": 0, "lost": 0}
         """How many requests of each kind were served (tests assert on these)."""
         self.time_s: dict[str, dict[str, float]] = {}
@@ -287,22 +291,25 @@ class WorkerPool:
                 self._free[kind].append((label, z if z is not None and z.alive() else None))
                 self._returned.notify_all()
 
-    def request(self, kind: str | list[str], payload: dict[str, Any], files: dict[str, str],
-                timeout: float) -> dict[str, Any]:
+    def request(self, kind: str | list[str], request: Request, files: dict[str, str],
+                timeout: float) -> Reply:
         """Run one request on a slot of ``kind`` (or the first free of several) in a fresh work directory.
 
-        The reply's ``kind`` says which slot served it.
+        The request crosses to the child as JSON and its result comes back as the kind's result dataclass
+        (`kforge.sandbox.protocol`); the reply's ``slot`` says which slot served it. A reply that does not
+        fit its dataclass raises `ProtocolError`, naming the field.
         """
         workdir = self.root / "work" / uuid.uuid4().hex[:12]
         workdir.mkdir(parents=True)
         for name, text in files.items():
             (workdir / name).write_text(text)
-        payload = dict(payload, workdir=str(workdir), timeout=timeout, cache_dir=self.build_cache)
+        body = dataclasses.replace(request, cache_dir=self.build_cache)
+        line = {"kind": request.KIND, "workdir": str(workdir), "timeout": timeout, "body": body.to_wire()}
         try:
             with self.slot(kind) as z:
                 start = time.monotonic()
                 try:
-                    reply = z.request(payload, timeout)
+                    raw = z.request(line, timeout)
                 except WorkerLost as exc:
                     self.counters["lost"] += 1
                     exc.kind = z.kind
@@ -311,11 +318,10 @@ class WorkerPool:
                 finally:
                     served = time.monotonic() - start
                     self._add_time(z.kind, "serve", served)
-                    if payload.get("kind") == "run":
+                    if request.KIND == "run":
                         self._add_time(z.kind, "run", served)
-            self.counters["run" if payload.get("kind") == "run" else "build"] += 1
-            reply["kind"] = z.kind
-            return reply
+            self.counters["run" if request.KIND == "run" else "build"] += 1
+            return Reply.from_wire(raw, z.kind, type(request).RESULT)
         finally:
             if not self.keep_workdirs:
                 shutil.rmtree(workdir, ignore_errors=True)
@@ -340,15 +346,16 @@ class WorkerPool:
         with self._lock:
             return {z.label: z.preload for z in self._all if z.alive()}
 
-    def device_info(self, kind: str, backend_spec: dict[str, Any]) -> dict[str, Any]:
+    def device_info(self, kind: str, backend_spec: BackendSpec) -> DeviceInfo:
         """Name, capability etc. of a slot's device (probed once in a child, cached)."""
         with self._once(kind):
             if kind not in self._info:
-                reply = self.request(kind, {"kind": "probe", "backend": backend_spec}, {}, timeout=120)
-                self._info[kind] = reply.get("result") or {"device": kind, "error": reply.get("error")}
+                reply = self.request(kind, ProbeRequest(backend=backend_spec), {}, timeout=120)
+                self._info[kind] = reply.result or DeviceInfo(device=kind, error=reply.error or reply.output_tail
+                                                              or "the probe failed")
         return self._info[kind]
 
-    def ceilings(self, kind: str, backend_spec: dict[str, Any], fresh: bool = False) -> dict[str, Any] | None:
+    def ceilings(self, kind: str, backend_spec: BackendSpec, fresh: bool = False) -> dict[str, Any] | None:
         """Measured bandwidth and FLOP/s of a slot's device, cached on disk per device and torch version.
 
         ``fresh`` measures again (once per slot and pool) even when the disk has a value, and keeps the
@@ -361,13 +368,12 @@ class WorkerPool:
             if name in self._info:
                 return self._info[name]
             cache = CeilingCache(Path(self.build_cache).parent / "ceilings.json")
-            key = f"{info.get('device')}|{info.get('torch')}"
+            key = f"{info.device}|{info.torch}"
             value = None if fresh else cache.get(key)
             if value is None:
-                reply = self.request(kind, {"kind": "ceilings", "backend": backend_spec}, {}, timeout=300)
-                value = reply.get("result")
-                if value:
-                    value = cache.put(key, value)
+                reply = self.request(kind, CeilingsRequest(backend=backend_spec), {}, timeout=300)
+                if reply.result is not None:
+                    value = cache.put(key, dataclasses.asdict(reply.result))
             self._info[name] = value
             if fresh and value:
                 self._info[f"ceilings:{kind}"] = value

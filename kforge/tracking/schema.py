@@ -211,7 +211,7 @@ class Files:
     PROBLEM_ERROR = "problem_error.txt"
     """A problem run skipped because the problem itself fails: its traceback."""
     TREE_PLOT = "tree.png"
-    """A beam search's problem run: its tree, speedup per node coloured by state (`kforge.report.plots.plot_tree`)."""
+    """A beam search's problem run: its tree, speedup per node coloured by state (`kforge.tracking.tree_plot.plot_tree`)."""
     # In a problem run's iter_NNN/ (`at`), and a candidate run's root (kernel.py, verdict.json).
     PROMPT, REPLY, KERNEL = "prompt.md", "reply.md", "kernel.py"
     VERDICT, RECORD = "verdict.json", "record.json"

@@ -196,7 +196,7 @@ class Tracker:
 
     def _log_tree(self, run_id: str, result) -> None:
         """The search tree as a picture on the problem's run (the nodes' numbers are its metrics already)."""
-        from ..report.plots import plot_tree
+        from .tree_plot import plot_tree
         nodes = [{"id": r.iteration, "parent": r.parent, "depth": r.depth or 0, "state": r.state,
                   "speedup": r.speedup_eager if r.correct else None, "direction": r.direction,
                   "best": r.iteration == result.best_iteration} for r in result.records]

@@ -22,9 +22,9 @@ import hashlib
 import json
 import statistics
 from pathlib import Path
-from typing import Any
 
 from .compare import Mismatch, as_outputs, compare_tensor, is_constant
+from .protocol import ProblemAudit
 
 LAUNCH_BOUND_MS = 0.02
 DRAWS = 5
@@ -66,7 +66,7 @@ def _constant(torch, outs: list) -> bool:
     return bool(tensors) and all(is_constant(t) for t in tensors)
 
 
-def run(h) -> dict[str, Any]:
+def run(h) -> ProblemAudit:
     """Audit the reference loaded in harness ``h`` (a `kforge.sandbox.harness.Harness` after load_reference)."""
     torch = h.torch
     model = h.ref_model
@@ -119,7 +119,6 @@ def run(h) -> dict[str, Any]:
         except Exception:  # noqa: BLE001 - an operator the counter cannot trace: no FLOPs, still bytes
             pass
     in_bytes, out_bytes, param_bytes = _nbytes(torch, inputs), _nbytes(torch, first), _nbytes(torch, params)
-    return {"flags": flags, "constant_draws": [constant, DRAWS], "ref_ms": round(ref_ms, 6), "flops": flops,
-            "bytes": float(in_bytes + param_bytes + out_bytes), "out_bytes": float(out_bytes),
-            "input_bytes": in_bytes, "param_bytes": param_bytes,
-            "peak_bytes": peak, "device": h.device_name()}
+    return ProblemAudit(flags=flags, constant_draws=[constant, DRAWS], ref_ms=round(ref_ms, 6), flops=flops,
+                        bytes=float(in_bytes + param_bytes + out_bytes), out_bytes=float(out_bytes),
+                        input_bytes=in_bytes, param_bytes=param_bytes, peak_bytes=peak, device=h.device_name())

@@ -1,4 +1,4 @@
-"""The adaptive stopping rule for timed rounds (the clocks are `kforge.sandbox.clocks`)."""
+"""The adaptive stopping rule for timed rounds (the clocks are `kforge.backends.clocks`)."""
 
 from __future__ import annotations
 

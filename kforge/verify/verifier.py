@@ -1,17 +1,15 @@
-"""`Verifier`: static checks → build (CPU pool) → run (device slot) → `Verdict`.
+"""`Verifier`: static checks → build (CPU pool) → run (device slot) → `Facts` → `Verdict`.
 
-The caller's process never executes candidate code: it parses it, and hands it to worker processes.
+The caller's process never executes candidate code: it parses it, and hands it to worker processes. Each
+step that can end a verification gives its `Facts`; `kforge.verify.conclude` turns them into the verdict,
+once. The requests and what comes back are `kforge.verify.protocol`'s dataclasses.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import threading
 import time
-from dataclasses import asdict, dataclass, replace
-from datetime import datetime, timezone
-from importlib import metadata
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,38 +17,21 @@ from ..backends import Backend, get_backend
 from ..candidate import Candidate
 from ..errors import KforgeError
 from ..problems import Problem, ProblemError
-from ..cachefile import read_json, write_json
-from ..sandbox.ceilings import CPU_FLOOR_MIN_BYTES, floor_ms
 from ..sandbox.gpus import arch_of
 from ..sandbox.harness import PROBLEM_ERROR
 from ..sandbox.pool import WorkerLost, WorkerPool
+from ..sandbox.protocol import Reply, Request
+from .compile_ref import CompileRefs, KeptRef
+from .conclude import Facts, Subject, conclude
 from .config import VerifyConfig
+from .protocol import AuditRequest, BuildRequest, BuildResult, ProblemAudit, RunRequest, RunResult, WorkFacet
+from .roofline import roofline
 from .static import StaticConfig, check
-from .rules import decide_all
 from .static_rules import own_streams
-from .verdict import Attribution, Evidence, Facets, State, TimingStats, Verdict, Work
-
-
-#: A compile-reference median kept on disk is timed anew after this long (drivers, clocks and the machine move on).
-COMPILE_REF_MAX_AGE_S = 7 * 24 * 3600
+from .verdict import Evidence, Facets, State, Verdict, Work
 
 #: Static rules whose question (did the candidate's kernels do the work?) the run answers by measurement.
 MEASURED = frozenset({"no_kernel", "kernel_not_called", "try_fallback", "forbidden_op"})
-
-
-@dataclass
-class _KeptRef:
-    """A compile-reference timing kept on disk with the eager median timed beside it. Another process runs
-    on a machine that may be busier or quieter than then: the ratio to eager carries over, the time does not."""
-
-    stats: TimingStats
-    eager_ms: float
-
-    def scaled(self, eager: TimingStats | None) -> TimingStats:
-        k = eager.median_ms / self.eager_ms if eager and eager.median_ms > 0 else 1.0
-        s = self.stats
-        return replace(s, median_ms=s.median_ms * k, mean_ms=s.mean_ms * k, std_ms=s.std_ms * k, min_ms=s.min_ms * k,
-                       host_median_ms=s.host_median_ms * k if s.host_median_ms is not None else None)
 
 
 class BackendUnavailable(KforgeError, RuntimeError):
@@ -77,7 +58,7 @@ class Verifier:
         config decides); whether a kernel is required always comes from each call's `VerifyConfig`."""
         self._own_pool = pool is None
         self.pool = pool or WorkerPool()
-        self._compile_refs: dict[str, _KeptRef] = {}  # see VerifyConfig.compile_ref_reuse
+        self.compile_refs = CompileRefs(Path(self.pool.build_cache).parent / "compile_ref")
         self._lock = threading.Lock()
         self.time_s: dict[str, float] = {}
         """Seconds spent, over all calls, in each section of a verification as the caller sees it:
@@ -107,8 +88,8 @@ class Verifier:
         """TORCH_CUDA_ARCH_LIST for builds: every distinct arch among the GPUs a candidate may land on."""
         if backend.device != "cuda":
             return None
-        archs = sorted({arch_of(i["capability"]) for i in (self.pool.device_info(k, backend.spec()) for k in kinds)
-                        if i.get("capability")})
+        archs = sorted({arch_of(i.capability) for i in (self.pool.device_info(k, backend.spec()) for k in kinds)
+                        if i.capability})
         return ";".join(archs) or None
 
     def verify(self, problem: Problem, candidate: Candidate | str, backend: Backend | str,
@@ -118,11 +99,8 @@ class Verifier:
         if isinstance(candidate, str):
             candidate = Candidate.from_source(candidate)
         start = time.monotonic()
-        verdict = self._verify(problem, candidate, backend, cfg)
-        verdict.problem, verdict.backend = problem.key, backend.name
-        verdict.source_hash = candidate.hash
-        verdict.wall_s = time.monotonic() - start
-        return verdict
+        facts = self._facts(problem, candidate, backend, cfg)
+        return conclude(facts, cfg, Subject(problem.key, backend.name, candidate.hash, time.monotonic() - start))
 
     def start_workers(self, *backends: Backend | str) -> threading.Thread:
         """Boot the build workers and every device worker of these backends in the background, all at once;
@@ -134,80 +112,65 @@ class Verifier:
         thread.start()
         return thread
 
-    def audit(self, problem: Problem, backend: Backend | str) -> dict[str, Any]:
+    def audit(self, problem: Problem, backend: Backend | str) -> ProblemAudit:
         """The problem's audit on this backend's device (cached on disk per problem, size and device):
         ``flags`` (stochastic, degenerate, launch_bound), ``ref_ms``, ``flops``, ``bytes``, memory."""
         backend = get_backend(backend)
         kinds = self.device_kinds(backend)
-        request = {"kind": "audit", "problem": problem.to_dict(), "backend": backend.spec(),
-                   "config": self.config.to_dict(), "arch": self.arch(backend, kinds)}
+        request = AuditRequest(problem=problem, backend=backend.spec(), config=self.config.to_dict(),
+                               arch=self.arch(backend, kinds))
         reply = self._request_retrying(kinds, request, {"problem.py": problem.source}, self.config.timeout_s)
-        result = reply.get("result") or {}
-        if reply.get("timed_out") or reply.get("error") or "audit" not in result:
-            raise RuntimeError(f"auditing {problem.key} failed: {result.get('error') or reply.get('error') or reply}")
-        return result["audit"]
+        found = reply.result
+        if found is None or found.audit is None:
+            why = (found.error if found else None) or reply.error or ("timed out" if reply.timed_out else "")
+            raise RuntimeError(f"auditing {problem.key} failed: {why or reply.output_tail}")
+        return found.audit
 
-    def _request_retrying(self, kinds: list[str], payload: dict[str, Any], files: dict[str, str],
-                          timeout: float) -> dict[str, Any]:
+    def _request_retrying(self, kinds: list[str], request: Request, files: dict[str, str], timeout: float) -> Reply:
         """A lost worker (its process died under the candidate: a crash in the driver, a lost GPU, or the
         candidate killing it) is retried once, on another device where there is one; a second loss raises."""
         try:
-            return self.pool.request(kinds, payload, files, timeout)
+            return self.pool.request(kinds, request, files, timeout)
         except WorkerLost as exc:
             others = [k for k in kinds if k != exc.kind] or kinds
-            return self.pool.request(others, payload, files, timeout)
+            return self.pool.request(others, request, files, timeout)
 
-    def _verify(self, problem: Problem, candidate: Candidate, backend: Backend, cfg: VerifyConfig) -> Verdict:
+    # -- the steps -----------------------------------------------------------------------------------
+    def _facts(self, problem: Problem, candidate: Candidate, backend: Backend, cfg: VerifyConfig) -> Facts:
         if candidate.source is None:
-            return self._decided(Verdict(State.GENERATION_FAILURE, candidate.error or "no usable code"), cfg)
+            return Facts.ended(State.GENERATION_FAILURE, candidate.error or "no usable code")
         clock = _Sections(self)
         kinds = self.device_kinds(backend)
         findings, soft = self._static(problem, candidate, backend, cfg)
         denied = [f for f in findings if f.severity == "deny"]
+        evidence = Evidence(findings=[f.to_dict() for f in findings])
         if denied:
-            return self._decided(Verdict(State.CHEAT_DETECTED, denied[0].message, rule=denied[0].rule,
-                                         evidence=Evidence(findings=[f.to_dict() for f in findings])), cfg)
+            return Facts.ended(State.CHEAT_DETECTED, denied[0].message, denied[0].rule, evidence=evidence)
         files = {"problem.py": problem.source, "candidate.py": candidate.source}
-        ref_key = self._compile_ref_key(problem, backend, kinds, cfg)
-        known_ref, ref_note = self._known_compile_ref(ref_key)
-        run_cfg = replace(cfg, compile_ref=False) if known_ref else cfg
-        request = {"problem": problem.to_dict(), "backend": backend.spec(), "config": run_cfg.to_dict(),
-                   "arch": self.arch(backend, kinds), "soft_findings": soft,
-                   "own_streams": own_streams(candidate.source)}
+        arch = self.arch(backend, kinds)
+        devices = {self.pool.device_info(k, backend.spec()).device for k in kinds}
+        ref_key = self.compile_refs.key(problem, devices.pop() if len(devices) == 1 else None, cfg)
+        known = self.compile_refs.known(ref_key)
         clock("checks")
-        early, build_info = self._build(request, files, findings, cfg)
+        build, ended = self._build(BuildRequest(backend=backend.spec(), arch=arch), files, evidence, cfg)
         clock("build")
-        if early is not None:
-            return self._decided(early, cfg)
+        if ended is not None:
+            return ended
+        request = RunRequest(problem=problem, backend=backend.spec(), config=replace(cfg, compile_ref=False).to_dict()
+                             if known else cfg.to_dict(), arch=arch, own_streams=own_streams(candidate.source),
+                             failed_builds=build["failed_builds"])
+        info = {k: v for k, v in build.items() if k != "failed_builds"}
         try:  # any free device runs it
-            reply = self._request_retrying(kinds, dict(request, kind="run"), files, cfg.timeout_s)
+            reply = self._request_retrying(kinds, request, files, cfg.timeout_s)
         except WorkerLost as exc:
-            return self._decided(Verdict(State.RUNTIME_ERROR, f"the worker process died twice under this "
-                                         f"candidate: {exc}", build=build_info), cfg)
+            return Facts.ended(State.RUNTIME_ERROR, f"the worker process died twice under this candidate: {exc}",
+                               build=info)
         clock("run")
-        kind = reply.get("kind") or kinds[0]
-        verdict = self._from_reply(reply, cfg, problem)
-        verdict.device = self.pool.device_info(kind, backend.spec()).get("device", kind)
-        verdict.build = build_info
-        if findings and not verdict.evidence.findings:
-            verdict.evidence.findings = [f.to_dict() for f in findings]
-        if known_ref and verdict.runtime:
-            verdict.compile_ref = known_ref.scaled(verdict.ref)
-            verdict.evidence.notes.append(ref_note)
-        elif ref_key and verdict.compile_ref:
-            self._keep_compile_ref(ref_key, verdict.compile_ref, verdict.ref)
-        audit = (reply.get("result") or {}).get("audit") or {}
-        verdict.problem_flags = list(audit.get("flags") or [])
-        declared = bool(problem.flops or problem.bytes)
-        if verdict.runtime and verdict.facets and verdict.facets.outcome == State.CORRECT.value \
-                and (declared or audit.get("bytes")):
-            self._roofline(verdict, problem, audit, declared, kind, backend)
-        if verdict.facets and verdict.facets.work is None and soft:
-            f = soft[0]  # nothing measured whose code did the work: the static rules say it instead
-            verdict.facets.work, verdict.facets.work_rule = Work.NONE, f["rule"]
-            verdict.facets.work_message = f"{f['message']} (the run could not measure it)"
+        if reply.result is None:
+            return replace(self._no_result(reply, cfg), build=info)
+        facts = self._ran(problem, backend, reply, reply.result, known, ref_key, soft, findings, info)
         clock("after")
-        return self._decided(verdict, cfg)
+        return facts
 
     def _static(self, problem: Problem, candidate: Candidate, backend: Backend,
                 cfg: VerifyConfig) -> tuple[list, list[dict[str, Any]]]:
@@ -222,160 +185,93 @@ class Verifier:
                 soft.append(f.to_dict())
         return findings, soft
 
-    def _build(self, request: dict[str, Any], files: dict[str, str], findings: list,
-               cfg: VerifyConfig) -> tuple[Verdict | None, dict[str, Any] | None]:
-        """The build phase in a CPU worker: a verdict when it ends the verification, and what it built."""
+    def _build(self, request: BuildRequest, files: dict[str, str], evidence: Evidence,
+               cfg: VerifyConfig) -> tuple[dict[str, Any], Facts | None]:
+        """The build phase in a CPU worker: what it built (with the ``failed_builds`` the run is to fail at
+        once), and the facts when it ends the verification."""
         try:
-            build = self._request_retrying(["build"], dict(request, kind="build"), files, cfg.build_timeout_s)
+            reply = self._request_retrying(["build"], request, files, cfg.build_timeout_s)
         except WorkerLost as exc:
-            return Verdict(State.COMPILATION_FAILURE, f"the build process died twice under this candidate: {exc}"), None
-        if build.get("forged"):  # the candidate's module-level code runs in the build worker too
-            return _forged(build), None
-        if build.get("timed_out"):
-            return Verdict(State.TIMEOUT, f"building the candidate took longer than {cfg.build_timeout_s:g} s",
-                           evidence=Evidence(output_tail=build.get("output_tail"))), None
-        result = build.get("result") or {}
-        info = {"built": result.get("built", []), "cached": result.get("cached", []),
-                "seconds": round(build.get("wall_s", 0.0), 3)}
-        failed = result.get("failed") if isinstance(result.get("failed"), dict) else {}
-        if failed:  # builds the candidate caught failing: the run fails them at once instead of compiling again
-            info["failed"] = len(failed)
-            request["failed_builds"] = {str(k): str(v) for k, v in failed.items()}
-        if result.get("refused_write"):  # see kforge.sandbox.writeguard
-            return Verdict(State.CHEAT_DETECTED, f"{result['refused_write']} (while building)", rule="environment",
-                           evidence=Evidence(findings=[f.to_dict() for f in findings]), build=info), info
-        if result.get("compile_error"):
-            return Verdict(State.COMPILATION_FAILURE, "the candidate does not build",
-                           evidence=Evidence(compiler_log=result["compile_error"]), build=info), info
-        return None, info
+            return {}, Facts.ended(State.COMPILATION_FAILURE, f"the build process died twice under this candidate: "
+                                   f"{exc}")
+        if reply.forged:  # the candidate's module-level code runs in the build worker too
+            return {}, _forged(reply)
+        if reply.timed_out:
+            return {}, Facts.ended(State.TIMEOUT, f"building the candidate took longer than {cfg.build_timeout_s:g} s",
+                                   evidence=Evidence(output_tail=reply.output_tail or None))
+        r = reply.result or BuildResult()
+        info: dict[str, Any] = {"built": r.built, "cached": r.cached, "seconds": round(reply.wall_s, 3)}
+        if r.failed:  # builds the candidate caught failing: the run fails them at once instead of compiling again
+            info["failed"] = len(r.failed)
+        built = dict(info, failed_builds=dict(r.failed))
+        if r.refused_write:  # see kforge.sandbox.writeguard
+            return built, Facts.ended(State.CHEAT_DETECTED, f"{r.refused_write} (while building)", "environment",
+                                      evidence=evidence, build=info)
+        if r.compile_error:
+            return built, Facts.ended(State.COMPILATION_FAILURE, "the candidate does not build",
+                                      evidence=Evidence(compiler_log=r.compile_error), build=info)
+        return built, None
 
-    def _decided(self, verdict: Verdict, cfg: VerifyConfig) -> Verdict:
-        """The state under every rule set, from the verdict's facets; ``state`` under the configured one."""
-        if verdict.facets is None:  # ended before a run: its state is the outcome
-            verdict.facets = Facets(outcome=verdict.state.value, outcome_rule=verdict.rule)
-        decisions = decide_all(verdict.facets, cfg.require_kernel, cfg.min_kernel_share)
-        chosen = decisions[cfg.rules]
-        verdict.rules = cfg.rules
-        verdict.states = {name: d.state.value for name, d in decisions.items()}
-        verdict.state, verdict.rule = chosen.state, chosen.rule
-        if chosen.message:
-            verdict.message = chosen.message
-        return verdict
-
-    def _roofline(self, verdict: Verdict, problem: Problem, audit: dict[str, Any], declared: bool, kind: str,
-                  backend: Backend) -> None:
-        """Speed of light, and the faster-than-physics check.
-
-        Measured ceilings are what the hardware reaches; 20% under the floor is not a kernel, it is a trick,
-        unless the cached ceilings read low (measured while the device was shared): measure them again first.
-        A problem without declared FLOPs/bytes gets them from its audit, for speed of light; its check uses the
-        one part no implementation can skip, writing the outputs, and a degenerate problem gets none.
-        """
-        measured = problem if declared else replace(problem, flops=audit.get("flops"), bytes=audit.get("bytes"))
-        if backend.device == "cpu" and (measured.bytes or 0) < CPU_FLOOR_MIN_BYTES:
-            return  # no floor is claimed on a CPU for data that fits its caches: do not measure the ceilings
-        bound = problem if declared else replace(problem, flops=None, bytes=audit.get("out_bytes"))
-        median = verdict.runtime.median_ms
-        floor = [None]
-
-        def too_fast(fresh: bool) -> bool:
-            ceilings = self.pool.ceilings(kind, backend.spec(), fresh=fresh)
-            verdict.floor_ms = floor_ms(measured, ceilings, backend.device)
-            floor[0] = floor_ms(bound, ceilings, backend.device) if "degenerate" not in verdict.problem_flags else None
-            return bool(floor[0] and median < 0.8 * floor[0])
-
-        if too_fast(fresh=False) and too_fast(fresh=True):  # an integrity finding: it holds under every rule set
-            verdict.facets.outcome, verdict.facets.outcome_rule = State.CHEAT_DETECTED.value, "faster_than_roofline"
-            verdict.state, verdict.rule = State.CHEAT_DETECTED, "faster_than_roofline"
-            verdict.message = (f"{median:.4f} ms is faster than the problem's roofline floor allows on this device "
-                               f"({floor[0]:.4f} ms from {'its declared FLOPs and bytes' if declared else 'writing its outputs once'})")
-        if not declared and verdict.floor_ms:
-            verdict.evidence.notes.append("speed of light from the audit's FLOPs (matrix products and convolutions) "
-                                          "and bytes (inputs and parameters read once, outputs written once)")
-
-    def _compile_ref_key(self, problem: Problem, backend: Backend, kinds: list[str], cfg: VerifyConfig) -> str | None:
-        """Same problem (source and sizes), same GPU model on every device it may land on, same timing."""
-        if not (cfg.compile_ref and cfg.compile_ref_reuse and not cfg.skip_timing):
-            return None
-        devices = {self.pool.device_info(k, backend.spec()).get("device") for k in kinds}
-        if len(devices) != 1:
-            return None
-        blob = json.dumps([problem.to_dict(), devices.pop(), metadata.version("torch"), cfg.compile_mode,
-                           cfg.to_dict()["timing"]], sort_keys=True, default=str)
-        return hashlib.sha256(blob.encode()).hexdigest()
-
-    def _compile_ref_path(self, key: str) -> Path:
-        return Path(self.pool.build_cache).parent / "compile_ref" / f"{key[:32]}.json"
-
-    def _known_compile_ref(self, key: str | None) -> tuple[_KeptRef | None, str]:
-        """A median timed earlier: in this process, or in another one on this machine (on disk), so that a
-        one-shot ``kforge verify`` need not compile the reference again, nor even import the compiler."""
-        if not key:
-            return None, ""
-        with self._lock:
-            known = self._compile_refs.get(key)
-        if known:
-            return known, ("torch.compile reference: its time relative to eager as timed in this problem's first "
-                           "verification on this device model, scaled to this verification's eager median "
-                           "(verify.compile_ref_reuse)")
-        entry = read_json(self._compile_ref_path(key))
-        if not entry or time.time() - entry.get("at", 0) > COMPILE_REF_MAX_AGE_S:
-            return None, ""
-        try:
-            kept = _KeptRef(TimingStats(**entry["stats"]), float(entry["eager_ms"]))
-        except (KeyError, TypeError, ValueError):
-            return None, ""
-        when = datetime.fromtimestamp(entry["at"], timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-        return kept, (f"torch.compile reference: its time relative to eager as timed for this problem on this "
-                      f"device and torch on {when}, scaled to this verification's eager median (kept in "
-                      f"{self._compile_ref_path(key).parent}; verify.compile_ref_reuse=false times it anew)")
-
-    def _keep_compile_ref(self, key: str, stats: TimingStats, eager: TimingStats | None) -> None:
-        """Keep the compile reference as its ratio to the eager median timed beside it: in this process and on
-        disk alike, so a later verification on a busier or quieter machine scales it to its own eager median
-        (an absolute median reused would move "vs compile" speedups with the machine's load)."""
-        if not eager or eager.median_ms <= 0:
-            return
-        with self._lock:
-            self._compile_refs.setdefault(key, _KeptRef(stats, eager.median_ms))
-        try:
-            write_json(self._compile_ref_path(key), {"at": time.time(), "stats": asdict(stats),
-                                                     "eager_ms": eager.median_ms})
-        except OSError:  # a read-only cache costs a compile next time, nothing else
-            pass
-
-    def _from_reply(self, reply: dict[str, Any], cfg: VerifyConfig, problem: Problem) -> Verdict:
-        """The run worker's reply as a verdict with its facets (the rule sets decide its state after)."""
-        tail = reply.get("output_tail") or None
-        phase = reply.get("phase") or "start-up"
-        if reply.get("timed_out"):
-            return Verdict(State.TIMEOUT, f"killed after {cfg.timeout_s:g} s (during {phase})",
-                           evidence=Evidence(output_tail=tail))
-        if reply.get("forged"):  # before the signal: a forger may well have killed its process afterwards
+    @staticmethod
+    def _no_result(reply: Reply, cfg: VerifyConfig) -> Facts:
+        """A run that gave no result: killed at its timeout, forged, dead of a signal, or failed in the harness."""
+        tail = reply.output_tail or None
+        phase = reply.phase or "start-up"
+        if reply.timed_out:
+            return Facts.ended(State.TIMEOUT, f"killed after {cfg.timeout_s:g} s (during {phase})",
+                               evidence=Evidence(output_tail=tail))
+        if reply.forged:  # before the signal: a forger may well have killed its process afterwards
             return _forged(reply)
-        if reply.get("signal"):
+        if reply.signal:
             # Not kforge's (a timeout is reported as one): where nothing in the program kills itself, the
             # system's out-of-memory killer is the usual sender, and a user should look at memory first.
             hint = (" (SIGKILL from outside: most often the system's out-of-memory killer, when the reference and "
-                    "the candidate together need more memory than the machine has)"
-                    if reply["signal"] == "SIGKILL" else "")
-            return Verdict(State.RUNTIME_ERROR, f"the candidate's process died with {reply['signal']} during "
-                           f"{phase}{hint}", evidence=Evidence(output_tail=tail))
-        if reply.get("error") or "result" not in reply:
-            return Verdict(State.RUNTIME_ERROR, f"the worker failed during {phase}",
-                           evidence=Evidence(traceback=reply.get("error"), output_tail=tail))
-        r = reply["result"]
-        ev = dict(r.get("evidence") or {})
-        if r["state"] == PROBLEM_ERROR:
-            raise ProblemFails(f"{problem.key}: {r.get('message', '')}", traceback=ev.get("traceback"))
-        ev.setdefault("output_tail", tail)
-        stats = {k: TimingStats(**r[k]) if r.get(k) else None for k in ("runtime", "ref", "compile_ref", "ref_strict")}
-        attribution = Attribution.from_dict(r.get("attribution"))
-        facets = Facets(outcome=r["state"], outcome_rule=r.get("rule"), **(r.get("work") or {}),
-                        kernel_share=attribution.kernel_share if attribution else None)
-        return Verdict(State(r["state"]), r.get("message", ""), evidence=Evidence(**ev), rule=r.get("rule"),
-                       trials=r.get("trials", 0), phases=r.get("phases") or {}, attribution=attribution,
-                       facets=facets, **stats)
+                    "the candidate together need more memory than the machine has)" if reply.signal == "SIGKILL"
+                    else "")
+            return Facts.ended(State.RUNTIME_ERROR, f"the candidate's process died with {reply.signal} during "
+                               f"{phase}{hint}", evidence=Evidence(output_tail=tail))
+        return Facts.ended(State.RUNTIME_ERROR, f"the worker failed during {phase}",
+                           evidence=Evidence(traceback=reply.error, output_tail=tail))
+
+    def _ran(self, problem: Problem, backend: Backend, reply: Reply, r: RunResult, known: KeptRef | None,
+             ref_key: str | None, soft: list[dict[str, Any]], findings: list, build: dict[str, Any]) -> Facts:
+        """The facts of a run that replied: its outcome and evidence, the kept compile reference, speed of light
+        and the faster-than-physics check, and the static rules' word on the work where the run measured none."""
+        if r.state == PROBLEM_ERROR:
+            raise ProblemFails(f"{problem.key}: {r.message}", traceback=r.evidence.traceback)
+        notes = list(r.evidence.notes)
+        compile_ref = r.compile_ref
+        if known and r.runtime:
+            compile_ref = known.scaled(r.ref)
+            notes.append(known.note)
+        elif ref_key and compile_ref:
+            self.compile_refs.keep(ref_key, compile_ref, r.ref)
+        outcome, outcome_rule, message = r.state, r.rule, r.message
+        flags = list(r.audit.flags) if r.audit else []
+        floor = None
+        if r.runtime and outcome == State.CORRECT.value:
+            found = roofline(problem, r.audit, r.runtime.median_ms, backend.device,
+                             lambda fresh: self.pool.ceilings(reply.slot, backend.spec(), fresh=fresh))
+            floor = found.floor_ms
+            notes += [found.note] if found.note else []
+            if found.too_fast:  # an integrity finding: it holds under every rule set
+                outcome, outcome_rule, message = State.CHEAT_DETECTED.value, "faster_than_roofline", found.too_fast
+        work = r.work
+        if work is None and soft:  # nothing measured whose code did the work: the static rules say it instead
+            work = _unmeasured(soft[0])
+        facets = Facets(outcome=outcome, outcome_rule=outcome_rule, kernel_share=r.attribution.kernel_share
+                        if r.attribution else None, **({} if work is None else work.to_wire()))
+        evidence = replace(r.evidence, output_tail=r.evidence.output_tail or reply.output_tail or None, notes=notes,
+                           findings=r.evidence.findings or [f.to_dict() for f in findings])
+        return Facts(facets, message, evidence, device=self.pool.device_info(reply.slot, backend.spec()).device,
+                     trials=r.trials, phases=r.phases, attribution=r.attribution, runtime=r.runtime, ref=r.ref,
+                     compile_ref=compile_ref, ref_strict=r.ref_strict, problem_flags=flags, floor_ms=floor,
+                     build=build)
+
+
+def _unmeasured(finding: dict[str, Any]) -> WorkFacet:
+    return WorkFacet(work=Work.NONE, work_rule=finding["rule"],
+                     work_message=f"{finding['message']} (the run could not measure it)")
 
 
 class _Sections:
@@ -391,6 +287,7 @@ class _Sections:
         self.last = now
 
 
-def _forged(reply: dict[str, Any]) -> Verdict:
-    return Verdict(State.CHEAT_DETECTED, f"the candidate wrote an answer of its own into the worker's reply channel "
-                   f"({reply['forged']})", rule="forged_result", evidence=Evidence(output_tail=reply.get("output_tail")))
+def _forged(reply: Reply) -> Facts:
+    return Facts.ended(State.CHEAT_DETECTED, f"the candidate wrote an answer of its own into the worker's reply "
+                       f"channel ({reply.forged})", "forged_result",
+                       evidence=Evidence(output_tail=reply.output_tail or None))

@@ -24,40 +24,43 @@ from typing import Any
 
 from ..backends import WorkerContext, from_spec
 from ..cachefile import read_json, write_json
+from ..sandbox.protocol import ProtocolError
 from ..sandbox.harness import (PROBLEM_ERROR, HarnessVerdict, first_line, import_candidate, import_file, phase,
                                phase_times, tail)
 from ..sandbox.quiet import take_quiet_lock
 from ..sandbox.settings import Swap
 from ..sandbox.writeguard import install_write_guard
 from .compare import as_outputs
+from .protocol import AuditRequest, AuditResult, BuildRequest, BuildResult, ProblemAudit, RunRequest, RunResult
 from .timing import Sampler
 from .trials import Trials
+from .verdict import Evidence
 
 
-def build(req: dict[str, Any]) -> dict[str, Any]:
+def build(req: BuildRequest) -> BuildResult:
     """Import the candidate with no device visible, so its extensions compile in the CPU build pool."""
     from ..backends.build import CompilationError
-    backend = from_spec(req["backend"])
-    backend.prepare(WorkerContext(cache_dir=req["cache_dir"], arch=req.get("arch"), build_only=True))
+    backend = from_spec(req.backend)
+    backend.prepare(WorkerContext(cache_dir=req.cache_dir, arch=req.arch, build_only=True))
     phase("build")
-    guard = install_write_guard(os.getcwd(), req["cache_dir"])
+    guard = install_write_guard(os.getcwd(), req.cache_dir)
     try:
         with _reporting_the_device(backend):
             module = import_candidate()
             _construct_for_its_builds(module, backend.builder)
     except CompilationError as exc:
-        result = {"compile_error": tail(exc.log)}
+        result = BuildResult(compile_error=tail(exc.log))
     except SyntaxError as exc:
-        result = {"compile_error": f"Python syntax error in the candidate: line {exc.lineno}: {exc.msg}\n"
-                                   + tail(traceback.format_exc(limit=0))}
+        result = BuildResult(compile_error=f"Python syntax error in the candidate: line {exc.lineno}: {exc.msg}\n"
+                             + tail(traceback.format_exc(limit=0)))
     except BaseException:  # noqa: BLE001 - anything else is judged in the run phase, with a device
-        result = {"import_error": tail(traceback.format_exc())}
+        result = BuildResult(import_error=tail(traceback.format_exc()))
     else:
         b = backend.builder
-        result = {"ok": True, "built": list(b.built) if b else [], "cached": list(b.hits) if b else [],
-                  "failed": {k: tail(log) for k, log in b.failed.items()} if b else {}}
+        result = BuildResult(built=list(b.built) if b else [], cached=list(b.hits) if b else [],
+                             failed={k: tail(log) for k, log in b.failed.items()} if b else {})
     refused = guard.finding()  # a refused write is the verdict, whatever the candidate made of the refusal
-    return {"refused_write": refused[1]} if refused else result
+    return BuildResult(refused_write=refused[1]) if refused else result
 
 
 def _construct_for_its_builds(module, builder) -> None:
@@ -109,61 +112,73 @@ def _reporting_the_device(backend):
         torch.cuda.is_available = real
 
 
-def run(req: dict[str, Any]) -> dict[str, Any]:
+def run(req: RunRequest) -> RunResult:
     """Correctness trials, then timing."""
     return _Run(req).execute()
 
 
-def audit(req: dict[str, Any]) -> dict[str, Any]:
+def audit(req: AuditRequest) -> AuditResult:
     """The problem audit alone: no candidate is involved."""
     return _Run(req).audit_only()
+
+
+@dataclasses.dataclass
+class _Ended:
+    """How a run ended, before the parts every result carries are added (`_Run.execute`)."""
+
+    state: str
+    message: str
+    rule: str | None = None
+    evidence: dict[str, Any] = dataclasses.field(default_factory=dict)
+    timings: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """``runtime``, ``ref``, ``compile_ref``, ``ref_strict``: `TimingStats` or None."""
+
+    @classmethod
+    def of(cls, v: HarnessVerdict) -> "_Ended":
+        return cls(v.state, v.message, v.extra.get("rule"), dict(v.extra.get("evidence") or {}))
 
 
 class _Run(Trials):
     """One verification: the problem audit (cached), correctness trials with attribution, then timing."""
 
-    def execute(self) -> dict[str, Any]:
+    def execute(self) -> RunResult:
         import torch
-        result: dict[str, Any] = {}
         self.audit = None
         try:
             with torch.no_grad():
-                result = self._execute()
+                ended = self._execute()
         except HarnessVerdict as v:
-            result = {"state": v.state, "message": v.message, **v.extra}
-        result.setdefault("evidence", {})
-        result["evidence"].setdefault("notes", []).extend(self.notes)
-        if self.build_log and not result["evidence"].get("compiler_log"):
-            result["evidence"]["compiler_log"] = self.build_log
-        result["work"] = self.work
-        result["trials"] = self.trials_done
-        result["phases"] = phase_times()
-        result["attribution"] = self.attribution_dict()
-        result["audit"] = self.audit
-        return result
+            ended = _Ended.of(v)
+        evidence = Evidence(**ended.evidence)
+        evidence.notes.extend(self.notes)
+        if self.build_log and not evidence.compiler_log:
+            evidence.compiler_log = self.build_log
+        return RunResult(state=ended.state, message=ended.message, rule=ended.rule, evidence=evidence,
+                         work=self.work, trials=self.trials_done, phases=phase_times(), attribution=self.attribution,
+                         audit=self.audit, **ended.timings)
 
-    def audit_only(self) -> dict[str, Any]:
+    def audit_only(self) -> AuditResult:
         """The problem audit alone (``kforge problems --audit``): no candidate is involved."""
         import torch
         try:
             with torch.no_grad():
                 self.setup(flush_l2=True)
                 self.load_reference()
-                return {"audit": self._audit()}
+                return AuditResult(audit=self._audit())
         except HarnessVerdict as v:
-            return {"error": v.message, **v.extra}
+            return AuditResult(error=v.message, evidence=Evidence(**(v.extra.get("evidence") or {})))
 
-    def _execute(self) -> dict[str, Any]:
+    def _execute(self) -> _Ended:
         cfg = self.cfg
         phase("setup")
-        self.setup(flush_l2=cfg.timing.flush_l2)
+        self.setup(flush_l2=cfg.timing.flush_l2, failed_builds=getattr(self.req, "failed_builds", None))
         phase("reference")
         self.load_reference()
         self.audit = None
         if cfg.audit:
             phase("audit")
             self.audit = self._audit()
-            self.flags = list(self.audit.get("flags", []))
+            self.flags = list(self.audit.flags)
             if "stochastic" in self.flags:
                 self.notes.append("the reference is stochastic: torch's RNG is seeded alike before the reference "
                                   "and the candidate, so a candidate drawing from it in the same order can match")
@@ -174,22 +189,24 @@ class _Run(Trials):
         if cfg.skip_timing:
             phase("attribution")
             self.measured(model)
-            return {"state": "correct", "message": f"matches the reference on {self.trials_done} trials "
-                    "(timing skipped)"}
+            return _Ended("correct", f"matches the reference on {self.trials_done} trials (timing skipped)")
         timed = self._time(model)
         phase("attribution")
         self.measured(model)
-        timed["message"] = timed["message"].replace(f"on {self.cfg.trials} trials", f"on {self.trials_done} trials")
+        timed.message = timed.message.replace(f"on {self.cfg.trials} trials", f"on {self.trials_done} trials")
         return timed
 
-    def _audit(self) -> dict[str, Any]:
+    def _audit(self) -> ProblemAudit:
         """The problem audit, from the cache when this problem was audited on this device before."""
         from pathlib import Path
 
         from . import audit as problem_audit
-        path = problem_audit.cache_path(str(Path(self.req["cache_dir"]).parent), self.problem.source,
+        path = problem_audit.cache_path(str(Path(self.req.cache_dir).parent), self.problem.source,
                                         self.device_name(), self.torch.__version__)
-        found = read_json(path)
+        try:
+            found = ProblemAudit.from_wire(read_json(path)) if path.is_file() else None
+        except ProtocolError:  # written by another version: audit again
+            found = None
         if found is None:
             try:
                 found = problem_audit.run(self)
@@ -197,11 +214,11 @@ class _Run(Trials):
                 raise HarnessVerdict(PROBLEM_ERROR, f"the reference program fails when run on its own "
                                      f"({type(exc).__name__}: {first_line(exc)}); this is a bug in the problem, "
                                      "not in the candidate", evidence={"traceback": tail(traceback.format_exc())})
-            write_json(path, found)
+            write_json(path, found.to_wire())
         return found
 
     # -- timing ------------------------------------------------------------------------------------
-    def _time(self, model) -> dict[str, Any]:
+    def _time(self, model) -> _Ended:
         torch = self.torch
         phase("waiting for the device")  # the zygote's next child may be making its context on this GPU
         take_quiet_lock()
@@ -226,21 +243,21 @@ class _Run(Trials):
             return max(1, wanted)
         free, _ = self.torch.cuda.mem_get_info()
         a = self.audit
-        per_set = max(1, a.get("input_bytes") or 1)
+        per_set = max(1, a.input_bytes or 1)
         # Each program's forward and output, a recheck's fresh draw, snapshot and expected output.
-        reserve = 2 * ((a.get("peak_bytes") or 0) + a.get("out_bytes", 0)) + 3 * per_set
+        reserve = 2 * ((a.peak_bytes or 0) + a.out_bytes) + 3 * per_set
         fit = int((free - reserve) // per_set)
         if fit < wanted:
             self.notes.append(f"timing rotates {max(1, fit)} input set(s), not {wanted}: each takes "
                               f"{per_set / 2**30:.2f} GiB and {free / 2**30:.1f} GiB of device memory is free")
         return max(1, min(wanted, fit))
 
-    def _timed_rounds(self, model, n_sets: int) -> dict[str, Any]:
+    def _timed_rounds(self, model, n_sets: int) -> _Ended:
         torch, tcfg, clock = self.torch, self.cfg.timing, self.clock
         sets = _oom_guard(torch, "reference", lambda: [self.inputs(self.draw()) for _ in range(n_sets)])
         programs = self._programs(model, sets[0])
         stochastic = "stochastic" in self.flags
-        own_streams = bool(self.req.get("own_streams"))
+        own_streams = bool(getattr(self.req, "own_streams", False))
 
         def run(label, prog, numerics, inputs, rng_seed):
             with (Swap(self.settings, numerics) if numerics else contextlib.nullcontext()):
@@ -299,10 +316,9 @@ class _Run(Trials):
         self._check_unsynchronized(sampler, own_streams)
         self.notes.append(f"timing: {rounds} rounds, stopped: {sampler.stop_reason}")
         rechecks = sum(1 for k in range(1, rounds // every + 1) if k & (k - 1) == 0)
-        return {"state": "correct", "message": f"matches the reference on {self.cfg.trials} trials and "
-                f"{rechecks} timing rechecks",
-                "runtime": _stats(sampler.stats("cand")), "ref": _stats(sampler.stats("ref")),
-                "compile_ref": _stats(sampler.stats("compile")), "ref_strict": _stats(sampler.stats("ref_strict"))}
+        return _Ended("correct", f"matches the reference on {self.cfg.trials} trials and {rechecks} timing rechecks",
+                      timings={"runtime": sampler.stats("cand"), "ref": sampler.stats("ref"),
+                               "compile_ref": sampler.stats("compile"), "ref_strict": sampler.stats("ref_strict")})
 
     def _programs(self, model, inputs) -> list[tuple[str, Any, str | None]]:
         """(label, program, numerics) to time: the baselines as people run PyTorch (and the eager reference in
@@ -362,8 +378,8 @@ class _OutOfMemory(Exception):
         self.where = where
 
     def verdict(self, run: "_Run") -> HarnessVerdict:
-        a = run.audit or {}
-        need = (a.get("input_bytes") or 0) + (a.get("out_bytes") or 0) + (a.get("peak_bytes") or 0)
+        a = run.audit
+        need = (a.input_bytes + a.out_bytes + (a.peak_bytes or 0)) if a else 0
         sized = f" (one input set, its outputs and a forward take {need / 2**30:.1f} GiB)" if need else ""
         if self.where == "candidate":
             return HarnessVerdict("runtime_error", "the candidate ran out of device memory while being timed with a "
@@ -395,6 +411,3 @@ def _poison(torch, out, protected: set[int]) -> None:
                 and t.untyped_storage().data_ptr() not in protected:
             t.fill_(float("nan"))
 
-
-def _stats(stats) -> dict[str, Any] | None:
-    return dataclasses.asdict(stats) if stats else None

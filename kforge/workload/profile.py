@@ -14,6 +14,7 @@ from typing import Any
 
 from ..errors import KforgeError
 from ..problems import Problem
+from .protocol import WorkloadProfileRequest, WorkloadProfileResult
 
 
 class WorkloadError(KforgeError, RuntimeError):
@@ -104,31 +105,29 @@ class WorkloadProfile:
         return cls(**data)
 
 
-def from_reply(result: dict[str, Any], *, model: str, backend: str, size: str) -> WorkloadProfile:
-    """The worker's reply (see `kforge.workload.worker.run_in_worker`) as a `WorkloadProfile`."""
-    total = result["total_ms"] or 0.0
-    own = result["self_ms"]
-    rows = {m["path"]: m for m in result["modules"]}
+def from_reply(result: WorkloadProfileResult, *, model: str, backend: str, size: str) -> WorkloadProfile:
+    """The worker's result (see `kforge.workload.worker.run_in_worker`) as a `WorkloadProfile`."""
+    total = result.total_ms or 0.0
+    own = result.self_ms
+    rows = {m.path: m for m in result.modules}
 
     def inclusive(path: str) -> float:
-        return own.get(path, 0.0) + sum(inclusive(c) for c in rows[path]["children"])
+        return own.get(path, 0.0) + sum(inclusive(c) for c in rows[path].children)
 
     modules = []
-    for m in result["modules"]:
-        incl = inclusive(m["path"])
-        calls = m.get("calls") or {}
+    for m in result.modules:
+        incl = inclusive(m.path)
+        calls = m.calls
         modules.append(ModuleTime(
-            path=m["path"], type=m["type"], self_ms=own.get(m["path"], 0.0), total_ms=incl,
-            share=incl / total if total else 0.0, children=list(m["children"]), calls=int(calls.get("n", 0)),
-            inputs={"args": calls["args"], "kwargs": calls["kwargs"]} if calls else None, in_model=m["in_model"],
-            in_torch=m.get("in_torch", False),
-            ctor=m.get("ctor"), ctor_error=m.get("ctor_error"), init_args=m.get("init_args"),
-            params=m["params"], param_dtypes=list(m.get("param_dtypes") or [])))
-    ops = sorted((OpTime(o["name"], o["ms"], o["ms"] / total if total else 0.0, o["calls"]) for o in result["ops"]),
+            path=m.path, type=m.type, self_ms=own.get(m.path, 0.0), total_ms=incl,
+            share=incl / total if total else 0.0, children=list(m.children), calls=calls.n if calls else 0,
+            inputs={"args": calls.args, "kwargs": calls.kwargs} if calls else None, in_model=m.in_model,
+            in_torch=m.in_torch, ctor=m.ctor, ctor_error=m.ctor_error, init_args=m.init_args,
+            params=m.params, param_dtypes=list(m.param_dtypes)))
+    ops = sorted((OpTime(o.name, o.ms, o.ms / total if total else 0.0, o.calls) for o in result.ops),
                  key=lambda o: -o.ms)
-    return WorkloadProfile(model=model, backend=backend, device=result.get("device", ""), size=size,
-                           total_ms=total, wall_ms=result.get("wall_ms", 0.0), modules=modules, ops=ops,
-                           imports=list(result.get("imports") or []))
+    return WorkloadProfile(model=model, backend=backend, device=result.device, size=size, total_ms=total,
+                           wall_ms=result.wall_ms, modules=modules, ops=ops, imports=list(result.imports))
 
 
 def profile_model(problem: Problem, backend, pool, *, iterations: int = 3, warmup: int = 2,
@@ -142,15 +141,15 @@ def profile_model(problem: Problem, backend, pool, *, iterations: int = 3, warmu
         raise WorkloadError(f"the {backend.name} backend runs on {backend.device} and none is visible here; "
                             f"use --backend cpu")
     where = problem.path or problem.key
-    request = {"kind": "workload_profile", "problem": problem.to_dict(), "backend": backend.spec(),
-               "config": (config or VerifyConfig()).to_dict(), "iterations": iterations, "warmup": warmup}
+    request = WorkloadProfileRequest(problem=problem, backend=backend.spec(), config=(config or VerifyConfig()).to_dict(),
+                                     iterations=iterations, warmup=warmup)
     reply = pool.request(kinds, request, {"problem.py": problem.source}, timeout_s)
-    if reply.get("timed_out"):
+    if reply.timed_out:
         raise WorkloadError(f"{where}: profiling took longer than {timeout_s:g} s")
-    result = reply.get("result") or {}
-    if "error" in result or "modules" not in result:
-        detail = _last_line(result.get("traceback")) or reply.get("error") or reply.get("output_tail") or ""
-        raise WorkloadError(f"{where}: {result.get('error') or 'the worker failed'}"
+    result = reply.result
+    if result is None or result.error or not result.modules:
+        detail = _last_line(result.traceback if result else None) or reply.error or reply.output_tail or ""
+        raise WorkloadError(f"{where}: {(result.error if result else None) or 'the worker failed'}"
                             + (f": {detail}" if detail else ""))
     return from_reply(result, model=where, backend=backend.name, size=problem.size)
 

@@ -20,6 +20,8 @@ import sys
 import traceback
 from typing import Any
 
+from .protocol import ModuleRecord, OpRecord, WorkloadProfileRequest, WorkloadProfileResult
+
 MODULE_RANGE = "kforge.module::"
 FORWARD = "kforge_forward"
 MODEL_MODULE = "kforge_reference"
@@ -219,13 +221,13 @@ def value_spec(torch, sourcer: Sourcer, v: Any) -> dict[str, Any]:
         return {"kind": "other", "type": str(exc)}
 
 
-def run_in_worker(req: dict[str, Any]) -> dict[str, Any]:
+def run_in_worker(req: WorkloadProfileRequest) -> WorkloadProfileResult:
     """Worker request ``workload_profile``."""
     from ..sandbox.harness import Harness, HarnessVerdict, tail
     from ..sandbox.quiet import take_quiet_lock
     from ..verify.config import VerifyConfig
     take_quiet_lock()
-    h = Harness(req, VerifyConfig.from_dict(req["config"]))
+    h = Harness(req, VerifyConfig.from_dict(req.config))
     h.setup(flush_l2=True)
     torch = h.torch
     recorder = CtorRecorder(torch)
@@ -233,19 +235,21 @@ def run_in_worker(req: dict[str, Any]) -> dict[str, Any]:
     try:
         h.load_reference()
     except HarnessVerdict as v:
-        return {"error": "the model failed to build", "traceback": (v.extra.get("evidence") or {}).get("traceback")}
+        return WorkloadProfileResult(error="the model failed to build",
+                                     traceback=(v.extra.get("evidence") or {}).get("traceback"))
     finally:
         recorder.uninstall()
     model = h.ref_model
     if not isinstance(model, torch.nn.Module):
-        return {"error": f"Model(*get_init_inputs()) is a {type(model).__name__}, not a torch.nn.Module"}
+        return WorkloadProfileResult(error=f"Model(*get_init_inputs()) is a {type(model).__name__}, not a "
+                                           "torch.nn.Module")
     try:
         inputs = h.inputs(h.draw())
         with torch.no_grad():
             calls = _capture_calls(torch, model, Sourcer(torch, recorder), inputs)
-            timed = _profile(torch, h, model, inputs, int(req.get("iterations", 3)), int(req.get("warmup", 2)))
+            timed = _profile(torch, h, model, inputs, req.iterations, req.warmup)
     except Exception:  # noqa: BLE001 - the model's own error, reported with its traceback
-        return {"error": "the model failed to run", "traceback": tail(traceback.format_exc())}
+        return WorkloadProfileResult(error="the model failed to run", traceback=tail(traceback.format_exc()))
     sourcer = Sourcer(torch, recorder)
     modules = []
     for path, mod in model.named_modules():
@@ -261,7 +265,8 @@ def run_in_worker(req: dict[str, Any]) -> dict[str, Any]:
             entry["init_args"] = sourcer.init_args(mod)
             entry["param_dtypes"] = sorted({str(p.dtype) for p in mod.parameters()})
         modules.append(entry)
-    return dict(timed, modules=modules, imports=sorted(sourcer.imports), device=str(h.device))
+    return WorkloadProfileResult(**timed, modules=[ModuleRecord.from_wire(m) for m in modules],
+                                 imports=sorted(sourcer.imports), device=str(h.device))
 
 
 def _capture_calls(torch, model, sourcer: Sourcer, inputs: list[Any]) -> dict[str, dict[str, Any]]:
@@ -345,7 +350,7 @@ def attribute(events, cuda: bool, iters: int) -> dict[str, Any]:
         row[1] += 1
     n = max(1, iters) * 1e3  # microseconds summed over iters -> milliseconds per forward
     return {"self_ms": {k: v / n for k, v in by_module.items()},
-            "ops": [{"name": k, "ms": v[0] / n, "calls": max(1, round(v[1] / max(1, iters)))} for k, v in by_op.items()],
+            "ops": [OpRecord(name=k, ms=v[0] / n, calls=max(1, round(v[1] / max(1, iters)))) for k, v in by_op.items()],
             "total_ms": sum(by_module.values()) / n, "wall_ms": wall / n, "iterations": iters}
 
 

@@ -22,12 +22,12 @@ def test_fresh_ceilings_replace_a_reading_that_was_too_low(tmp_path):
     spec = get_backend("cpu").spec()
     with WorkerPool(gpus=[], cpu_workers=1, build_workers=1, build_cache=tmp_path / "ext") as pool:
         info = pool.device_info("cpu", spec)
-        key = f"{info['device']}|{info['torch']}"
+        key = f"{info.device}|{info.torch}"
         path = tmp_path / "ceilings.json"
         path.write_text(json.dumps({key: {"bandwidth_bytes_per_s": 1.0, "fp32_flops": 1.0}}))
         measured = []
         request = pool.request
-        pool.request = lambda kind, payload, files, timeout: (measured.append(payload["kind"]),
+        pool.request = lambda kind, payload, files, timeout: (measured.append(payload.KIND),
                                                                 request(kind, payload, files, timeout))[1]
         assert pool.ceilings("cpu", spec)["bandwidth_bytes_per_s"] == 1.0  # from disk, not measured
         assert measured == []

@@ -7,6 +7,7 @@ import warnings
 import pytest
 
 from kforge.backends import get_backend
+from kforge.sandbox.protocol import ProbeRequest
 from kforge.problems import resolve_problem
 from kforge.verify import State, Verifier, WorkerPool
 from tests.helpers import candidate, fast_config
@@ -37,8 +38,8 @@ def test_one_request_at_a_time_reuses_the_started_worker_instead_of_starting_the
     # of worker start-up in each of a latency run's first verifications.
     with WorkerPool(gpus=[], build_workers=3, build_cache=tmp_path / "cache") as pool:
         for _ in range(3):
-            reply = pool.request("build", {"kind": "probe", "backend": get_backend("cpu").spec()}, {}, timeout=120)
-            assert reply["result"]["device"].startswith("cpu")
+            reply = pool.request("build", ProbeRequest(backend=get_backend("cpu").spec()), {}, timeout=120)
+            assert reply.result.device.startswith("cpu")
         assert list(pool.preloads()) == ["build-0"]
         assert pool.counters["build"] == 3
 

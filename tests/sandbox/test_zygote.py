@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from kforge.backends import get_backend
+from kforge.sandbox.protocol import ProbeRequest
 from kforge.problems import resolve_problem
 from kforge.sandbox.env import scrubbed_env
 from kforge.sandbox.gpus import detect_gpus as pool_gpus
@@ -25,7 +26,7 @@ from kforge.sandbox.zygote import SPARE_ENV
 from kforge.verify import State, Verifier, WorkerPool
 from tests.helpers import candidate, fast_config
 
-PROBE = {"kind": "probe", "backend": get_backend("cpu").spec()}
+PROBE = ProbeRequest(backend=get_backend("cpu").spec())
 
 
 def children(pid: int) -> list[int]:
@@ -83,14 +84,14 @@ def test_the_spare_serves_the_next_request_and_is_replaced_and_leaves_with_the_p
     zpid = zygote_pid(pool)
     (spare,) = wait_for(lambda: children(zpid))  # forked at start-up, before any request
     first = pool.request("cpu", PROBE, {}, timeout=60)
-    assert first["result"]["device"].startswith("cpu") and first["pid"] == spare
+    assert first.result.device.startswith("cpu") and first.pid == spare
     (second_spare,) = wait_for(lambda: children(zpid))
     assert second_spare != spare
     # A spare that died is not handed the request: a fresh child serves it.
     os.kill(second_spare, signal.SIGKILL)
     wait_for(lambda: second_spare not in children(zpid))
     again = pool.request("cpu", PROBE, {}, timeout=60)
-    assert again["result"]["device"].startswith("cpu") and again["pid"] not in (spare, second_spare)
+    assert again.result.device.startswith("cpu") and again.pid not in (spare, second_spare)
     (last_spare,) = wait_for(lambda: children(zpid))
     pool.close()
     assert wait_for(lambda: not Path(f"/proc/{last_spare}").exists() or
@@ -114,7 +115,7 @@ def test_a_spare_makes_its_context_only_under_the_quiet_lock(pool):
     finally:
         os.close(fd)
     t.join(30)
-    assert replies and replies[0]["result"]["device"].startswith("cpu")
+    assert replies and replies[0].result.device.startswith("cpu")
 
 
 def test_timing_waits_for_the_quiet_lock(pool):
@@ -148,7 +149,7 @@ def test_without_spares_each_request_forks_its_child_then(tmp_path, monkeypatch)
         time.sleep(1.0)
         assert children(zpid) == []
         reply = pool.request("cpu", PROBE, {}, timeout=60)
-        assert reply["result"]["device"].startswith("cpu") and children(zpid) == []
+        assert reply.result.device.startswith("cpu") and children(zpid) == []
         assert not list(Path(pool.root).glob(".quiet-*.lock"))
 
 
@@ -212,7 +213,7 @@ def test_children_write_a_cprofile_of_their_request_when_asked(tmp_path, monkeyp
     monkeypatch.setenv(PROFILE_ENV, str(folder))
     with WorkerPool(gpus=[], cpu_workers=1, build_workers=1, build_cache=tmp_path / "cache") as p:
         reply = p.request("cpu", PROBE, {}, timeout=60)
-    written = folder / f"probe-{reply['pid']}.prof"
+    written = folder / f"probe-{reply.pid}.prof"
     assert written.exists(), sorted(folder.glob("*"))
     stats = pstats.Stats(str(written))
     assert any(name == "handle" for (_, _, name) in stats.stats), "the dispatch handler was not profiled"

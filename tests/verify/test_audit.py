@@ -31,20 +31,20 @@ def test_flags(verifier):
     plain = verifier.audit(problem("plain", "torch.relu(x) @ x.t()"), "cpu")
     # launch_bound follows the measured time, which depends on the machine (an idle core runs these 2 MFLOP
     # in under 20 us, a busy one may not): the rule is checked, not the speed
-    assert set(plain["flags"]) - {"launch_bound"} == set() and plain["flops"] == 2 * 64 * 256 * 64
-    assert ("launch_bound" in plain["flags"]) == (plain["ref_ms"] < 0.02)
-    assert plain["bytes"] == 4 * (64 * 256 + 64 * 64) and plain["out_bytes"] == 4 * 64 * 64
+    assert set(plain.flags) - {"launch_bound"} == set() and plain.flops == 2 * 64 * 256 * 64
+    assert ("launch_bound" in plain.flags) == (plain.ref_ms < 0.02)
+    assert plain.bytes == 4 * (64 * 256 + 64 * 64) and plain.out_bytes == 4 * 64 * 64
     dropout = verifier.audit(problem("dropout", "F.dropout(x, p=0.5, training=True)"), "cpu")
-    assert "stochastic" in dropout["flags"] and "degenerate" not in dropout["flags"]
+    assert "stochastic" in dropout.flags and "degenerate" not in dropout.flags
     zeros = verifier.audit(problem("zeros", "torch.clamp(x.abs().min(dim=1).values * 0.0 - 1.0, min=0.0)"), "cpu")
-    assert "degenerate" in zeros["flags"]
+    assert "degenerate" in zeros.flags
     # The mean of 16k standard normals is ~1e-2 with spread ~1e-2: above the tolerance, so not degenerate...
-    assert "degenerate" not in verifier.audit(problem("mean", "x.mean(dim=1)"), "cpu")["flags"]
+    assert "degenerate" not in verifier.audit(problem("mean", "x.mean(dim=1)"), "cpu").flags
     # ...but the mean of 4M of them is within 1e-4 of zero on every draw: returning zeros would pass.
     assert "degenerate" in verifier.audit(problem("tiny_mean", "x.mean().reshape(1) * 1e-3", n=4096, d=1024),
-                                          "cpu")["flags"]
+                                          "cpu").flags
     tiny = verifier.audit(problem("tiny", "x + 1", n=2, d=2), "cpu")
-    assert ("launch_bound" in tiny["flags"]) == (tiny["ref_ms"] < 0.02) and tiny["ref_ms"] < 1.0
+    assert ("launch_bound" in tiny.flags) == (tiny.ref_ms < 0.02) and tiny.ref_ms < 1.0
 
 
 MATMUL_SUBTRACT_RELU = """
@@ -90,9 +90,9 @@ def test_a_problem_whose_output_is_all_zeros_on_some_draws_is_degenerate(pool):
     p = problem_from_source(MATMUL_SUBTRACT_RELU, where="9_matmul_subtract_relu", name="9_matmul_subtract_relu")
     v = Verifier(fast_config(require_kernel=False, seed=1), pool=pool)
     audit = v.audit(p, "cpu")
-    zero, draws = audit["constant_draws"]
+    zero, draws = audit.constant_draws
     assert 0 < zero < draws, audit  # the premise: draws of both kinds
-    assert "degenerate" in audit["flags"], audit
+    assert "degenerate" in audit.flags, audit
     verdict = v.verify(p, own(p), "cpu")
     assert verdict.state is State.CORRECT and "degenerate" in verdict.problem_flags, verdict.summary()
 

@@ -78,7 +78,7 @@ def test_a_ceiling_cached_low_is_measured_again_before_calling_a_kernel_a_cheat(
     with WorkerPool(gpus=detect_gpus()[:1], build_cache=tmp_path / "ext") as pool:
         kind = pool.kinds_for("cuda")[0]
         info = pool.device_info(kind, get_backend("cuda").spec())
-        key = f"{info['device']}|{info['torch']}"
+        key = f"{info.device}|{info.torch}"
         cache.put(key, {"bandwidth_bytes_per_s": 1e9, "fp32_flops": 1e12, "bf16_flops": 1e12})
         v = Verifier(fast_config(timeout_s=120), pool=pool).verify(relu, candidate("cuda", "relu_ok.py"), "cuda")
     assert v.state is State.CORRECT, v.summary()

@@ -1,4 +1,4 @@
-"""Clocks the candidate cannot reach.
+"""Clocks the candidate cannot reach (a backend picks one: `Backend.make_clock`).
 
 Runs inside a worker's child. Every function a clock uses is captured when the clock is made, which
 the worker does before any candidate code is imported: a candidate that later patches

@@ -1,0 +1,129 @@
+"""The verifier's requests to a worker's child and what comes back: ``build``, ``run`` and ``audit``.
+
+Built by `kforge.verify.verifier.Verifier`, served by `kforge.verify.worker`; the codec, the envelope
+(`kforge.sandbox.protocol.Reply`) and the rule that a message is checked field by field when it is read are
+the sandbox's. A `RunResult` is what the run established, before any rule set decides a state: the
+verifier turns it into a `Verdict` in one place (`kforge.verify.conclude`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from ..backends import BackendSpec
+from ..sandbox.harness import PROBLEM_ERROR
+from ..sandbox.protocol import Message, ProgramRequest, Request
+from .verdict import STATES, Attribution, Evidence, TimingStats
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildResult(Message):
+    """The build phase: the candidate imported (and, if it builds there, constructed) with no device visible."""
+
+    built: list[str] = field(default_factory=list)
+    """Extensions compiled now (their build directories)."""
+    cached: list[str] = field(default_factory=list)
+    """Extensions found in the build cache."""
+    failed: dict[str, str] = field(default_factory=dict)
+    """Builds that failed and that the candidate caught (build key -> compiler log tail): the run fails them at
+    once instead of compiling again."""
+    compile_error: str | None = None
+    """The candidate does not build: the compiler's (or Python's syntax) error."""
+    import_error: str | None = None
+    """Anything else its import raised: judged in the run, which has a device."""
+    refused_write: str | None = None
+    """A file write the write guard refused (`kforge.sandbox.writeguard`): the verdict, whatever the candidate
+    made of the refusal."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildRequest(Request):
+    KIND: ClassVar[str] = "build"
+    RESULT: ClassVar[type[Message]] = BuildResult
+    backend: BackendSpec
+    arch: str | None = None
+    """TORCH_CUDA_ARCH_LIST for CUDA builds."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProblemAudit(Message):
+    """The problem on its own on one device (`kforge.verify.audit`); cached on disk per problem and device."""
+
+    flags: list[str]
+    """``stochastic``, ``degenerate``, ``launch_bound``."""
+    constant_draws: list[int] = field(default_factory=list)
+    """Of the draws made to test for a degenerate problem: how many gave a constant output, and of how many."""
+    ref_ms: float = 0.0
+    """The reference's forward time, measured once."""
+    flops: float | None = None
+    """Matrix products' and convolutions' FLOPs of one forward (None: none counted)."""
+    bytes: float = 0.0
+    """Inputs and parameters read once and outputs written once."""
+    out_bytes: float = 0.0
+    input_bytes: int = 0
+    param_bytes: int = 0
+    peak_bytes: int | None = None
+    """Peak device memory of one forward (CUDA only)."""
+    device: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class AuditResult(Message):
+    audit: ProblemAudit | None = None
+    error: str | None = None
+    """Why the problem could not be audited (it fails on its own)."""
+    evidence: Evidence | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class AuditRequest(ProgramRequest):
+    KIND: ClassVar[str] = "audit"
+    RESULT: ClassVar[type[Message]] = AuditResult
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkFacet(Message):
+    """Whose code computed the answer, as the run measured it (the `Facets` fields of the same names)."""
+
+    work: str
+    """A `kforge.verify.verdict.Work` value."""
+    work_rule: str | None = None
+    work_message: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunResult(Message):
+    """What one run established: its outcome (a state's name, or ``problem_error`` when the problem itself
+    failed), the evidence, timings, whose code did the work, and the problem's audit."""
+
+    state: str
+    message: str = ""
+    rule: str | None = None
+    """The run-time rule behind a ``cheat_detected`` outcome or a named failure."""
+    evidence: Evidence = field(default_factory=Evidence)
+    work: WorkFacet | None = None
+    trials: int = 0
+    """Correctness trials that ran."""
+    phases: dict[str, float] = field(default_factory=dict)
+    """Seconds in each phase (setup, load, correctness, timing, ...)."""
+    attribution: Attribution | None = None
+    audit: ProblemAudit | None = None
+    runtime: TimingStats | None = None
+    ref: TimingStats | None = None
+    compile_ref: TimingStats | None = None
+    ref_strict: TimingStats | None = None
+
+    def __post_init__(self) -> None:
+        if self.state not in STATES and self.state != PROBLEM_ERROR:
+            raise ValueError(f"state must be one of {', '.join(STATES)} or {PROBLEM_ERROR}, not {self.state!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunRequest(ProgramRequest):
+    KIND: ClassVar[str] = "run"
+    RESULT: ClassVar[type[Message]] = RunResult
+    own_streams: bool = False
+    """The candidate makes CUDA streams of its own (static rules): it is timed with the device settled."""
+    failed_builds: dict[str, str] = field(default_factory=dict)
+    """Builds the build phase saw fail (key -> log): they fail at once in the run instead of compiling again."""
