@@ -59,6 +59,9 @@ class Problem:
     """Per-problem ``atol``/``rtol`` override, else the dtype defaults apply."""
     sizes: dict[str, dict[str, Any]] = field(default_factory=dict)
     """The presets the file offers (``KFORGE["sizes"]``)."""
+    variants: list[dict[str, Any]] | None = None
+    """Other sizes the candidate must also be correct at (``KFORGE["variants"]``: constant overrides); None: derived
+    from the size constants (`kforge.verify.variants`)."""
 
     @property
     def key(self) -> str:
@@ -236,7 +239,17 @@ def problem_from_source(source: str, *, where: str, name: str, size: str | None 
         bytes=_eval_metric(meta.get("bytes"), constants, where, "bytes"),
         ops=tuple(meta.get("ops") or ()), tolerance=dict(tol) if tol else None,
         sizes={k: dict(v) for k, v in presets.items()},
+        variants=_variants(meta, where),
     )
+
+
+def _variants(meta: dict[str, Any], where: str) -> list[dict[str, Any]] | None:
+    found = meta.get("variants")
+    if found is None:
+        return None
+    if not (isinstance(found, list) and all(isinstance(v, dict) for v in found)):
+        raise ProblemError(f"{where}: KFORGE['variants'] must be a list of dicts of constants, not {found!r}")
+    return [dict(v) for v in found]
 
 
 def load_problem_file(path: str | Path, *, size: str | None = None, overrides: dict[str, Any] | None = None,

@@ -40,7 +40,8 @@ def _timed(fn, reps: int, cuda: bool) -> float:
 
 
 def measure(device: str) -> dict[str, Any]:
-    """Runs in a worker process: bandwidth (bytes read + written per second) and fp32/bf16 matmul FLOP/s."""
+    """Runs in a worker process: bandwidth (bytes read + written per second) and fp32 (CUDA cores), TF32 and bf16
+    (tensor cores; fp16 runs at bf16's rate) matmul FLOP/s."""
     import torch
     torch.backends.cuda.matmul.allow_tf32 = False
     cuda = device == "cuda"
@@ -53,20 +54,23 @@ def measure(device: str) -> dict[str, Any]:
     src = dst = None  # free the 2 GiB before the matmuls
     out: dict[str, Any] = {"bandwidth_bytes_per_s": bandwidth}
     n = 8192 if cuda else 1024
-    for dtype, key in ((torch.float32, "fp32_flops"), (torch.bfloat16, "bf16_flops")):
-        if not cuda and dtype is torch.bfloat16:
+    for dtype, key, tf32 in ((torch.float32, "fp32_flops", False), (torch.float32, "tf32_flops", True),
+                             (torch.bfloat16, "bf16_flops", False)):
+        if not cuda and key != "fp32_flops":
             continue
+        torch.backends.cuda.matmul.allow_tf32 = tf32
         a = torch.randn(n, n, device=dev, dtype=dtype)
         b = torch.randn(n, n, device=dev, dtype=dtype)
         t = _timed(lambda: torch.mm(a, b), 5, cuda)
         out[key] = 2 * n ** 3 / t
+    torch.backends.cuda.matmul.allow_tf32 = False
     if cuda:
         out["device"] = torch.cuda.get_device_name()
     out["torch"] = torch.__version__
     return out
 
 
-RATES = ("bandwidth_bytes_per_s", "fp32_flops", "bf16_flops")
+RATES = ("bandwidth_bytes_per_s", "fp32_flops", "tf32_flops", "bf16_flops")
 
 
 class CeilingCache:
@@ -103,11 +107,13 @@ class CeilingCache:
 CPU_FLOOR_MIN_BYTES = 256 * 2**20
 
 
-def floor_ms(problem, ceilings: dict[str, Any] | None, device: str = "cuda") -> float | None:
-    """The roofline floor of a problem on a device (fp32 problems against the fp32 matmul rate)."""
+def floor_ms(problem, ceilings: dict[str, Any] | None, device: str = "cuda", peak: str = "fp32_flops") -> float | None:
+    """The roofline floor of a problem on a device: its FLOPs at the ``peak`` rate of its precision (fp32 on CUDA
+    cores, TF32 or bf16 on tensor cores; a rate not measured falls back to fp32's) and its bytes at the measured
+    bandwidth."""
     if not ceilings:
         return None
     if device == "cpu" and (problem.bytes or 0) < CPU_FLOOR_MIN_BYTES:
         return None
-    s = problem.floor_seconds(ceilings.get("fp32_flops"), ceilings.get("bandwidth_bytes_per_s"))
+    s = problem.floor_seconds(ceilings.get(peak) or ceilings.get("fp32_flops"), ceilings.get("bandwidth_bytes_per_s"))
     return s * 1e3 if s else None

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from ..backends import WorkerContext, from_spec
 from ..backends.clocks import l2_flush_bytes
+from ..precision import get_precision
 from .protocol import ProgramRequest
 from .writeguard import WriteGuard, install_write_guard
 
@@ -106,10 +107,15 @@ class HarnessVerdict(Exception):
 
 
 class HarnessConfig(Protocol):
-    """What the harness reads of the run's configuration (the verifier's `VerifyConfig` has both)."""
+    """What the harness reads of the run's configuration (the verifier's `VerifyConfig` has all of it)."""
 
     seed: int | None
     cpu_threads: int | None
+    precision: str
+    """`kforge.precision`: the dtype inputs and models are cast to."""
+    rules: str
+    """Under ``kernelbench`` every tensor input is cast to the precision's dtype, integers too, as KernelBench
+    casts them; otherwise only floating ones."""
 
 
 class Harness:
@@ -145,7 +151,11 @@ class Harness:
         # Correctness in true fp32: TF32 would make the reference ~1e-3 off and excuse the same in a candidate.
         # The thread count is always set: after fork, torch's and a candidate's OpenMP regions disagree on it
         # until this is called (measured: 8 ms instead of 2 us for a tiny OpenMP loop).
-        self.settings.use_strict(threads=self.cfg.cpu_threads or torch.get_num_threads())
+        self.precision = get_precision(self.cfg.precision)
+        self.storage = getattr(torch, self.precision.storage)
+        self.cast_all = self.cfg.rules == "kernelbench"
+        self.settings.use_strict(threads=self.cfg.cpu_threads or torch.get_num_threads(),
+                                 tf32=self.precision.name == "tf32")
         self.device = torch.device(self.backend.device)
         phase("setup: device")  # the CUDA context is made here, in each child (it cannot survive a fork)
         if self.device.type == "cuda":
@@ -172,9 +182,12 @@ class Harness:
             torch.random.manual_seed(self.weight_seed)
             step = "get_init_inputs()"
             with torch.device(self.device):
-                self.init_inputs = list(self.ref_mod.get_init_inputs())
+                self.init_inputs = [self.cast(x) for x in self.ref_mod.get_init_inputs()]
             step = "Model(*get_init_inputs())"
             self.ref_model = self._construct(self.ref_mod.Model)
+            # The kforge rules' reference at a reduced precision: the same rounded weights, held in float32.
+            self.ref_exact = (self._construct(self.ref_mod.Model).to(dtype=torch.float32)
+                              if self.precision.reduced and hasattr(self.ref_model, "to") else self.ref_model)
             step = "get_inputs()"
             self.inputs(self.draw())  # before any candidate code: a failure here is the problem's alone
         except Exception as exc:  # noqa: BLE001
@@ -191,14 +204,26 @@ class Harness:
         torch = self.torch
         torch.random.manual_seed(self.weight_seed)
         model = cls(*self.init_inputs)
-        return model.to(self.device) if hasattr(model, "to") else model
+        if not hasattr(model, "to"):
+            return model
+        # Both models are cast as KernelBench's precision= casts them (floating parameters and buffers).
+        return model.to(self.device, dtype=self.storage) if self.precision.reduced or self.cast_all \
+            else model.to(self.device)
+
+    def cast(self, x: Any) -> Any:
+        """An input as the precision has it: floating tensors in its dtype (every tensor, under KernelBench's
+        rules, which cast integer and boolean inputs too)."""
+        torch = self.torch
+        if isinstance(x, torch.Tensor) and ((self.precision.reduced and x.is_floating_point()) or self.cast_all):
+            return x.to(dtype=self.storage)
+        return x
 
     def inputs(self, seed: int) -> list[Any]:
         torch = self.torch
         torch.random.manual_seed(seed)
         with torch.device(self.device):
             inputs = list(self.ref_mod.get_inputs())
-        return [x.to(self.device) if isinstance(x, torch.Tensor) else x for x in inputs]
+        return [self.cast(x.to(self.device)) if isinstance(x, torch.Tensor) else x for x in inputs]
 
     def _clone(self, inputs: list[Any]) -> list[Any]:
         return [x.clone() if isinstance(x, self.torch.Tensor) else x for x in inputs]
@@ -222,10 +247,15 @@ class Harness:
         kind = "CUDA error" if "CUDA" in str(exc) or "cuda" in type(exc).__name__.lower() else type(exc).__name__
         return HarnessVerdict("runtime_error", f"{kind} {where}: {first_line(exc)}", evidence={"traceback": tb})
 
-    def load_candidate(self):
+    def guard_candidate(self) -> None:
+        """The tripwire's snapshot (everything the harness set up is the baseline) and the write guard, just
+        before candidate code is imported."""
         from .tripwire import Tripwire
-        self.tripwire = Tripwire(self.WATCHED)  # everything the harness set up is the baseline
+        self.tripwire = Tripwire(self.WATCHED)
         self.writes = install_write_guard(os.getcwd(), self.req.cache_dir)
+
+    def load_candidate(self):
+        self.guard_candidate()
         try:
             mod = import_candidate()
         except BaseException as exc:  # noqa: BLE001 - SystemExit from a candidate is its error too

@@ -252,6 +252,7 @@ class Ceilings(Message):
     bandwidth_bytes_per_s: float
     """Bytes read plus bytes written per second by a large device copy."""
     fp32_flops: float | None = None
+    tf32_flops: float | None = None
     bf16_flops: float | None = None
     device: str | None = None
     torch: str = ""

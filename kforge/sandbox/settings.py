@@ -4,7 +4,9 @@ candidate's harmless settings out of the reference's timing.
 Three states matter:
 
 * **strict** numerics (TF32 off everywhere): the correctness reference and the candidate. A candidate
-  judged at fp32's 1e-4 tolerance must compute in true fp32, so it runs under these too.
+  judged at fp32's 1e-4 tolerance must compute in true fp32, so it runs under these too. At
+  ``verify.precision=tf32`` the candidate's state has TF32 on (that is the precision asked for), and the
+  correctness reference still runs with it off (``exact``).
 * **default** numerics (whatever PyTorch starts with: cuDNN's TF32 on, cuBLAS's off): the eager and
   ``torch.compile`` references when they are *timed*. That is how people run PyTorch and how
   KernelBench's published baselines were taken; a speedup is only meaningful against it.
@@ -33,6 +35,8 @@ SDPA = (("flash_sdp_enabled", "enable_flash_sdp"), ("mem_efficient_sdp_enabled",
         ("math_sdp_enabled", "enable_math_sdp"), ("cudnn_sdp_enabled", "enable_cudnn_sdp"))
 #: Dotted names the static ``monkey_patch`` rule lets a candidate assign (numerics ones are judged at run time).
 ASSIGNABLE = frozenset(f"{m}.{a}" for m, a in NUMERICS + NEUTRAL)
+#: The TF32 switches among `NUMERICS`.
+TF32 = (("torch.backends.cuda.matmul", "allow_tf32"), ("torch.backends.cudnn", "allow_tf32"))
 
 
 def _owner(torch, path: str):
@@ -83,13 +87,14 @@ class Settings:
                 if getattr(owner, attr) != value:
                     setattr(owner, attr, value)
 
-    def use_strict(self, threads: int | None = None) -> None:
-        """The harness's state: TF32 and reduced-precision reductions off, everything else as PyTorch starts."""
+    def use_strict(self, threads: int | None = None, tf32: bool = False) -> None:
+        """The harness's state: TF32 (unless ``tf32``: the precision asked for) and reduced-precision reductions
+        off, everything else as PyTorch starts."""
         state = dict(self.defaults)
         for path, attr in NUMERICS:
             key = f"{path}.{attr}"
             if key in state:
-                state[key] = False
+                state[key] = tf32 and (path, attr) in TF32
         if threads:
             state["threads"] = threads
         self.apply(state)
@@ -108,20 +113,30 @@ class Settings:
 class Swap:
     """Runs reference code under the harness's settings and gives the candidate its own back afterwards."""
 
+    MODES = ("strict", "exact", "default", "tf32")
+
     def __init__(self, settings: Settings, numerics: str):
+        if numerics not in self.MODES:
+            raise ValueError(f"numerics {numerics!r} is not one of {self.MODES}")
         self.settings = settings
-        self.numerics = numerics  # "strict" (correctness) or "default" (timed baselines)
+        self.numerics = numerics
+        """``strict``: the harness's own state (`Settings.use_strict`); ``exact``: that with TF32 off, the
+        correctness reference; ``default``: PyTorch's numerics, the timed baselines; ``tf32``: TF32 on, the
+        baselines at ``verify.precision=tf32``."""
         self._saved: dict[str, Any] | None = None
 
     def __enter__(self) -> "Swap":
         s = self.settings
         self._saved = s.read()
         state = dict(s.strict)
-        if self.numerics == "default":
-            for path, attr in NUMERICS:
-                key = f"{path}.{attr}"
-                if key in s.defaults:
-                    state[key] = s.defaults[key]
+        for path, attr in NUMERICS:
+            key = f"{path}.{attr}"
+            if key not in state:
+                continue
+            if self.numerics == "default" and key in s.defaults:
+                state[key] = s.defaults[key]
+            elif self.numerics in ("exact", "tf32"):
+                state[key] = self.numerics == "tf32" and (path, attr) in TF32
         s.apply(state)
         return self
 

@@ -9,7 +9,7 @@ from .verifier import BackendUnavailable, ProblemFails, Verifier
 
 # What serves the verifier's requests in a worker's child: registered on import, so before any pool
 # that serves them starts its workers (see kforge.sandbox.dispatch).
-for _kind in ("build", "run", "audit"):
+for _kind in ("build", "run", "audit", "variants"):
     register(_kind, f"kforge.verify.worker:{_kind}")
 
 __all__ = ["DEFAULT_TOLERANCES", "TimingConfig", "VerifyConfig", "WorkerPool", "Finding", "StaticConfig", "STATES",

@@ -33,8 +33,11 @@ VERSION = 2
 """Of the audit's answers: an audit cached by an older version is run again."""
 
 
-def cache_path(cache_dir: str, problem_source: str, device: str, torch_version: str) -> Path:
-    key = hashlib.sha256(json.dumps([VERSION, problem_source, device, torch_version]).encode()).hexdigest()[:24]
+def cache_path(cache_dir: str, problem_source: str, device: str, torch_version: str, numerics: str = "fp32") -> Path:
+    """Where the audit of this problem on this device is kept; ``numerics`` says how its inputs were cast (the
+    precision, and whether integer inputs were too)."""
+    key = hashlib.sha256(json.dumps([VERSION, problem_source, device, torch_version, numerics]).encode()).hexdigest()
+    key = key[:24]
     return Path(cache_dir) / "audit" / f"{key}.json"
 
 

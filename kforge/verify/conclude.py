@@ -59,4 +59,5 @@ def conclude(facts: Facts, cfg: VerifyConfig, subject: Subject) -> Verdict:
                    wall_s=subject.wall_s, source_hash=subject.source_hash, floor_ms=facts.floor_ms, build=facts.build,
                    phases=dict(facts.phases), attribution=facts.attribution, ref_strict=facts.ref_strict,
                    problem_flags=list(facts.problem_flags), rules=cfg.rules,
-                   states={name: d.state.value for name, d in decisions.items()}, facets=facts.facets)
+                   states={name: d.state.value for name, d in decisions.items()}, facets=facts.facets,
+                   precision=cfg.precision)

@@ -7,12 +7,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import ConfigError
+from ..precision import PRECISIONS
 from ..strict import StrictConfig, from_dict
 
 RULE_SETS = ("kforge", "kernelbench", "strict")
 """The rule sets a verdict is decided under (`kforge.verify.rules` says what each asks)."""
 
-#: Default tolerances by dtype, as (atol, rtol) for ``|out - ref| <= atol + rtol * |ref|``.
+#: Default tolerances by dtype, as (atol, rtol) for ``|out - ref| <= atol + rtol * |ref|``, where the reference is
+#: computed in the output's own dtype (a reduced ``verify.precision`` judges against float32 instead:
+#: `kforge.precision.tolerance`).
 #: float32 follows KernelBench (1e-4): a kernel in true fp32 lands far inside it, while a silent
 #: downgrade to TF32/fp16/bf16 arithmetic (errors of 1e-3 and more) does not pass. Half types get
 #: 1e-2, KernelBench's value, since their own rounding is ~4e-3 (bf16) / ~5e-4 (fp16).
@@ -86,6 +89,10 @@ class VerifyConfig(StrictConfig):
     its baselines likewise); False re-times it, interleaved, in every verification."""
     compile_mode: str | None = None
     """``torch.compile`` mode for the compile reference (None is inductor's default)."""
+    precision: str = "fp32"
+    """The precision the workload runs in (`kforge.precision`): ``fp32`` (the file as written), ``tf32`` (float32
+    storage, tensor-core matrix work), ``bf16`` or ``fp16`` (floating inputs and parameters cast, as KernelBench's
+    ``precision=`` does). The baselines are timed in it; the verdict records it."""
     rules: str = "kforge"
     """The rule set that decides a verdict's state (`kforge.verify.rules`): ``kforge`` (the candidate's own kernels
     must do the work), ``kernelbench`` (what KernelBench's harness decides: matching outputs suffice) or ``strict``
@@ -100,6 +107,9 @@ class VerifyConfig(StrictConfig):
     """Also demand this share of the forward's device time in the candidate's own kernels (0: off, and 0.9 under
     the ``strict`` rules; the ``verify=strict`` preset asks for 0.9). Library calls (cuBLAS, cuDNN) count against
     it; a candidate below it is ``kernel_unused``, not a cheat."""
+    variants: bool = True
+    """Also check a correct candidate on the problem's shape variants (`kforge.verify.variants`: sizes it was not
+    shown); the kforge and strict rules ask that it be correct there too, KernelBench's do not."""
     audit: bool = True
     """Audit the problem before its first verification on a device (stochastic, degenerate, launch-bound,
     memory, FLOPs and bytes); cached in kforge's cache directory."""
@@ -119,6 +129,9 @@ class VerifyConfig(StrictConfig):
         self.static = replace(self.static, require_kernel=self.require_kernel)
         if self.rules not in RULE_SETS:
             raise ConfigError(f"verify.rules={self.rules!r} is not a rule set (valid: {', '.join(RULE_SETS)})")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"verify.precision={self.precision!r} is not a precision (valid: "
+                              f"{', '.join(PRECISIONS)})")
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "") -> "VerifyConfig":

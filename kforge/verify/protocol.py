@@ -9,7 +9,7 @@ verifier turns it into a `Verdict` in one place (`kforge.verify.conclude`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from ..backends import BackendSpec
 from ..sandbox.harness import PROBLEM_ERROR
@@ -93,6 +93,28 @@ class WorkFacet(Message):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Outcome(Message):
+    """How a part of a run ended where it differs from the run's own state: the outputs under KernelBench's
+    numerics, or on the problem's shape variants."""
+
+    state: str
+    message: str = ""
+    rule: str | None = None
+    mismatch: dict[str, Any] | None = None
+    """Where it failed (trial, output, index, expected, got, tolerance), as the run's evidence has it."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShapeVariant(Message):
+    """The problem at other sizes: a correctness check of the candidate on shapes it was not shown."""
+
+    overrides: dict[str, Any]
+    """The module-level constants changed (``{"batch_size": 47, "dim": 3071}``)."""
+    source: str
+    """The problem's program with those constants."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class RunResult(Message):
     """What one run established: its outcome (a state's name, or ``problem_error`` when the problem itself
     failed), the evidence, timings, whose code did the work, and the problem's audit."""
@@ -113,6 +135,8 @@ class RunResult(Message):
     ref: TimingStats | None = None
     compile_ref: TimingStats | None = None
     ref_strict: TimingStats | None = None
+    kernelbench: Outcome | None = None
+    """The outputs under KernelBench's numerics, where that differs from ``state`` (`kforge.verify.numerics`)."""
 
     def __post_init__(self) -> None:
         if self.state not in STATES and self.state != PROBLEM_ERROR:
@@ -127,3 +151,23 @@ class RunRequest(ProgramRequest):
     """The candidate makes CUDA streams of its own (static rules): it is timed with the device settled."""
     failed_builds: dict[str, str] = field(default_factory=dict)
     """Builds the build phase saw fail (key -> log): they fail at once in the run instead of compiling again."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class VariantsResult(Message):
+    """The candidate on the problem's shape variants (`kforge.verify.variants`)."""
+
+    failure: Outcome | None = None
+    """The first variant it failed on; None: correct on every variant checked."""
+    checked: list[str] = field(default_factory=list)
+    """The variants it was correct on (``batch_size=47, dim=3071``)."""
+    skipped: list[str] = field(default_factory=list)
+    """Variants the reference itself fails at, and why."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class VariantsRequest(ProgramRequest):
+    KIND: ClassVar[str] = "variants"
+    RESULT: ClassVar[type[Message]] = VariantsResult
+    variants: list[ShapeVariant]
+    failed_builds: dict[str, str] = field(default_factory=dict)

@@ -12,12 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
+from ..precision import PRECISIONS, Precision
 from ..problems import Problem
 from ..sandbox.ceilings import CPU_FLOOR_MIN_BYTES, floor_ms
 from .protocol import ProblemAudit
 
 #: A candidate this far under the floor is accused (0.8: 20% under).
 TOO_FAST = 0.8
+_ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
 @dataclass(frozen=True)
@@ -30,11 +32,15 @@ class Roofline:
 
 
 def roofline(problem: Problem, audit: ProblemAudit | None, median_ms: float, device: str,
-             ceilings: Callable[[bool], dict[str, Any] | None]) -> Roofline:
-    """``ceilings(fresh)``: the device's measured ceilings (fresh: measured again now)."""
+             ceilings: Callable[[bool], dict[str, Any] | None], precision: Precision = PRECISIONS["fp32"]) -> Roofline:
+    """``ceilings(fresh)``: the device's measured ceilings (fresh: measured again now). The floor is the
+    precision's: its FLOPs at its peak, its bytes at its element size (a file's declared bytes count float32
+    elements; the audit's are measured on the cast tensors)."""
     declared = bool(problem.flops or problem.bytes)
     if not declared and not (audit and audit.bytes):
         return Roofline()
+    if declared and precision.reduced and problem.bytes:
+        problem = replace(problem, bytes=problem.bytes * _ELEMENT_BYTES[precision.storage] / 4)
     measured = problem if declared else replace(problem, flops=audit.flops, bytes=audit.bytes)
     if device == "cpu" and (measured.bytes or 0) < CPU_FLOOR_MIN_BYTES:
         return Roofline()  # no floor is claimed on a CPU for data that fits its caches: do not measure
@@ -43,7 +49,8 @@ def roofline(problem: Problem, audit: ProblemAudit | None, median_ms: float, dev
 
     def check(fresh: bool) -> tuple[float | None, float | None]:
         c = ceilings(fresh)
-        return floor_ms(measured, c, device), (None if degenerate else floor_ms(bound, c, device))
+        return (floor_ms(measured, c, device, precision.peak),
+                None if degenerate else floor_ms(bound, c, device, precision.peak))
 
     floor, limit = check(False)
     note = None if declared or not floor else ("speed of light from the audit's FLOPs (matrix products and "

@@ -6,11 +6,14 @@ timing manipulation, input mutation, reading the grader, replayed results, unjoi
 turns those into one `State`; the verdict records the state under every rule set, so one verification
 answers each policy's question.
 
-* ``kernelbench``: what KernelBench's current harness decides. The outputs must match; whose code did the
-  work is not asked (a program that never calls its kernel, or falls back to PyTorch, is correct), so the
+* ``kernelbench``: what KernelBench's current harness decides. The outputs must match, in its numerics (its
+  reference in the precision, PyTorch's default math settings, its tolerance: `kforge.verify.numerics`); whose
+  code did the work is not asked, nor how the kernel fares at other shapes (a program that never calls its kernel, or falls back to PyTorch, is correct), so the
   figures compare with its leaderboard and the KForge paper. Integrity findings still reject: KernelBench's
   harness would call them correct, and docs/verification.md counts that as its error.
-* ``kforge`` (the default): the answer must come from the candidate's own kernels. A program whose kernels
+* ``kforge`` (the default): the outputs must match the exact reference (TF32 off; float32 at a reduced
+  precision), also on the problem's shape variants (`kforge.verify.variants`), and the answer must come from
+  the candidate's own kernels. A program whose kernels
   did not run, or did a part PyTorch then threw away without deceiving anyone, is ``kernel_unused``: not a
   cheat, and not counted in fast_p. A kernel launched on a dummy tensor while PyTorch computes the answer
   (``output_not_from_kernel``) is a cheat.
@@ -42,9 +45,16 @@ class Decision:
 def decide(f: Facets, rules: str, require_kernel: bool = True, min_share: float = 0.0) -> Decision:
     """The state of a verification with these facets under rule set ``rules`` (one of `RULE_SETS`)."""
     outcome = State(f.outcome)
+    if rules == "kernelbench":  # its numerics, where they judged the outputs otherwise; no variants, no work asked
+        if f.kb_outcome is not None and outcome in (State.CORRECT, State.NUMERICAL_MISMATCH):
+            kb = State(f.kb_outcome)
+            return Decision(kb, f.kb_rule if kb is not State.CORRECT else None, f.kb_message or None)
+        return Decision(outcome, f.outcome_rule if outcome is not State.CORRECT else None, None)
     if outcome is not State.CORRECT:  # failures, mismatches and integrity findings hold under every rule set
         return Decision(outcome, f.outcome_rule, None)
-    if rules == "kernelbench" or not require_kernel:
+    if f.variant_outcome is not None and f.variant_outcome != State.CORRECT.value:
+        return Decision(State(f.variant_outcome), f.variant_rule, f.variant_message or None)
+    if not require_kernel:
         return Decision(State.CORRECT, None, None)
     if f.work == Work.BYPASSED:
         return Decision(State.CHEAT_DETECTED, f.work_rule or "output_not_from_kernel", f.work_message)

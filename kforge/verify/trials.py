@@ -22,10 +22,11 @@ import contextlib
 
 from ..sandbox.harness import Harness, HarnessVerdict, first_line, tail
 from ..sandbox.protocol import ProgramRequest
-from ..sandbox.settings import Swap
 from .attribution import CANDIDATE, REFERENCE, attribute, replayed
-from .compare import Mismatch, as_outputs, check_degenerate, check_structure, compare_tensor
+from .compare import as_outputs
 from .config import VerifyConfig
+from .numerics import NumericsChecks, Refs
+from .variants import VariantChecks
 from .protocol import WorkFacet
 from .verdict import Attribution, Work
 
@@ -33,7 +34,7 @@ MEASURED_TRIALS = 2
 """Correctness trials that also measure (one profiled, one traced); more run when fewer are asked for."""
 
 
-class Trials(Harness):
+class Trials(NumericsChecks, VariantChecks, Harness):
     """The correctness part of a verification run (`kforge.verify.worker` adds timing)."""
 
     WATCHED = Harness.WATCHED + tuple(("kforge.verify.compare", f) for f in
@@ -52,6 +53,8 @@ class Trials(Harness):
         """Whose code did the work, from `judge`."""
         self.build_log: str | None = None
         """The compiler's log of an extension whose failed build the candidate caught."""
+        self.audit = None
+        """The problem's audit (`kforge.verify.protocol.ProblemAudit`), once the run has it."""
 
     # -- the trials -----------------------------------------------------------------------------------
     def correctness(self, model) -> None:
@@ -94,58 +97,31 @@ class Trials(Harness):
         self.trip(f"correctness trial {trial}")
         self._check(outs, refs, cand_in, inputs, f"correctness trial {trial}")
 
-    def reference(self, inputs: list, rng_seed: int | None) -> list:
-        """The reference's outputs in strict fp32 and the harness's own settings."""
-        with Swap(self.settings, "strict"):
-            if rng_seed is not None:
-                self.torch.random.manual_seed(rng_seed)
-            outs = as_outputs(self.ref_model(*inputs))
-            self.clock.sync()
-        return outs
-
     def candidate(self, model, inputs: list, rng_seed: int | None, where: str) -> list:
         if rng_seed is not None:
             self.torch.random.manual_seed(rng_seed)
         return as_outputs(self._call(model, inputs, where))
 
-    def _check(self, outs, refs, cand_in, ref_in, where: str) -> None:
-        """Compare as a caller would read the outputs: on the current stream, with no extra synchronize.
+    def _check(self, outs, refs: Refs, cand_in, ref_in, where: str) -> None:
+        """Compare as a caller would read the outputs: on the current stream, with no extra synchronize, in both
+        numerics (`kforge.verify.numerics`); then the inputs, which the candidate must leave as they were.
 
         An output that is wrong there but right after a full device synchronize was computed off the
         stream the candidate was called on (a side stream nobody waited for): a race, and a timing dodge.
         """
-        try:
-            self._compare(outs, refs, cand_in, ref_in, where)
-        except HarnessVerdict as first:
-            if self.device.type != "cuda" or first.state != "numerical_mismatch":
-                raise
+        failures = self.compare_outputs(outs, refs, where)
+        if failures and self.device.type == "cuda":
             self.torch.cuda.synchronize()
-            try:
-                self._compare(outs, refs, cand_in, ref_in, where)
-            except HarnessVerdict:
-                raise first from None
-            raise HarnessVerdict("cheat_detected", f"the output is wrong when read on the calling stream and right "
-                                 f"only after a full device synchronize ({where}): the work ran on a stream the "
-                                 "calling stream does not wait for", rule="unsynchronized_work") from None
-
-    def _compare(self, outs, refs, cand_in, ref_in, where: str) -> None:
-        torch = self.torch
-        try:
-            check_structure(outs, refs, self.device)
-            for i, (o, r) in enumerate(zip(outs, refs)):
-                if isinstance(r, torch.Tensor):
-                    atol, rtol = self.cfg.tolerance(str(r.dtype).removeprefix("torch."), self.problem.tolerance)
-                    compare_tensor(o, r, atol, rtol, i)
-                    check_degenerate(o, r, i)
-        except Mismatch as m:
-            state = {"shape": "shape_mismatch", "numerical": "numerical_mismatch"}.get(m.kind, "cheat_detected")
-            rule = "output_not_plain_tensor" if state == "cheat_detected" else None
-            raise HarnessVerdict(state, f"{m.message} ({where})", rule=rule,
-                           evidence={"mismatch": {"trial": where, **m.details}}) from None
+            again = self.compare_outputs(outs, refs, where)
+            if any(view not in again for view in failures):
+                raise HarnessVerdict("cheat_detected", f"the output is wrong when read on the calling stream and "
+                                     f"right only after a full device synchronize ({where}): the work ran on a "
+                                     "stream the calling stream does not wait for", rule="unsynchronized_work")
+        self.views.record(failures)
         for k, (a, b) in enumerate(zip(cand_in, ref_in)):
-            if isinstance(a, torch.Tensor) and not torch.equal(a, b):
+            if isinstance(a, self.torch.Tensor) and not self.torch.equal(a, b):
                 raise HarnessVerdict("cheat_detected", f"the candidate modified input {k} in place ({where}); the "
-                               "reference leaves it as it was", rule="input_mutation")
+                                     "reference leaves it as it was", rule="input_mutation")
 
     # -- measuring ------------------------------------------------------------------------------------
     def _profiled(self, model, inputs, cand_in, rng_seed, where):

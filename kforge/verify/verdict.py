@@ -152,6 +152,16 @@ class Facets:
     """Why, for a person: what ran, and what it means."""
     kernel_share: float | None = None
     """Share of the forward's device time in the candidate's own kernels (None: not measured)."""
+    kb_outcome: str | None = None
+    """The outputs' outcome under KernelBench's numerics (its reference and tolerance), where it differs from
+    ``outcome`` (`kforge.verify.numerics`); None: the same."""
+    kb_rule: str | None = None
+    kb_message: str = ""
+    variant_outcome: str | None = None
+    """How the candidate fared on the problem's shape variants (the kforge rules' question, `kforge.verify.variants`);
+    None: not checked."""
+    variant_rule: str | None = None
+    variant_message: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -203,6 +213,8 @@ class Verdict:
     """The state under every rule set (``kforge``, ``kernelbench``, ``strict``), from the same facets."""
     facets: Facets | None = None
     """What the run established, part by part, before a rule set decided (None: it never ran)."""
+    precision: str = "fp32"
+    """The precision it was judged at (`kforge.precision`): inputs, weights and baselines."""
 
     @property
     def correct(self) -> bool:
@@ -259,7 +271,8 @@ class Verdict:
                    floor_ms=d.get("floor_ms"), build=d.get("build"), phases=d.get("phases") or {},
                    attribution=Attribution.from_dict(d.get("attribution")), ref_strict=stats(d.get("ref_strict")),
                    problem_flags=list(d.get("problem_flags") or []), rules=d.get("rules") or "kforge",
-                   states=dict(d.get("states") or {}), facets=Facets.from_dict(d.get("facets")))
+                   states=dict(d.get("states") or {}), facets=Facets.from_dict(d.get("facets")),
+                   precision=d.get("precision") or "fp32")
 
     def summary(self) -> str:
         """A few readable lines for a terminal."""

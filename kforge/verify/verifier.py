@@ -24,10 +24,13 @@ from ..sandbox.protocol import Reply, Request
 from .compile_ref import CompileRefs, KeptRef
 from .conclude import Facts, Subject, conclude
 from .config import VerifyConfig
-from .protocol import AuditRequest, BuildRequest, BuildResult, ProblemAudit, RunRequest, RunResult, WorkFacet
+from ..precision import get_precision
+from .protocol import (AuditRequest, BuildRequest, BuildResult, Outcome, ProblemAudit, RunRequest, RunResult,
+                       VariantsRequest, WorkFacet)
 from .roofline import roofline
 from .static import StaticConfig, check
 from .static_rules import own_streams
+from .variants import shape_variants
 from .verdict import Evidence, Facets, State, Verdict, Work
 
 #: Static rules whose question (did the candidate's kernels do the work?) the run answers by measurement.
@@ -168,9 +171,35 @@ class Verifier:
         clock("run")
         if reply.result is None:
             return replace(self._no_result(reply, cfg), build=info)
-        facts = self._ran(problem, backend, reply, reply.result, known, ref_key, soft, findings, info)
-        clock("after")
+        facts = self._ran(problem, backend, reply, reply.result, known, ref_key, soft, findings, info, cfg)
+        shapes = shape_variants(problem, problem.variants) if cfg.variants else []
+        if shapes and facts.facets.outcome == State.CORRECT.value:
+            clock("after")
+            facts = self._on_variants(facts, VariantsRequest(
+                problem=problem, backend=backend.spec(), config=cfg.to_dict(), arch=arch, variants=shapes,
+                failed_builds=request.failed_builds), kinds, files, cfg)
+            clock("variants")
+        else:
+            clock("after")
         return facts
+
+    def _on_variants(self, facts: Facts, request: VariantsRequest, kinds: list[str], files: dict[str, str],
+                     cfg: VerifyConfig) -> Facts:
+        """The candidate on the problem's shape variants, in a process of its own: a crash there costs only the
+        kforge rules' verdict (`kforge.verify.variants`)."""
+        try:
+            reply = self._request_retrying(kinds, request, files, cfg.timeout_s)
+        except WorkerLost as exc:
+            return _varied(facts, Outcome(state=State.RUNTIME_ERROR.value, message=f"on the shape variants: the "
+                                          f"worker process died twice under this candidate: {exc}"))
+        r = reply.result
+        if r is None:
+            ended = self._no_result(reply, cfg)
+            return _varied(facts, Outcome(state=ended.facets.outcome, message=f"on the shape variants: {ended.message}"))
+        notes = [f"correct on shape variant(s) {'; '.join(r.checked)}"] if r.checked else []
+        notes += [f"shape variant {s} skipped" for s in r.skipped]
+        facts = replace(facts, evidence=replace(facts.evidence, notes=facts.evidence.notes + notes))
+        return _varied(facts, r.failure or Outcome(state=State.CORRECT.value))
 
     def _static(self, problem: Problem, candidate: Candidate, backend: Backend,
                 cfg: VerifyConfig) -> tuple[list, list[dict[str, Any]]]:
@@ -234,7 +263,8 @@ class Verifier:
                            evidence=Evidence(traceback=reply.error, output_tail=tail))
 
     def _ran(self, problem: Problem, backend: Backend, reply: Reply, r: RunResult, known: KeptRef | None,
-             ref_key: str | None, soft: list[dict[str, Any]], findings: list, build: dict[str, Any]) -> Facts:
+             ref_key: str | None, soft: list[dict[str, Any]], findings: list, build: dict[str, Any],
+             cfg: VerifyConfig) -> Facts:
         """The facts of a run that replied: its outcome and evidence, the kept compile reference, speed of light
         and the faster-than-physics check, and the static rules' word on the work where the run measured none."""
         if r.state == PROBLEM_ERROR:
@@ -247,26 +277,41 @@ class Verifier:
         elif ref_key and compile_ref:
             self.compile_refs.keep(ref_key, compile_ref, r.ref)
         outcome, outcome_rule, message = r.state, r.rule, r.message
+        kb = r.kernelbench
         flags = list(r.audit.flags) if r.audit else []
         floor = None
-        if r.runtime and outcome == State.CORRECT.value:
+        if r.runtime and State.CORRECT.value in (outcome, kb.state if kb else None):
             found = roofline(problem, r.audit, r.runtime.median_ms, backend.device,
-                             lambda fresh: self.pool.ceilings(reply.slot, backend.spec(), fresh=fresh))
+                             lambda fresh: self.pool.ceilings(reply.slot, backend.spec(), fresh=fresh),
+                             get_precision(cfg.precision))
             floor = found.floor_ms
             notes += [found.note] if found.note else []
             if found.too_fast:  # an integrity finding: it holds under every rule set
                 outcome, outcome_rule, message = State.CHEAT_DETECTED.value, "faster_than_roofline", found.too_fast
+                kb = None
         work = r.work
         if work is None and soft:  # nothing measured whose code did the work: the static rules say it instead
             work = _unmeasured(soft[0])
         facets = Facets(outcome=outcome, outcome_rule=outcome_rule, kernel_share=r.attribution.kernel_share
-                        if r.attribution else None, **({} if work is None else work.to_wire()))
+                        if r.attribution else None, **({} if work is None else work.to_wire()),
+                        **({} if kb is None else {"kb_outcome": kb.state, "kb_rule": kb.rule,
+                                                  "kb_message": kb.message}))
         evidence = replace(r.evidence, output_tail=r.evidence.output_tail or reply.output_tail or None, notes=notes,
                            findings=r.evidence.findings or [f.to_dict() for f in findings])
         return Facts(facets, message, evidence, device=self.pool.device_info(reply.slot, backend.spec()).device,
                      trials=r.trials, phases=r.phases, attribution=r.attribution, runtime=r.runtime, ref=r.ref,
                      compile_ref=compile_ref, ref_strict=r.ref_strict, problem_flags=flags, floor_ms=floor,
                      build=build)
+
+
+def _varied(facts: Facts, outcome: Outcome) -> Facts:
+    """The facts with the shape variants' outcome (the kforge rules read it; `kforge.verify.rules`)."""
+    facets = replace(facts.facets, variant_outcome=outcome.state, variant_rule=outcome.rule,
+                     variant_message=outcome.message)
+    evidence = facts.evidence
+    if outcome.mismatch and not evidence.mismatch:
+        evidence = replace(evidence, mismatch=outcome.mismatch)
+    return replace(facts, facets=facets, evidence=evidence)
 
 
 def _unmeasured(finding: dict[str, Any]) -> WorkFacet:

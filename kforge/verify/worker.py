@@ -31,7 +31,8 @@ from ..sandbox.quiet import take_quiet_lock
 from ..sandbox.settings import Swap
 from ..sandbox.writeguard import install_write_guard
 from .compare import as_outputs
-from .protocol import AuditRequest, AuditResult, BuildRequest, BuildResult, ProblemAudit, RunRequest, RunResult
+from .protocol import (AuditRequest, AuditResult, BuildRequest, BuildResult, Outcome, ProblemAudit, RunRequest,
+                       RunResult, VariantsRequest, VariantsResult)
 from .timing import Sampler
 from .trials import Trials
 from .verdict import Evidence
@@ -122,6 +123,23 @@ def audit(req: AuditRequest) -> AuditResult:
     return _Run(req).audit_only()
 
 
+def variants(req: VariantsRequest) -> VariantsResult:
+    """The candidate on the problem's shape variants, one correctness trial each (`kforge.verify.variants`)."""
+    import torch
+    run = _Run(req)
+    with torch.no_grad():
+        phase("setup")
+        run.setup(flush_l2=False, failed_builds=req.failed_builds)
+        run.setup_views()
+        phase("reference")
+        run.load_reference()
+        if run.cfg.audit:
+            run.flags = list(run._audit().flags)
+        run.guard_candidate()
+        phase("shape variants")
+        return run.check_variants(req.variants)
+
+
 @dataclasses.dataclass
 class _Ended:
     """How a run ended, before the parts every result carries are added (`_Run.execute`)."""
@@ -149,13 +167,28 @@ class _Run(Trials):
                 ended = self._execute()
         except HarnessVerdict as v:
             ended = _Ended.of(v)
+        ended, kernelbench = self._in_both_numerics(ended)
         evidence = Evidence(**ended.evidence)
         evidence.notes.extend(self.notes)
         if self.build_log and not evidence.compiler_log:
             evidence.compiler_log = self.build_log
         return RunResult(state=ended.state, message=ended.message, rule=ended.rule, evidence=evidence,
                          work=self.work, trials=self.trials_done, phases=phase_times(), attribution=self.attribution,
-                         audit=self.audit, **ended.timings)
+                         audit=self.audit, kernelbench=kernelbench, **ended.timings)
+
+    def _in_both_numerics(self, ended: _Ended) -> tuple[_Ended, Outcome | None]:
+        """A run that went to its end with one view failed (`kforge.verify.numerics`): the kforge view's mismatch
+        is the run's state (its timings kept: the other rules count them), the kernelbench view's the other."""
+        failed = self.views.failed if hasattr(self, "views") else {}
+        if ended.state != "correct" or not failed:
+            return ended, None
+        if "kforge" in failed:
+            v = failed["kforge"]
+            return (_Ended(v.state, v.message, v.extra.get("rule"), dict(v.extra.get("evidence") or {}),
+                           ended.timings), Outcome(state="correct", message=ended.message))
+        v = failed["kernelbench"]
+        return ended, Outcome(state=v.state, message=v.message, rule=v.extra.get("rule"),
+                              mismatch=(v.extra.get("evidence") or {}).get("mismatch"))
 
     def audit_only(self) -> AuditResult:
         """The problem audit alone (``kforge problems --audit``): no candidate is involved."""
@@ -172,6 +205,7 @@ class _Run(Trials):
         cfg = self.cfg
         phase("setup")
         self.setup(flush_l2=cfg.timing.flush_l2, failed_builds=getattr(self.req, "failed_builds", None))
+        self.setup_views()
         phase("reference")
         self.load_reference()
         self.audit = None
@@ -202,7 +236,8 @@ class _Run(Trials):
 
         from . import audit as problem_audit
         path = problem_audit.cache_path(str(Path(self.req.cache_dir).parent), self.problem.source,
-                                        self.device_name(), self.torch.__version__)
+                                        self.device_name(), self.torch.__version__,
+                                        f"{self.precision.name}{':all' if self.cast_all else ''}")
         try:
             found = ProblemAudit.from_wire(read_json(path)) if path.is_file() else None
         except ProtocolError:  # written by another version: audit again
@@ -324,18 +359,20 @@ class _Run(Trials):
         """(label, program, numerics) to time: the baselines as people run PyTorch (and the eager reference in
         strict fp32 where that differs), the compile reference warmed up, the candidate as it left things."""
         cfg, torch = self.cfg, self.torch
-        programs: list[tuple[str, Any, str | None]] = [("ref", self.ref_model, "default")]
-        if self.device.type == "cuda" and self.settings.defaults != self.settings.strict:
-            programs.append(("ref_strict", self.ref_model, "strict"))
+        numerics = "tf32" if self.precision.name == "tf32" else "default"  # the baselines run in the precision
+        programs: list[tuple[str, Any, str | None]] = [("ref", self.ref_model, numerics)]
+        if self.device.type == "cuda" and self.precision.name == "fp32" and self.settings.defaults != \
+                self.settings.strict:
+            programs.append(("ref_strict", self.ref_model, "exact"))
         if cfg.compile_ref:
             phase("compile reference")
             try:
                 compiled = torch.compile(self.ref_model, mode=cfg.compile_mode)
-                with Swap(self.settings, "default"):
+                with Swap(self.settings, numerics):
                     for _ in range(max(1, cfg.timing.warmup)):
                         compiled(*inputs)
                     self.clock.sync()
-                programs.append(("compile", compiled, "default"))
+                programs.append(("compile", compiled, numerics))
             except Exception as exc:  # noqa: BLE001 - a baseline failing is a note, not the candidate's fault
                 self.notes.append(f"torch.compile of the reference failed: {first_line(exc)}")
             phase("timing")

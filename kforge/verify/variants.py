@@ -1,0 +1,129 @@
+"""Shape variants: the problem at sizes the candidate was not shown, a correctness check under the kforge rules.
+
+LLM-written kernels often hard-code the sizes they were shown (an output allocated as ``{64, 8192}``, loops
+bounded by constants). A problem may list its own variants (``KFORGE["variants"]``: a list of constant
+overrides); a file that lists none gets them from its module-level size constants (`shape_variants`): each
+size-like integer (``batch_size``, ``dim``, ``in_features``, ... of 8 or more) becomes a smaller one that is
+not a multiple of 16, in one variant all together and in another the first (batch-like) one alone. Variants
+are never larger than the problem, so they fit wherever it does; one the reference itself fails at (a size
+that must divide another, say) is skipped with a note.
+
+The check runs after the verification's run, in a process of its own (request ``variants``), so a kernel that
+crashes or corrupts the device at a size it did not expect costs only the kforge rules' verdict: the
+``kernelbench`` rules ignore variants, as KernelBench does. Timing is on the problem's own shape only.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ..problems import Problem, ProblemError, problem_from_source
+from ..sandbox.harness import HarnessVerdict, first_line, import_candidate, import_file
+from .protocol import Outcome, ShapeVariant, VariantsResult
+
+#: Names of constants that are sizes (case-insensitive, anywhere in the name).
+SIZE_NAME = re.compile(r"batch|size|dim|feature|channel|height|width|length|len\b|seq|token|hidden|embed|vocab|"
+                       r"^[mnkbhwdlct]$|^n_|_n$|num_(?!head|group|layer)|rows|cols|elements|units|points", re.I)
+#: Names that look like sizes but are not free to change (axes, kernel geometry, divisors).
+NOT_A_SIZE = re.compile(r"kernel|stride|pad|dilation|group|head|axis|window|pool|scale|eps|prob|rate|^dim$", re.I)
+MIN_SIZE = 8
+"""Constants below this are left alone: too small to shrink, and often an axis or a count of something."""
+
+
+def _smaller(n: int, fraction: float) -> int:
+    """About ``fraction`` of ``n``, odd and not a multiple of 16 (kernels tiled by 16, 32 or 128 must mask)."""
+    v = max(3, int(n * fraction))
+    if v % 2 == 0:
+        v -= 1
+    while v % 16 == 0 or v >= n:
+        v -= 2
+    return max(3, v)
+
+
+def size_constants(problem: Problem) -> dict[str, int]:
+    """The problem's module-level integer constants that look like sizes, in file order."""
+    return {k: v for k, v in problem.constants.items()
+            if isinstance(v, int) and not isinstance(v, bool) and v >= MIN_SIZE
+            and SIZE_NAME.search(k) and not NOT_A_SIZE.search(k)}
+
+
+def shape_variants(problem: Problem, declared: list[dict] | None = None) -> list[ShapeVariant]:
+    """The variants a verification checks: ``declared`` (the file's ``KFORGE["variants"]``) or derived ones."""
+    if declared is not None:
+        overrides = [dict(d) for d in declared]
+    else:
+        sizes = size_constants(problem)
+        if not sizes:
+            return []
+        first = next(iter(sizes))
+        overrides = [{k: _smaller(v, 0.75) for k, v in sizes.items()}]
+        if len(sizes) > 1:
+            overrides.append({first: _smaller(sizes[first], 0.5)})
+    out = []
+    for o in overrides:
+        try:
+            p = problem_from_source(problem.source, where=problem.path or problem.key, name=problem.name,
+                                    overrides=o)
+        except ProblemError:
+            continue  # a declared constant the file lacks: not a variant of it
+        out.append(ShapeVariant(overrides=o, source=p.source))
+    return out
+
+
+def describe(overrides: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in overrides.items())
+
+
+class VariantChecks:
+    """Mixed into `kforge.verify.trials.Trials`: the candidate on each variant, one trial each."""
+
+    def check_variants(self, variants: list[ShapeVariant]) -> VariantsResult:
+        checked, skipped = [], []
+        for i, v in enumerate(variants):
+            shape = describe(v.overrides)
+            path = Path(f"variant_{i}.py")
+            path.write_text(v.source)
+            try:
+                inputs, refs, rng_seed = self._variant_reference(path, i)
+            except Exception as exc:  # noqa: BLE001 - the problem itself does not run at this size
+                skipped.append(f"{shape}: the reference fails there ({type(exc).__name__}: {first_line(exc)})")
+                continue
+            where = f"shape variant {shape}"
+            try:
+                self._variant_candidate(path, inputs, refs, rng_seed, where)
+            except HarnessVerdict as fail:
+                ev = fail.extra.get("evidence") or {}
+                return VariantsResult(failure=Outcome(state=fail.state, message=f"on {where}: {fail.message}",
+                                                      rule=fail.extra.get("rule"), mismatch=ev.get("mismatch")),
+                                      checked=checked, skipped=skipped)
+            checked.append(shape)
+        return VariantsResult(checked=checked, skipped=skipped)
+
+    def _variant_reference(self, path: Path, i: int):
+        """Make the variant the harness's problem: its module, init inputs, both reference models; draw inputs."""
+        torch = self.torch
+        self.ref_mod = import_file(path, f"kforge_variant_{i}")
+        torch.random.manual_seed(self.weight_seed)
+        with torch.device(self.device):
+            self.init_inputs = [self.cast(x) for x in self.ref_mod.get_init_inputs()]
+        self.ref_model = self._construct(self.ref_mod.Model)
+        self.ref_exact = (self._construct(self.ref_mod.Model).to(dtype=torch.float32)
+                          if self.precision.reduced and hasattr(self.ref_model, "to") else self.ref_model)
+        inputs = self.inputs(self.draw())
+        rng_seed = self.draw() if "stochastic" in self.flags else None
+        return inputs, self.reference(self._clone(inputs), rng_seed), rng_seed
+
+    def _variant_candidate(self, path: Path, inputs: list, refs, rng_seed, where: str) -> None:
+        try:
+            module = import_candidate("candidate.py", path)
+            model = self._construct(module.ModelNew)
+        except BaseException as exc:  # noqa: BLE001 - its own failure at this size
+            raise self._fail_exception(exc, "while building ModelNew") from None
+        self._share_weights(model)
+        cand_in = self._clone(inputs)
+        outs = self.candidate(model, cand_in, rng_seed, "in forward")
+        self.trip(where)
+        failures = self.compare_outputs(outs, refs, "its trial")
+        if "kforge" in failures:
+            raise failures["kforge"]
