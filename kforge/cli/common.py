@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import KforgeError
+from ..precision import PRECISIONS
 from ..problems import SIZES
 from ..verify.config import RULE_SETS
 
@@ -66,7 +67,7 @@ def verify_config(args: argparse.Namespace):
     from ..verify import VerifyConfig
     cfg = VerifyConfig(trials=args.trials, timeout_s=args.timeout, compile_ref=not args.no_compile_ref,
                        require_kernel=not args.no_kernel_check, seed=args.seed, skip_timing=args.no_timing,
-                       rules=args.rules)
+                       rules=args.rules, precision=args.precision, variants=not args.no_variants)
     if args.atol is not None:
         cfg.atol = args.atol
     if args.rtol is not None:
@@ -90,6 +91,12 @@ def add_verify_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-kernel-check", action="store_true",
                    help="accept candidates without a kernel of their own (attribution is still reported)")
     p.add_argument("--no-timing", action="store_true", help="check correctness only (no speedups)")
+    p.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32",
+                   help="the precision the workload runs in (default fp32: as the file is; tf32: tensor-core matrix "
+                        "work on float32; bf16, fp16: inputs and weights cast, as KernelBench's precision= does). "
+                        "Baselines are timed in it")
+    p.add_argument("--no-variants", action="store_true",
+                   help="skip the shape variants (sizes the candidate was not shown; the kforge rules ask for them)")
     p.add_argument("--rules", choices=RULE_SETS, default="kforge",
                    help="the rule set that decides the state (default kforge: the candidate's own kernels must do "
                         "the work; kernelbench: what KernelBench's harness decides, matching outputs suffice; "

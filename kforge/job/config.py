@@ -223,8 +223,9 @@ class TablesConfig(StrictConfig):
         return cls.from_dict(data)
 
 
-#: Top-level command-line keys that are not settings of the job: Hydra's own, and the experiment presets.
-NOT_JOB_KEYS = ("hydra", "experiment")
+#: Top-level command-line keys that are not settings of the job: Hydra's own, the experiment presets, and groups
+#: whose choice sets another group's key (``precision=bf16`` sets ``verify.precision``).
+NOT_JOB_KEYS = ("hydra", "experiment", "precision")
 
 
 def check_overrides(overrides: list[str], root: type = JobConfig) -> None:

@@ -1,0 +1,182 @@
+"""Precision as an axis (`kforge.precision`, docs/verification.md "Precision") and shape variants
+(`kforge.verify.variants`): the rules on a CPU, with kernels written as models write them."""
+
+import math
+
+import pytest
+
+from kforge.precision import PRECISIONS, get_precision, reduction_length, tolerance
+from kforge.problems import problem_from_source
+from kforge.verify import State, Verifier
+from kforge.verify.rules import decide
+from kforge.verify.variants import shape_variants, size_constants
+from kforge.verify.verdict import Facets
+from tests.helpers import fast_config
+
+PROBLEM = '''
+import torch
+import torch.nn as nn
+
+batch_size = 128
+in_features = 512
+out_features = 256
+
+
+class Model(nn.Module):
+    """A projection without bias: y = x W^T."""
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.proj = nn.Linear(in_features, out_features, bias=False)
+
+    def forward(self, x):
+        return self.proj(x)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, in_features)]
+
+
+def get_init_inputs():
+    return [in_features, out_features]
+'''
+
+# Written as a model writes a bf16 kernel: storage in bf16, the dot product accumulated in float.
+BF16_KERNEL = r'''
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cpp_src = """
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+
+torch::Tensor proj_bf16(torch::Tensor x, torch::Tensor w) {
+    TORCH_CHECK(x.scalar_type() == at::kBFloat16 && w.scalar_type() == at::kBFloat16, "expects bf16");
+    auto xc = x.contiguous(); auto wc = w.contiguous();
+    const int64_t rows = xc.size(0), k = xc.size(1), cols = wc.size(0);
+    auto y = torch::empty({rows, cols}, xc.options());
+    const at::BFloat16* xp = xc.data_ptr<at::BFloat16>();
+    const at::BFloat16* wp = wc.data_ptr<at::BFloat16>();
+    at::BFloat16* yp = y.data_ptr<at::BFloat16>();
+    at::parallel_for(0, rows, 1, [&](int64_t lo, int64_t hi) {
+        for (int64_t r = lo; r < hi; ++r)
+            for (int64_t c = 0; c < cols; ++c) {
+                float acc = 0.f;   // fp32 accumulator, bf16 storage
+                for (int64_t i = 0; i < k; ++i)
+                    acc += static_cast<float>(xp[r * k + i]) * static_cast<float>(wp[c * k + i]);
+                yp[r * cols + c] = static_cast<at::BFloat16>(acc);
+            }
+    });
+    return y;
+}
+"""
+
+_ext = load_inline(name="proj_bf16_ext", cpp_sources=cpp_src, functions=["proj_bf16"], verbose=False)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.proj = nn.Linear(in_features, out_features, bias=False)
+
+    def forward(self, x):
+        return _ext.proj_bf16(x, self.proj.weight)
+'''
+
+# The sizes it was shown, compiled in: right at them, wrong anywhere else.
+BAKED_KERNEL = r'''
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+src = """
+#include <torch/extension.h>
+constexpr int64_t B = 128, IN = 512, OUT = 256;   // problem sizes
+torch::Tensor fwd(torch::Tensor x, torch::Tensor w) {
+    auto y = torch::zeros({B, OUT}, x.options());
+    auto X = x.accessor<float, 2>(); auto W = w.accessor<float, 2>(); auto Y = y.accessor<float, 2>();
+    for (int64_t b = 0; b < B && b < x.size(0); ++b)
+        for (int64_t o = 0; o < OUT && o < w.size(0); ++o) {
+            float s = 0;
+            for (int64_t i = 0; i < IN && i < x.size(1); ++i) s += X[b][i] * W[o][i];
+            Y[b][o] = s;
+        }
+    return y;
+}
+"""
+mod = load_inline("baked_proj", cpp_sources=[src], functions=["fwd"])
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.proj = nn.Linear(in_features, out_features, bias=False)
+    def forward(self, x):
+        return mod.fwd(x, self.proj.weight)
+'''
+
+
+@pytest.fixture(scope="module")
+def problem():
+    return problem_from_source(PROBLEM, where="proj.py", name="proj")
+
+
+def test_the_tolerance_follows_the_unit_roundoff_and_grows_with_the_reduction():
+    bf16 = get_precision("bf16")
+    atol1, rtol1 = tolerance(bf16, 1, 1.0)
+    atol2, rtol2 = tolerance(bf16, 4096, 1.0)
+    assert rtol1 == rtol2 == 4 * 2 ** -8 and atol2 == pytest.approx(atol1 * math.sqrt(13))
+    assert tolerance(get_precision("fp16"), 1, 1.0)[1] == 4 * 2 ** -11 < rtol1
+    assert reduction_length(2 * 64 * 256 * 512, 64 * 256) == 512 and reduction_length(None, 10) == 1
+    assert PRECISIONS["bf16"].kernelbench_tol == 1e-2 and PRECISIONS["fp32"].kernelbench_tol == 1e-4
+    with pytest.raises(ValueError, match="choose from fp32, tf32, bf16, fp16"):
+        get_precision("fp8")
+
+
+def test_variants_change_sizes_not_axes_or_kernel_geometry():
+    p = problem_from_source(PROBLEM.replace("out_features = 256", "out_features = 256\ndim = 1\nkernel_size = 3"),
+                            where="p.py", name="p")
+    assert set(size_constants(p)) == {"batch_size", "in_features", "out_features"}
+    variants = shape_variants(p)
+    assert [set(v.overrides) for v in variants] == [{"batch_size", "in_features", "out_features"}, {"batch_size"}]
+    for v in variants:
+        for name, value in v.overrides.items():
+            assert value < p.constants[name] and value % 16 and value % 2  # smaller, odd, not tile-sized
+            assert f"{name} = {value}" in v.source
+    declared = shape_variants(p, [{"batch_size": 7}])
+    assert [v.overrides for v in declared] == [{"batch_size": 7}]
+
+
+@pytest.mark.parametrize("facets,kforge,kernelbench", [
+    (Facets("correct", kb_outcome="numerical_mismatch", kb_message="outside 1e-2"), "correct", "numerical_mismatch"),
+    (Facets("numerical_mismatch", kb_outcome="correct"), "numerical_mismatch", "correct"),
+    (Facets("correct", variant_outcome="shape_mismatch", variant_message="on shape variant batch_size=95"),
+     "shape_mismatch", "correct"),
+    (Facets("cheat_detected", outcome_rule="input_mutation"), "cheat_detected", "cheat_detected"),
+])
+def test_each_rule_set_reads_its_own_numerics_and_only_kforge_asks_for_the_variants(facets, kforge, kernelbench):
+    assert decide(facets, "kforge", require_kernel=False).state.value == kforge
+    assert decide(facets, "kernelbench").state.value == kernelbench
+
+
+def test_a_bf16_kernel_is_correct_at_bf16_against_the_float32_truth(pool, problem):
+    cfg = fast_config(precision="bf16", variants=True)
+    v = Verifier(cfg, pool=pool).verify(problem, BF16_KERNEL, "cpu")
+    assert v.state is State.CORRECT, v.summary()
+    assert v.precision == "bf16" and v.states["kernelbench"] == "correct"
+    assert any("shape variant" in n for n in v.evidence.notes), v.summary()  # right at sizes it was not shown
+
+
+def test_the_same_bf16_kernel_in_an_fp32_problem_is_a_silent_downgrade(pool, problem):
+    """At fp32 its inputs stay float32, so a kernel that insists on bf16 fails; one that casts to bf16 inside to
+    go faster is outside fp32's tolerance under both rule sets."""
+    downgrade = BF16_KERNEL.replace("return _ext.proj_bf16(x, self.proj.weight)",
+                                    "return _ext.proj_bf16(x.bfloat16(), self.proj.weight.bfloat16()).float()")
+    v = Verifier(fast_config(), pool=pool).verify(problem, downgrade, "cpu")
+    assert v.state is State.NUMERICAL_MISMATCH and v.states["kernelbench"] == "numerical_mismatch", v.summary()
+
+
+def test_sizes_baked_in_fail_the_kforge_rules_on_a_variant_and_pass_kernelbenchs(pool, problem):
+    v = Verifier(fast_config(variants=True), pool=pool).verify(problem, BAKED_KERNEL, "cpu")
+    assert v.states["kernelbench"] == "correct", v.summary()
+    assert v.state is State.SHAPE_MISMATCH and v.states["strict"] == "shape_mismatch", v.summary()
+    assert "on shape variant batch_size=95" in v.message and "(128, 256)" in v.message, v.message
