@@ -277,7 +277,8 @@ class Verdict:
     def summary(self) -> str:
         """A few readable lines for a terminal."""
         lines = [f"{self.state.value}: {self.message}"]
-        where = " · ".join(x for x in (self.problem, self.backend, self.device) if x)
+        where = " · ".join(x for x in (self.problem, self.backend, self.device,
+                                       self.precision if self.precision != "fp32" else "") if x)
         if where:
             lines.append(f"  {where}")
         if self.runtime:
