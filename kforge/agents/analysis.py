@@ -238,7 +238,8 @@ class ProfilingAdvisor:
             except ProfilerUnavailable as exc:
                 notes.append(f"profiling failed: {exc}")
         digest = build(problem, profile, time_ms=verdict.runtime.median_ms if verdict.runtime else None,
-                       floor_ms=verdict.floor_ms, ceilings=self.ceilings, device=verdict.device)
+                       floor_ms=verdict.floor_ms, ceilings=self.ceilings, device=verdict.device,
+                       precision=verdict.precision)
         digest.notes.extend(notes)
         out = self.workdir / f"analysis-{uuid.uuid4().hex[:8]}"
         out.mkdir(parents=True, exist_ok=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..precision import get_precision
 from .base import Profile
 
 #: Metrics worth showing, in order (kforge short names from `kforge.profile.ncu.METRICS`).
@@ -57,6 +58,8 @@ class Digest:
     peak_gbps: float | None = None
     achieved_tflops: float | None = None
     peak_tflops: float | None = None
+    precision: str = "fp32"
+    """The precision the problem runs in (`kforge.precision`): its peak is the compute ceiling."""
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -77,7 +80,8 @@ class Digest:
         def pct(x):
             return f"{100 * x:.0f}%" if x is not None else "n/a"
         lines = [f"- time per call: {self.time_ms:.4f} ms on {self.device} ({self.tool} profile)",
-                 f"- class: {self.bound}-bound; {self.launches} kernel launch(es) per call"]
+                 f"- class: {self.bound}-bound; {self.launches} kernel launch(es) per call"
+                 + (f"; precision {self.precision} (tensor cores)" if self.precision != "fp32" else "")]
         if self.floor_ms:
             lines.append(f"- roofline floor {self.floor_ms:.4f} ms: speed of light {pct(self.speed_of_light)}")
         if self.achieved_gbps is not None:
@@ -123,8 +127,9 @@ def _classify(time_ms: float, intensity: float | None, ridge: float | None, top:
 
 
 def build(problem, profile: Profile | None, *, time_ms: float | None = None, floor_ms: float | None = None,
-          ceilings: dict[str, Any] | None = None, top: int = 5, device: str = "") -> Digest:
-    """Digest a profile of one problem's candidate; without a profile, the roofline position alone."""
+          ceilings: dict[str, Any] | None = None, top: int = 5, device: str = "", precision: str = "fp32") -> Digest:
+    """Digest a profile of one problem's candidate; without a profile, the roofline position alone. The compute
+    ceiling is the precision's (fp32 on CUDA cores, TF32 or bf16 on tensor cores)."""
     if profile is None:
         profile = Profile(tool="roofline only (no profiler)", device=device or "?", kernels=[],
                           total_ms=time_ms or 0.0)
@@ -138,11 +143,12 @@ def build(problem, profile: Profile | None, *, time_ms: float | None = None, flo
         kernels.append(KernelDigest(k.name, k.time_ms, k.time_ms / total_kernel if total_kernel else 0.0, k.calls,
                                     metrics, stalls))
     c = ceilings or {}
-    peak_bw, peak_fl = c.get("bandwidth_bytes_per_s"), c.get("fp32_flops")
+    peak_bw = c.get("bandwidth_bytes_per_s")
+    peak_fl = c.get(get_precision(precision).peak) or c.get("fp32_flops")
     d = Digest(problem=problem.key, device=profile.device, tool=profile.tool, time_ms=t, bound="unknown",
                launches=sum(k.calls for k in profile.kernels), kernels=kernels, floor_ms=floor_ms,
                speed_of_light=floor_ms / t if floor_ms and t else None, flops=problem.flops, bytes=problem.bytes,
-               notes=list(profile.notes))
+               precision=precision, notes=list(profile.notes))
     secs = t / 1e3
     if problem.bytes and peak_bw:
         d.achieved_gbps, d.peak_gbps = problem.bytes / secs / 1e9, peak_bw / 1e9

@@ -163,6 +163,26 @@ def _arith(d: Digest) -> ProfileFinding | None:
                    "loop, and replace expensive functions where an exact cheaper form exists")
 
 
+@profile_rule("tensor_cores")
+def _tensor_cores(d: Digest) -> ProfileFinding | None:
+    """At a reduced precision, matrix work off the tensor cores leaves most of the chip's rate unused (an H100:
+    ~990 TFLOP/s bf16 on tensor cores against ~67 fp32 on CUDA cores)."""
+    if d.precision == "fp32" or d.device.startswith("cpu") or not d.kernels or not d.flops:
+        return None
+    if d.ridge is not None and d.intensity is not None and d.intensity < d.ridge / 4:
+        return None  # memory work: the tensor cores would not help
+    tensor = _m(d, "tensor_pct")
+    if tensor is not None and tensor >= 10:
+        return None
+    seen = f"tensor pipe {tensor:.0f}% busy in the top kernel" if tensor is not None else \
+        "no tensor-pipe counter read (the profile has none)"
+    return ProfileFinding("tensor_cores", f"{d.precision} matrix work off the tensor cores",
+                          f"{seen}; {_pct(d.compute_fraction)} of the measured {d.precision} matmul rate",
+                          "do the products on tensor cores: in Triton `tl.dot` on bf16/fp16 tiles with an fp32 "
+                          "accumulator; in CUDA WMMA (`nvcuda::wmma`) or `mma.sync`/`wgmma` fragments, operands "
+                          "staged in shared memory, fp32 accumulation")
+
+
 @profile_rule("cpu_own_code")
 def _cpu(d: Digest) -> ProfileFinding | None:
     if not d.device.startswith("cpu") or not d.kernels:
@@ -179,7 +199,7 @@ def _cpu(d: Digest) -> ProfileFinding | None:
 
 
 #: Tried in this order: what usually buys most first; specific evidence (stalls) before general advice.
-ORDER = ("register_spills", "unfused_launches", "tiny_latency_bound", "low_occupancy", "memory_latency_stalls",
+ORDER = ("tensor_cores", "register_spills", "unfused_launches", "tiny_latency_bound", "low_occupancy", "memory_latency_stalls",
          "barrier_stalls", "memory_inefficient", "memory_roofline", "data_reuse", "arithmetic", "cpu_own_code")
 PROFILE_RULES.sort(key=lambda r: ORDER.index(r[0]))
 

@@ -50,6 +50,28 @@ def test_compute_bound_matmul_asks_for_tiling():
     assert d.bound == "compute" and f.rule == "data_reuse" and "shared memory" in f.action
 
 
+def test_bf16_matrix_work_off_the_tensor_cores_asks_for_them():
+    """The same GEMM in bf16 is held to the tensor cores' rate; a kernel whose tensor pipe idles is told to use it,
+    one that keeps it busy gets the usual advice, and memory-bound work is never sent there."""
+    flops, nbytes = 2 * 4096 ** 3, 3 * 2 * 4096 ** 2
+    ceilings = {**H100, "bf16_flops": 800e12}
+    idle = build(problem(flops, nbytes), gpu_profile(KernelStat("gemm_fma", 10.0, 1, {"dram_pct": 10, "sm_pct": 55,
+                                                                                       "tensor_pct": 0.0})),
+                 time_ms=10.0, ceilings=ceilings, precision="bf16")
+    assert idle.peak_tflops == 800 and classify(idle).rule == "tensor_cores"
+    assert "tl.dot" in classify(idle).action and "wmma" in classify(idle).action.lower()
+    busy = build(problem(flops, nbytes), gpu_profile(KernelStat("gemm_hmma", 1.0, 1, {"dram_pct": 10, "sm_pct": 55,
+                                                                                       "tensor_pct": 60.0})),
+                 time_ms=1.0, ceilings=ceilings, precision="bf16")
+    assert classify(busy).rule != "tensor_cores"
+    relu = build(problem(1e8, 8e8), gpu_profile(KernelStat("relu", 1.0, 1, {"dram_pct": 80, "sm_pct": 20})),
+                 time_ms=1.0, ceilings=ceilings, precision="bf16")
+    assert classify(relu).rule != "tensor_cores"
+    assert classify(build(problem(flops, nbytes), idle_profile := gpu_profile(KernelStat("g", 10.0, 1, {})),
+                          time_ms=10.0, ceilings=ceilings)).rule != "tensor_cores"  # fp32: CUDA cores are right
+    assert idle_profile.tool == "ncu"
+
+
 def test_low_occupancy_names_the_limits():
     d = build(problem(1e8, 1e9), gpu_profile(KernelStat("k", 2.0, 1, {"dram_pct": 30, "sm_pct": 25,
                                                                         "occupancy_pct": 12, "registers": 168,
