@@ -113,7 +113,7 @@ class Settings:
 class Swap:
     """Runs reference code under the harness's settings and gives the candidate its own back afterwards."""
 
-    MODES = ("strict", "exact", "default", "tf32")
+    MODES = ("strict", "exact", "default", "tf32", "kernelbench")
 
     def __init__(self, settings: Settings, numerics: str):
         if numerics not in self.MODES:
@@ -122,12 +122,22 @@ class Swap:
         self.numerics = numerics
         """``strict``: the harness's own state (`Settings.use_strict`); ``exact``: that with TF32 off, the
         correctness reference; ``default``: PyTorch's numerics, the timed baselines; ``tf32``: TF32 on, the
-        baselines at ``verify.precision=tf32``."""
+        baselines at ``verify.precision=tf32``; ``kernelbench``: the candidate's own state with PyTorch's default
+        numerics wherever it left the harness's (KernelBench runs the candidate, as the reference, with PyTorch's
+        defaults: cuDNN's TF32 on)."""
         self._saved: dict[str, Any] | None = None
 
     def __enter__(self) -> "Swap":
         s = self.settings
         self._saved = s.read()
+        if self.numerics == "kernelbench":
+            state = dict(self._saved)
+            for path, attr in NUMERICS:
+                key = f"{path}.{attr}"
+                if key in state and key in s.defaults and state[key] == s.strict.get(key):
+                    state[key] = s.defaults[key]
+            s.apply(state)
+            return self
         state = dict(s.strict)
         for path, attr in NUMERICS:
             key = f"{path}.{attr}"

@@ -86,6 +86,7 @@ class Trials(NumericsChecks, VariantChecks, Harness):
         # Every other trial poisons it, and those catch outputs left unwritten.
         with self._poisoned_allocations() if mode != "profile" else contextlib.nullcontext():
             cand_in = self._clone(inputs)  # before the reference runs: it may change its inputs
+            kb_in = self._clone(inputs) if mode is None and self.candidate_numerics_differ else None
             if mode == "profile":
                 refs, outs = self._profiled(model, inputs, cand_in, rng_seed, where)
             else:
@@ -94,6 +95,8 @@ class Trials(NumericsChecks, VariantChecks, Harness):
                     outs = self._traced(model, cand_in, rng_seed, where, seed)
                 else:
                     outs = self.candidate(model, cand_in, rng_seed, where)
+                    if kb_in is not None:
+                        refs.kb_outputs = self.candidate_in_kernelbench_numerics(model, kb_in, rng_seed, where)
         self.trip(f"correctness trial {trial}")
         self._check(outs, refs, cand_in, inputs, f"correctness trial {trial}")
 

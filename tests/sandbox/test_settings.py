@@ -29,3 +29,25 @@ def test_strict_default_and_the_candidates_own_state():
     finally:
         torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = saved[0], saved[1]
         torch.set_num_threads(saved[2])
+
+
+def test_tf32_precision_and_kernelbench_numerics_for_the_candidate():
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    saved = (matmul.allow_tf32, cudnn.allow_tf32, cudnn.benchmark)
+    try:
+        matmul.allow_tf32, cudnn.allow_tf32 = False, True  # PyTorch's defaults
+        s = Settings(torch)
+        s.use_strict(tf32=True)  # verify.precision=tf32: the candidate's state has TF32 on
+        assert matmul.allow_tf32 is True and cudnn.allow_tf32 is True
+        with Swap(s, "exact"):  # the correctness reference: true fp32 whatever the precision
+            assert matmul.allow_tf32 is False and cudnn.allow_tf32 is False
+        s.use_strict()
+        cudnn.benchmark = True  # the candidate's own speed setting, kept
+        with Swap(s, "kernelbench"):  # KernelBench runs the candidate with PyTorch's defaults
+            assert cudnn.allow_tf32 is True and matmul.allow_tf32 is False and cudnn.benchmark is True
+        assert cudnn.allow_tf32 is False and cudnn.benchmark is True
+        matmul.allow_tf32 = True  # a numerics flag the candidate set itself stays as it set it
+        with Swap(s, "kernelbench"):
+            assert matmul.allow_tf32 is True
+    finally:
+        matmul.allow_tf32, cudnn.allow_tf32, cudnn.benchmark = saved
