@@ -5,7 +5,7 @@ regions extracted (or an earlier extraction reused), and the regions are the job
 run under the job's parent run as any problem is. Once the loop is over, `finish_workload` puts each
 region's best correct kernel into the model, verifies the assembled model against the original with the
 job's verifier, times it against eager and torch.compile, and records it all on the parent run
-(`kforge.workload.record`'s names).
+(`kforge.tracking.schema`'s names).
 
 Resuming: the parent run carries the extraction's folder; a rerun of the same configuration reuses it, so
 its regions are the same problems and the job's own resume skips the finished ones (MLflow keeps their best
@@ -25,11 +25,13 @@ from ..problems import Problem, ProblemError
 from ..tracking import Tracker
 from ..tracking.tracker import as_metrics
 from ..tracking.schema import Kind, Tags, tag_is
+from ..tracking.schema import WorkloadFiles as WFiles
+from ..tracking.schema import WorkloadMetrics as WMetrics
+from ..tracking.schema import WorkloadTags as WTags
 from ..workload.assemble import RegionKernel, WorkloadResult, evaluate
 from ..workload.extract import WORKLOAD_JSON, Workload
 from ..workload.prepare import ASSEMBLED, RESULT_JSON, prepare, region_problems, resolve_model, save_kernels
 from ..workload.profile import WorkloadError
-from ..workload.record import WFiles, WMetrics, WTags
 
 
 @dataclass

@@ -19,8 +19,11 @@ from kforge.llm import ModelConfig, make_model
 from kforge.llm.offline import OracleModel
 from kforge.problems import builtin_solution_path
 from kforge.problems.equivalent import builtin_equivalent
+from kforge.report.workload import write_workload_table
+from kforge.tracking.schema import WorkloadFiles as WFiles
+from kforge.tracking.schema import WorkloadMetrics as WMetrics
+from kforge.tracking.schema import WorkloadTags as WTags
 from kforge.workload.extract import Workload
-from kforge.workload.record import WFiles, WMetrics, WTags, write_workload_table
 from tests.helpers import FAST, scripted
 
 pytestmark = pytest.mark.slow

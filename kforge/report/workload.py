@@ -1,66 +1,22 @@
-"""What a workload job records on its parent MLflow run, by name, and the ``whole_workload`` table read back.
-
-The job's parent run is the workload's run (its regions are the job's problem runs, as any job's problems
-are); `kforge.job.workload` writes these names on it, and `workload_table` reads them. They are the
-workload's own and none of `kforge.tracking.schema`'s, which they sit beside.
-"""
+"""The ``whole_workload`` table: whole-model jobs' parent runs read back from MLflow (`kforge.tracking.schema`'s
+``Workload*`` names), per workload, model and backend (docs/workload.md)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-#: The experiment ``conf/experiment/whole_workload.yaml`` logs into, and the table reads.
-WORKLOAD_EXPERIMENT = "kforge-whole_workload"
+from ..tracking.schema import WORKLOAD_EXPERIMENT, Tags
+from ..tracking.schema import WorkloadMetrics as WMetrics
+from ..tracking.schema import WorkloadTags as WTags
+
 TABLE = "whole_workload"
 
 
-class WTags:
-    """Tags of a workload's parent run."""
-
-    MODEL = "workload"
-    """The model file's name (``transformer_block.py``); only a workload's parent run has it."""
-    MODEL_PATH = "workload.model"
-    DIR = "workload.dir"
-    """The extraction's folder on the machine that ran it (reused by a rerun of the same configuration)."""
-    STATE = "workload.state"
-    """The assembled model's verdict (``correct``, ``numerical_mismatch``...), ``unchanged`` when no region was
-    solved, ``interrupted`` when the job was cut off before assembly."""
-    MESSAGE = "workload.message"
-    UNSOLVED = "workload.unsolved"
-    """Regions no candidate solved (they keep the model's module), comma-separated."""
-
-
-class WMetrics:
-    """Metrics of a workload's parent run."""
-
-    COVERAGE = "workload_coverage"
-    REGIONS = "workload_regions"
-    SOLVED = "workload_regions_solved"
-    REPLACED_SHARE = "workload_replaced_share"
-    CORRECT = "workload_correct"
-    SPEEDUP_EAGER = "workload_speedup_vs_eager"
-    SPEEDUP_COMPILE = "workload_speedup_vs_compile"
-    BOUND = "workload_amdahl_bound"
-    MODEL_MS = "workload_model_ms"
-    """The model's operator time per forward in the profile."""
-
-
-class WFiles:
-    """A workload parent run's artifacts."""
-
-    FOLDER = "workload"
-    """The extraction (workload.json, region files, profile.txt/png/json) and, after assembly, kernels/."""
-    PROFILE_TABLE = "workload/profile.txt"
-    PROFILE_PLOT = "workload/profile.png"
-    ASSEMBLED = "workload/assembled.py"
-    RESULT = "workload/result.json"
-    SUMMARY = "workload/summary.txt"
-
-
 def load_workload_runs(client, experiment: str = WORKLOAD_EXPERIMENT) -> pd.DataFrame:
-    """Parent runs of workload jobs in ``experiment`` (any status), one row each; empty when there are none."""
+    """Parent runs of whole-model jobs in ``experiment`` (any status), one row each; empty when there are none."""
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
         return pd.DataFrame()
@@ -68,8 +24,9 @@ def load_workload_runs(client, experiment: str = WORKLOAD_EXPERIMENT) -> pd.Data
     for r in client.search_runs([exp.experiment_id], f"tags.`{WTags.MODEL}` != ''", max_results=50000):
         t, m = r.data.tags, r.data.metrics
         rows.append(dict(run_id=r.info.run_id, status=r.info.status, start_time=r.info.start_time,
-                         workload=t.get(WTags.MODEL, ""), model=t.get("model", ""), backend=t.get("backend", ""),
-                         state=t.get(WTags.STATE, ""), **{k: m.get(k) for k in _METRICS}))
+                         workload=t.get(WTags.MODEL, ""), model=t.get(Tags.MODEL, ""),
+                         backend=t.get(Tags.BACKEND, ""), state=t.get(WTags.STATE, ""),
+                         **{k: m.get(k) for k in _METRICS}))
     return pd.DataFrame(rows)
 
 
@@ -118,7 +75,6 @@ CAPTION = ("whole_workload: per workload, model and backend, the newest job that
 def write_workload_table(client, out_dir, experiment: str = WORKLOAD_EXPERIMENT) -> dict[str, dict[str, Any]]:
     """``whole_workload.md`` and ``.csv`` under ``out_dir``, in the shape `kforge.report.render.build_all` returns
     per table ({} when the experiment has no workload runs)."""
-    from pathlib import Path
     runs = load_workload_runs(client, experiment)
     if runs.empty:
         return {}
