@@ -20,7 +20,6 @@ from typing import Any, Sequence
 from ..agents import GenerationAgent, Reference
 from ..problems import Problem, ProblemError
 from ..verify import Verifier
-from ..verify.verifier import ProblemError as ProblemFailure
 from .advice import Advisor, GenericAdvisor
 from .beam import BeamSearch
 from .chain import ChainSearch
@@ -29,11 +28,6 @@ from .records import JobEnd, JobStart, LoopObserver, LoopState, ProblemResult, j
 from .strategy import SearchStrategy
 
 log = logging.getLogger(__name__)
-
-#: What says a problem itself is broken. (The verifier's `ProblemError` is listed while it is not yet a
-#: `kforge.problems.ProblemError`.)
-BROKEN_PROBLEM = (ProblemError, ProblemFailure)
-
 
 def strategy_for(config: LoopConfig) -> SearchStrategy:
     return BeamSearch() if config.mode == "beam" else ChainSearch()
@@ -69,7 +63,7 @@ class ProblemLoop:
         self.tell("problem_started", problem, reference, resume)
         try:
             self.strategy.search(self, problem, reference, state)
-        except BROKEN_PROBLEM as exc:
+        except ProblemError as exc:  # a malformed problem file, or one that fails when run (`ProblemFails`)
             state.result.problem_error = traceback.format_exc()
             log.warning("kforge: %s skipped: the problem itself fails (%s); the sweep goes on",
                         problem.key, str(exc).splitlines()[0])
