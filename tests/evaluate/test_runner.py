@@ -128,8 +128,9 @@ def _verdict(state, speedup=None, kernel_share=None, flags=None):
 
 def test_summary_per_level_with_kernel_share_and_flags():
     def row(level, pid, sample, verdict=None, error=None):
-        job = CandidateFile(Path(f"/g/{kb_name(pid, sample, level)}"), None if error else f"p{pid}", "cuda", level, pid, sample)
-        return make_row(job, "h", "gpu", verdict=verdict, error=error)
+        file = CandidateFile(Path(f"/g/{kb_name(pid, sample, level)}"), None if error else f"p{pid}", "cuda", level,
+                             pid, sample)
+        return make_row(file, "h", "gpu", verdict=verdict, error=error)
 
     rows = [row(1, 1, 0, _verdict("correct", 2.5, 0.9)), row(1, 1, 1, _verdict("correct", 0.5, 0.5)),
             row(1, 2, 0, _verdict("numerical_mismatch")), row(1, 3, 0, error="no problem level1/3_*.py"),
