@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..metrics import total_cost
+from ..verify.verdict import correct_under
 from . import view
 from .schema import (CANDIDATE_METRICS, CANDIDATE_STATE_INDEX, CANDIDATE_TAGS, JOB_METRIC_NAMES, STATE_CODES, Files,
                      Kind, Metrics, Tags, WorkloadFiles, WorkloadMetrics, WorkloadTags, iteration_values, level_prefix)
@@ -273,7 +274,8 @@ class Tracker:
                 **{k: str(row[k]) for k in CANDIDATE_TAGS if row.get(k) is not None}}
         values = {k: row.get(k) for k in CANDIDATE_METRICS}
         values[Metrics.CORRECT] = float(bool(row.get("correct")))
-        values[Metrics.CORRECT_KERNELBENCH] = float((row.get("states") or {}).get("kernelbench") == "correct")
+        values[Metrics.CORRECT_KERNELBENCH] = float(correct_under(row.get("states") or {}, "kernelbench",
+                                                                  row.get("state")))
         if row.get("state") in STATE_CODES:
             values[CANDIDATE_STATE_INDEX] = STATE_CODES[row["state"]]
         with self._lock:
