@@ -41,6 +41,19 @@ def test_names_and_paths_as_logged():
     assert RENAMED["best_speedup_vs_eager"] == "best_speedup_eager" and RENAMED[STATE_INDEX] == "state"
 
 
+def test_a_whole_model_jobs_files_are_its_extraction_folder_under_workload():
+    """The writer uploads the extraction folder as it is (`Tracker.log_workload`): each file's MLflow path is
+    the folder's name under ``workload/``, as the workload layer names it."""
+    from kforge.tracking.schema import WorkloadFiles
+    from kforge.workload.extract import WORKLOAD_JSON
+    from kforge.workload.prepare import ASSEMBLED, PROFILE_FILES, RESULT_JSON
+    from kforge.workload.record import SUMMARY_TXT
+    under = lambda name: f"{WorkloadFiles.FOLDER}/{name}"  # noqa: E731
+    assert (WorkloadFiles.WORKLOAD_JSON, WorkloadFiles.ASSEMBLED, WorkloadFiles.RESULT, WorkloadFiles.SUMMARY) == \
+        (under(WORKLOAD_JSON), under(ASSEMBLED), under(RESULT_JSON), under(SUMMARY_TXT))
+    assert {WorkloadFiles.PROFILE_TABLE, WorkloadFiles.PROFILE_PLOT} <= {under(f) for f in PROFILE_FILES}
+
+
 def test_every_reader_reads_back_what_a_job_wrote(tmp_path, pool):
     """One real job on CPU (a mismatch, then a correct kernel), read back by resume, the tables and
     reference transfer."""

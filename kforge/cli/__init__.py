@@ -1,7 +1,7 @@
-"""The ``kforge`` command: list problems, verify a candidate, evaluate many, build ahead.
+"""The ``kforge`` command: list problems, verify a candidate, evaluate many, build ahead, speed up a whole model.
 
-One module per subcommand (`problems`, `verify`, `eval`, `build`, `ui`), each adding its parser and the
-function it runs; `common` holds what they share. The experiment pipeline (LLM agents, sweeps, MLflow)
+One module per subcommand (`problems`, `verify`, `eval`, `build`, `ui`, `workload`), each adding its parser and
+the function it runs; `common` holds what they share. The experiment pipeline (LLM agents, sweeps, MLflow)
 runs through Hydra: ``kforge-synthesize``.
 """
 
@@ -14,8 +14,7 @@ import sys
 from .. import __version__
 from ..log import setup as setup_logging
 from ..problems import ProblemError
-from ..workload.cli import add_subcommand as add_workload
-from . import build, eval as eval_command, problems, ui, verify
+from . import build, eval as eval_command, problems, ui, verify, workload
 from .common import UsageError
 
 __all__ = ["UsageError", "build_parser", "main"]
@@ -27,9 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="The agent pipeline runs through Hydra: kforge-synthesize --help")
     parser.add_argument("--version", action="version", version=f"kforge {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    for command in (problems, verify, eval_command, build, ui):
+    for command in (problems, verify, eval_command, build, ui, workload):
         command.add_parser(sub)
-    add_workload(sub)
     return parser
 
 

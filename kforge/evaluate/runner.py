@@ -1,9 +1,9 @@
 """`kforge eval`: verify many candidate files in one worker pool, one JSONL row each, resumable.
 
 Inputs are KernelBench's generations layout (`discover`) or a manifest (`read_manifest`); both become
-`Job`s. `run_eval` loads each problem once, skips what the results file already holds, verifies the
-rest from several threads (builds go to the pool's build workers in parallel, runs to any free device
-slot) and appends a row per candidate as it finishes (the main thread alone writes). A file keeps one
+`CandidateFile`s (``jobs``). `run_eval` loads each problem once, skips what the results file already holds,
+verifies the rest from several threads (builds go to the pool's build workers in parallel, runs to any free
+device slot) and appends a row per candidate as it finishes (the main thread alone writes). A file keeps one
 row: one verified again (an ``error`` row, or changed content) loses its old row first. The summary
 lives in `kforge.evaluate.summary`.
 """
@@ -39,8 +39,9 @@ class EvalInputError(KforgeError, ValueError):
 
 
 @dataclass(frozen=True)
-class Job:
-    """One candidate file to verify against one problem on one backend."""
+class CandidateFile:
+    """One candidate file to verify against one problem on one backend (one of `run_eval`'s ``jobs``; not a
+    synthesis job, `kforge.job.pipeline`)."""
 
     candidate: Path
     """The candidate program (.py) or a saved reply (.md/.txt)."""
@@ -55,15 +56,15 @@ class Job:
     sample_id: int | None = None
     """Sample number from a KernelBench file name (None for manifest rows named otherwise)."""
     error: str | None = None
-    """Why this job cannot be verified, found while discovering it (e.g. its problem is missing)."""
+    """Why this file cannot be verified, found while discovering it (e.g. its problem is missing)."""
 
 
 @dataclass
 class Discovery:
     """What a generations directory holds."""
 
-    jobs: list[Job]
-    """A job per ``level_L_problem_ID_sample_S_kernel.py`` file, sorted by (level, id, sample)."""
+    jobs: list[CandidateFile]
+    """A file per ``level_L_problem_ID_sample_S_kernel.py`` file, sorted by (level, id, sample)."""
     ignored: list[str] = field(default_factory=list)
     """Names of other ``.py`` files in the directory (not in KernelBench's naming)."""
 
@@ -116,7 +117,7 @@ def discover(problems_dir: str | Path, generations_dir: str | Path, backend: str
             error = f"no problem level{level}/{pid}_*.py in {problems_dir}"
         elif len(matches) > 1:
             error = f"several problem files match level{level}/{pid}_*.py: {', '.join(p.name for p in matches)}"
-        jobs.append(Job(f.resolve(), str(matches[0]) if len(matches) == 1 else None, backend,
+        jobs.append(CandidateFile(f.resolve(), str(matches[0]) if len(matches) == 1 else None, backend,
                         level, pid, sample, error))
     if not jobs:
         hint = " (point at one run's folder, not at runs/)" if any(p.is_dir() for p in gen.iterdir()) else ""
@@ -126,7 +127,7 @@ def discover(problems_dir: str | Path, generations_dir: str | Path, backend: str
     return Discovery(jobs, ignored)
 
 
-def read_manifest(path: str | Path, backend: str) -> list[Job]:
+def read_manifest(path: str | Path, backend: str) -> list[CandidateFile]:
     """Jobs from a CSV (header row) or JSONL manifest with ``problem``, ``candidate`` and optional ``backend``.
 
     Relative paths are taken from the manifest's folder; a problem that names no file there is kept as
@@ -147,7 +148,7 @@ def read_manifest(path: str | Path, backend: str) -> list[Job]:
         if not Path(prob).is_absolute() and local.exists():
             prob = str(local)
         parsed = parse_generation_name(cpath.name)
-        jobs.append(Job(cpath.resolve(), prob, str(rec.get("backend") or backend).strip(),
+        jobs.append(CandidateFile(cpath.resolve(), prob, str(rec.get("backend") or backend).strip(),
                         sample_id=parsed[2] if parsed else None))
     if not jobs:
         raise EvalInputError(f"{path}: the manifest lists no candidates")
@@ -214,7 +215,7 @@ def _trim(value: Any) -> Any:
     return value[-_TRIM:] if isinstance(value, str) and len(value) > _TRIM else value
 
 
-def make_row(job: Job, content_hash: str | None, size: str, problem: Problem | None = None,
+def make_row(job: CandidateFile, content_hash: str | None, size: str, problem: Problem | None = None,
              verdict: dict[str, Any] | None = None, error: str | None = None) -> dict[str, Any]:
     """A results row: where the candidate came from, then the verdict's fields (evidence trimmed)."""
     row: dict[str, Any] = {
@@ -269,7 +270,7 @@ def _appending(out: Path):
         yield fh
 
 
-def _verified_row(verifier, backend, config, job: Job, h: str | None, problem: Problem, cand: Candidate):
+def _verified_row(verifier, backend, config, job: CandidateFile, h: str | None, problem: Problem, cand: Candidate):
     """One file's row: its verdict, or why it could not be verified (nothing a candidate does raises here)."""
     try:
         return make_row(job, h, problem.size, problem, verifier.verify(problem, cand, backend, config).to_dict())
@@ -280,7 +281,7 @@ def _verified_row(verifier, backend, config, job: Job, h: str | None, problem: P
         return make_row(job, h, problem.size, problem, error=f"verification failed: {tail}")
 
 
-def run_eval(jobs: Iterable[Job], verifier, backends: dict[str, Any], *, size_of: Callable[[str], str],
+def run_eval(jobs: Iterable[CandidateFile], verifier, backends: dict[str, Any], *, size_of: Callable[[str], str],
              out: Path, config=None, threads: int = 4, progress: bool | None = None,
              on_row: Callable[[dict[str, Any], str | None], None] | None = None) -> EvalResult:
     """Verify every job not already in ``out`` and append its row there as soon as it is known.
@@ -293,7 +294,7 @@ def run_eval(jobs: Iterable[Job], verifier, backends: dict[str, Any], *, size_of
     done = load_results(out)
     problems: dict[tuple[str, str], Problem | ProblemError] = {}  # each problem loaded once per size
     rows: dict[int, dict[str, Any]] = {}
-    todo: list[tuple[int, Job, str | None, Problem, Candidate]] = []
+    todo: list[tuple[int, CandidateFile, str | None, Problem, Candidate]] = []
     texts: dict[int, str | None] = {}  # each file as read, for on_row (a garbage file's too)
     fresh: list[tuple[int, dict[str, Any], str | None]] = []
     resumed: list[tuple[int, dict[str, Any], str | None]] = []

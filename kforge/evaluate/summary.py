@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ..metrics import fast_p, geomean, speedup_over
+from ..verify.verdict import correct_under
 
 SIDE_BY_SIDE = ("kforge", "kernelbench")
 """The rule sets the summary reports beside each other (`kforge.verify.rules`): kforge's (the candidate's own
@@ -29,10 +30,9 @@ def _speedup(row: dict[str, Any], baseline: str) -> float | None:
     return speedup_over(baseline, row.get("speedup_eager"), row.get("speedup_compile"))
 
 
-def correct_under(row: dict[str, Any], rules: str) -> bool:
-    """Whether a row is correct under a rule set (a row from before rule sets: its own ``correct``)."""
-    states = row.get("states") or {}
-    return states.get(rules) == "correct" if rules in states else bool(row.get("correct"))
+def row_correct(row: dict[str, Any], rules: str) -> bool:
+    """Whether a row is correct under a rule set (`kforge.verify.verdict.correct_under`)."""
+    return correct_under(row.get("states") or {}, rules, row.get("state"))
 
 
 def group_stats(rows: list[dict[str, Any]], baseline: str = "eager",
@@ -41,9 +41,9 @@ def group_stats(rows: list[dict[str, Any]], baseline: str = "eager",
     degenerate = degenerate or set()
     verified = [r for r in rows if r.get("state") != ERROR_STATE]
     counted = [r for r in verified if r.get("problem") not in degenerate]
-    outcomes = [(correct_under(r, rules), _speedup(r, baseline)) for r in counted]
+    outcomes = [(row_correct(r, rules), _speedup(r, baseline)) for r in counted]
     timed = any(s is not None for _, s in outcomes)
-    correct = [r for r in verified if correct_under(r, rules)]
+    correct = [r for r in verified if row_correct(r, rules)]
     shares = [r["kernel_share"] for r in rows if isinstance(r.get("kernel_share"), (int, float))]
     flags: dict[str, set[str]] = {}
     for r in rows:

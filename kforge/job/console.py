@@ -1,6 +1,6 @@
 """What a person watching a job sees: a progress bar over problems, a line per iteration, a line for a
-problem kforge failed on, and the summary table at the end. The bar draws only where a person watches;
-logs (CI, nohup, Hydra multirun) get the lines alone."""
+problem kforge failed on, a whole-model job's outcome, and the summary table at the end. The bar draws only
+where a person watches; logs (CI, nohup, Hydra multirun) get the lines alone."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from ..loop import IterationRecord, LoopObserver, ProblemResult, Step
 from ..problems import Problem
 from ..tracking.schema import Files
 from ..verify.verdict import State
+from ..workload.record import WorkloadRecord
 
 GENERATION_FAILURE = State.GENERATION_FAILURE.value
 
@@ -58,6 +59,13 @@ class Progress(LoopObserver):
     def job_stopping(self, in_flight: int) -> None:
         self.bar.write(f"\nkforge: stopping: no new work; {in_flight} problem(s) in flight end after their current "
                        "step, marked KILLED (Ctrl-C again to stop them now)")
+
+    def workload_done(self, record: WorkloadRecord) -> None:
+        """A whole-model job's outcome: the regions left unsolved, then the assembled model's verdict."""
+        if record.state != "interrupted":
+            for region in record.unsolved:
+                self.bar.write(f"kforge: {region.line()}; the assembled model keeps the model's own module")
+        self.bar.write(f"kforge: workload {record.name}:\n{record.summary()}")
 
     def close(self) -> None:
         self.bar.close()

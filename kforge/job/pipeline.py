@@ -25,8 +25,8 @@ from ..loop import Advisor, Interrupted, JobEnd, LoopObserver, ProblemLoop, Prob
 from ..problems import Problem, default_size, load_builtin, load_directory
 from .reference import ReferenceTransferError, load_references, reference_backend
 from ..tracking.observer import JobRun
-from ..tracking.schema import Tags
-from .workload import PreparedWorkload, finish_workload, prepare_workload
+from ..tracking.schema import WORKLOAD_SOURCE, Tags
+from .workload import PreparedWorkload, WorkloadStage, prepare_workload
 from ..verify import BackendUnavailable, Verifier, WorkerPool
 from ..sandbox.protocol import DeviceInfo
 
@@ -175,11 +175,7 @@ def run(cfg: Any, *, llm: LLM | None = None, tags: dict[str, str] | None = None,
     pool = pool or WorkerPool(gpus=job.workers.gpus, build_workers=job.workers.build, spare=job.workers.spare)
     try:
         with _sigterm_as_interrupt(), tempfile.TemporaryDirectory(prefix="kforge-analysis-") as scratch:
-            built = compose(conf, job, llm, pool, scratch, chash, tags or {})
-            result = execute(built)
-            if built.workload is not None:  # the model's regions are solved: put them back, verify it whole
-                finish_workload(built.workload, built, result)
-            return result
+            return execute(compose(conf, job, llm, pool, scratch, chash, tags or {}))
     finally:
         if own_pool:
             pool.close()
@@ -257,8 +253,12 @@ def execute(job: Job) -> JobResult:
                               continued={k: prev.run_id for k, prev in cut.items()})
     _announce(job, tracker, labels, earlier, todo, references)
     progress = Progress(len(todo), loop_cfg.budget, run_of=tracking.run_ids.get)
+    observers: list[LoopObserver] = [tracking, progress, _CloseOnAbort(job.pool)]
+    # Whole-workload mode: once the regions are solved, the model is put back together and verified whole, and
+    # the outcome told to the others before the job's end closes its parent run.
+    stage = WorkloadStage(job.workload, job, then=observers) if job.workload is not None else None
     loop = ProblemLoop(job.agent, job.verifier, loop_cfg, advisor=job.advisor,
-                       observers=[tracking, progress, _CloseOnAbort(job.pool)], stop=job.stop)
+                       observers=[stage, *observers] if stage else observers, stop=job.stop)
     try:
         end = run_problems(todo, loop, concurrency=loop_cfg.concurrency, references=references,
                            resumes={k: prev.state for k, prev in cut.items()},
@@ -268,8 +268,10 @@ def execute(job: Job) -> JobResult:
     finally:
         progress.close()
     _report(end, tracker, tracking.parent_id or earlier.parent, todo, job.llm.config.kind)
-    return JobResult(end.results, end.stats, tracking.parent_id or earlier.parent, end.interrupted,
-                     extra={"verifier_time_s": dict(job.verifier.time_s)})
+    extra: dict[str, Any] = {"verifier_time_s": dict(job.verifier.time_s)}
+    if stage is not None:
+        extra["workload"] = stage.record
+    return JobResult(end.results, end.stats, tracking.parent_id or earlier.parent, end.interrupted, extra=extra)
 
 
 def job_run_name(job: Job) -> str:
@@ -349,5 +351,6 @@ def job_labels(job: Job) -> dict[str, str]:
     return {Tags.ANALYSIS: cfg.analysis.kind, Tags.MODEL: model,
             Tags.MODEL_NAME: llm.config.name, Tags.MODEL_LABEL: llm.config.label, Tags.BACKEND: backend.name,
             Tags.DEVICE: backend.device, Tags.LOOP_MODE: cfg.loop.mode, Tags.REFERENCE: ref_kind,
-            Tags.PROFILER: resolve_profiler(cfg.profiler.kind, backend), Tags.PROBLEMS_SOURCE: cfg.problems.source,
+            Tags.PROFILER: resolve_profiler(cfg.profiler.kind, backend),
+            Tags.PROBLEMS_SOURCE: WORKLOAD_SOURCE if job.workload is not None else cfg.problems.source,
             Tags.RULES: cfg.verify.rules, Tags.LEVEL: ",".join(levels), Tags.CONFIG_HASH: config_hash(job.conf)}

@@ -1,15 +1,18 @@
 """A synthesis job in whole-workload mode (``workload=NAME|FILE.py``; docs/workload.md).
 
-`job.pipeline.run` calls `prepare_workload` where it would load problems: the model is profiled and its
+`job.pipeline.compose` calls `prepare_workload` where it would load problems: the model is profiled and its
 regions extracted (or an earlier extraction reused), and the regions are the job's problems, each a problem
-run under the job's parent run as any problem is. Once the loop is over, `finish_workload` puts each
-region's best correct kernel into the model, verifies the assembled model against the original with the
-job's verifier, times it against eager and torch.compile, and records it all on the parent run
-(`kforge.workload.record`'s names).
+run under the job's parent run as any problem is. `WorkloadStage`, the job's first observer, takes over
+once the problems are over (``job_ended``): `finish_workload` puts each region's best correct kernel into
+the model, verifies the assembled model against the original with the job's verifier and times it against
+eager and torch.compile; the stage tells the outcome (``workload_done``, a `WorkloadRecord`) to the other
+observers before they hear the job end, so MLflow (`tracking.observer.MlflowObserver`, which owns the job's
+runs) writes it on the parent run while that is open, under `tracking.schema`'s names.
 
-Resuming: the parent run carries the extraction's folder; a rerun of the same configuration reuses it, so
-its regions are the same problems and the job's own resume skips the finished ones (MLflow keeps their best
-kernels). A region no candidate solved keeps the model's module; the assembled model says so.
+Resuming: the parent run carries the extraction's folder; a rerun of the same configuration reuses it
+(`tracking.resume.workload_folders`), so its regions are the same problems and the job's own resume skips
+the finished ones (MLflow keeps their best kernels). A region no candidate solved keeps the model's module;
+the assembled model says so.
 """
 
 from __future__ import annotations
@@ -18,18 +21,18 @@ import json
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Sequence
 
 from ..errors import ConfigError
+from ..loop import JobEnd, LoopObserver, ProblemResult
 from ..problems import Problem, ProblemError
-from ..tracking import Tracker
-from ..tracking.tracker import as_metrics
-from ..tracking.schema import Kind, Tags, tag_is
+from ..tracking.resume import workload_folders
+from ..tracking.schema import WorkloadTags
 from ..workload.assemble import RegionKernel, WorkloadResult, evaluate
 from ..workload.extract import WORKLOAD_JSON, Workload
 from ..workload.prepare import ASSEMBLED, RESULT_JSON, prepare, region_problems, resolve_model, save_kernels
 from ..workload.profile import WorkloadError
-from ..workload.record import WFiles, WMetrics, WTags
+from ..workload.record import SUMMARY_TXT, Unsolved, WorkloadRecord
 
 
 @dataclass
@@ -44,23 +47,19 @@ class PreparedWorkload:
     reused: bool
     """An earlier extraction was reused (nothing was profiled)."""
     tags: dict[str, str] = field(default_factory=dict)
-    """Tags of the job's parent run."""
+    """Tags of the job's parent run (`tracking.schema.WorkloadTags`: the model, its path, the folder)."""
 
-
-def _tracker(job) -> Tracker:
-    tcfg = job.tracking
-    return Tracker(tcfg.uri, tcfg.experiment or "kforge", tcfg.artifact_root)
+    @property
+    def name(self) -> str:
+        """The model file's name."""
+        return self.tags[WorkloadTags.MODEL]
 
 
 def earlier_folder(job, chash: str) -> Path | None:
     """The extraction an earlier job of this configuration worked in, if it is still there."""
-    tracker = _tracker(job)
-    runs = tracker.client.search_runs([tracker.experiment_id], f"{tag_is(Tags.CONFIG_HASH, chash)} and "
-                                      f"{tag_is(Tags.KIND, Kind.JOB)}", max_results=100,
-                                      order_by=["attributes.start_time DESC"])
-    for run in runs:
-        folder = run.data.tags.get(WTags.DIR)
-        if folder and (Path(folder) / WORKLOAD_JSON).is_file():
+    tcfg = job.tracking
+    for folder in workload_folders(tcfg.uri, tcfg.experiment or "kforge", chash):
+        if (Path(folder) / WORKLOAD_JSON).is_file():
             return Path(folder)
     return None
 
@@ -86,17 +85,17 @@ def prepare_workload(job, backend, pool, tags: dict[str, str], chash: str) -> Pr
         print(f"kforge: workload {name}: reusing the extraction in {folder}", flush=True)
     print(f"kforge: workload {name}: {len(workload.regions)} region(s) cover {workload.coverage * 100:.1f}% of its "
           f"operator time on {workload.device}; they are this job's problems", flush=True)
-    # The job's problems come from the workload, not from the problems group: its runs say so.
-    job.problems.source = "workload"
-    tags = {WTags.MODEL: name, WTags.MODEL_PATH: workload.model, WTags.DIR: str(Path(folder).resolve())}
+    tags = {WorkloadTags.MODEL: name, WorkloadTags.MODEL_PATH: workload.model,
+            WorkloadTags.DIR: str(Path(folder).resolve())}
     return PreparedWorkload(model, workload, region_problems(workload), reused, tags)
 
 
-def region_kernels(prep: PreparedWorkload, results: list) -> tuple[dict[str, RegionKernel], list[str]]:
-    """The finished regions' best correct kernels by region name, and lines for the regions without one."""
+def region_kernels(prep: PreparedWorkload, results: list[ProblemResult]) -> tuple[dict[str, RegionKernel],
+                                                                                  list[Unsolved]]:
+    """The finished regions' best correct kernels by region name, and the regions without one."""
     by_key = {r.problem.key: r for r in results}
     kernels: dict[str, RegionKernel] = {}
-    missing: list[str] = []
+    missing: list[Unsolved] = []
     for region, problem in zip(prep.workload.regions, prep.problems):
         res = by_key.get(problem.key)
         if res is not None and res.best_code and res.correct:
@@ -105,49 +104,33 @@ def region_kernels(prep: PreparedWorkload, results: list) -> tuple[dict[str, Reg
         why = "not finished" if res is None else (
             f"no correct kernel in {len(res.records)} iteration(s), last {res.records[-1].state}" if res.records
             else f"no kernel ({res.error.strip().splitlines()[-1] if res.error else 'no iteration ran'})")
-        missing.append(f"region {region.name} (`{region.path}`, {region.share * 100:.1f}% of the model): {why}")
+        missing.append(Unsolved(region.name, region.path, region.share, why))
     return kernels, missing
 
 
-def finish_workload(prep: PreparedWorkload, job, result) -> WorkloadResult | None:
-    """Assemble, verify and time the whole model after the job's loop; record it on the parent run."""
+def finish_workload(prep: PreparedWorkload, job, end: JobEnd) -> WorkloadRecord:
+    """Assemble, verify and time the whole model once the job's problems are over (``end``); the outcome is
+    also written in the extraction folder (kernels/, assembled.py, result.json, summary.txt)."""
     workload, folder = prep.workload, Path(prep.workload.root)
-    kernels, missing = region_kernels(prep, result.results)
-    name = prep.tags[WTags.MODEL]
-    tracker = _tracker(job.config)
-    parent = result.parent_run_id
-    metrics: dict[str, Any] = {WMetrics.COVERAGE: workload.coverage, WMetrics.REGIONS: len(workload.regions),
-                               WMetrics.SOLVED: len(kernels), WMetrics.MODEL_MS: workload.total_ms}
+    kernels, missing = region_kernels(prep, end.results)
     outcome: WorkloadResult | None = None
-    if result.interrupted:
+    if end.interrupted:
         state = "interrupted"
         message = (f"interrupted before assembly: {len(kernels)} of {len(workload.regions)} region(s) solved so far "
                    f"are kept (MLflow, and the extraction in {folder}); run the same command again to continue")
     else:
-        for line in missing:
-            print(f"kforge: {line}; the assembled model keeps the model's own module", flush=True)
         save_kernels(workload, kernels)
         if not kernels:
             state, message = "unchanged", "no region was solved: the model is unchanged, nothing to assemble"
         else:
             outcome, state, message = _assemble(prep, job, kernels)
     if outcome is not None:
-        metrics.update({WMetrics.REPLACED_SHARE: outcome.replaced_share, WMetrics.CORRECT: float(outcome.correct),
-                        WMetrics.SPEEDUP_EAGER: outcome.speedup_eager,
-                        WMetrics.SPEEDUP_COMPILE: outcome.speedup_compile, WMetrics.BOUND: outcome.bound})
         (folder / ASSEMBLED).write_text(outcome.source)
         (folder / RESULT_JSON).write_text(json.dumps({k: v for k, v in outcome.to_dict().items() if k != "source"},
                                                      indent=1, default=str))
-        summary = outcome.summary()
-    else:
-        summary = f"whole model: {state} ({message})"
-    (folder / "summary.txt").write_text(summary + "\n")
-    if parent is not None:
-        _record(tracker, parent, folder, metrics, state, message, missing)
-    print(f"kforge: workload {name}:\n{summary}", flush=True)
-    result.extra["workload"] = {"state": state, "message": message, "folder": str(folder),
-                                "result": outcome, "unsolved": missing}
-    return outcome
+    record = _record(prep, state, message, len(kernels), missing, outcome)
+    (folder / SUMMARY_TXT).write_text(record.summary() + "\n")
+    return record
 
 
 def _assemble(prep: PreparedWorkload, job, kernels: dict[str, RegionKernel]) -> tuple[WorkloadResult | None, str,
@@ -160,11 +143,37 @@ def _assemble(prep: PreparedWorkload, job, kernels: dict[str, RegionKernel]) -> 
     return outcome, outcome.state, outcome.message
 
 
-def _record(tracker: Tracker, parent: str, folder: Path, metrics: dict[str, Any], state: str, message: str,
-            missing: list[str]) -> None:
-    """The workload's figures, verdict and files on the job's parent run (after the job's own summary)."""
-    from mlflow.entities import RunTag
-    tags = [RunTag(WTags.STATE, state), RunTag(WTags.MESSAGE, message[:5000]),
-            RunTag(WTags.UNSOLVED, ",".join(line.split(" ", 2)[1] for line in missing))]
-    tracker.client.log_batch(parent, metrics=as_metrics(metrics), tags=tags)
-    tracker.client.log_artifacts(parent, str(folder), WFiles.FOLDER)
+def _record(prep: PreparedWorkload, state: str, message: str, solved: int, missing: list[Unsolved],
+            outcome: WorkloadResult | None = None) -> WorkloadRecord:
+    w = prep.workload
+    return WorkloadRecord(prep.name, Path(w.root), state, message, w.coverage, len(w.regions), w.total_ms,
+                          solved, missing, outcome)
+
+
+class WorkloadStage(LoopObserver):
+    """Whole-workload mode's last step, as the job's first observer: when the problems are over (``job_ended``)
+    it assembles and verifies the whole model (`finish_workload`) and tells the outcome (``workload_done``) to
+    ``then``, the observers after it, before they hear ``job_ended``: MLflow records it on the parent run before
+    closing that. ``record`` keeps it for the job's result.
+
+    A Ctrl-C (or SIGTERM) while the whole model is verified ends the job as an interrupted one: the record says
+    ``interrupted``, ``end.interrupted`` is set (the parent run ends KILLED, the job exits as interrupted), and
+    the same command again assembles anew (its regions all finished, it opens no run: the record goes on the
+    earlier parent run).
+    """
+
+    def __init__(self, prep: PreparedWorkload, job, then: Sequence[LoopObserver]):
+        self.prep, self.job, self.then = prep, job, list(then)
+        self.record: WorkloadRecord | None = None
+
+    def job_ended(self, end: JobEnd) -> None:
+        try:
+            record = finish_workload(self.prep, self.job, end)
+        except KeyboardInterrupt:
+            end.interrupted = True
+            kernels, missing = region_kernels(self.prep, end.results)
+            record = _record(self.prep, "interrupted", "interrupted while the assembled model was verified: run the "
+                             "same command again to assemble it anew", len(kernels), missing)
+        self.record = record
+        for observer in self.then:
+            observer.workload_done(record)

@@ -10,8 +10,8 @@ are thread-safe; the pool gives each candidate a device slot). A failed child ge
 its fastest correct nodes, no two of one recommendation class while a correct node of another class
 is left (`select_survivors`); a round without a correct node keeps the nodes it started from.
 
-Every node is one generation call and one iteration record: its ``iteration`` is its node id (MLflow's
-step), ``parent``, ``depth`` and ``direction`` place it in the tree. Ids are handed out before a wave of
+Every node is one generation call and one iteration record, a `kforge.loop.step` step: its ``iteration`` is
+its node id (MLflow's step), ``parent``, ``depth`` and ``direction`` place it in the tree. Ids are handed out before a wave of
 children starts, in a fixed order, and observers hear of the wave's nodes in id order from the problem's
 own thread: a rerun of the same configuration replays each node's model call by its place
 (`kforge.llm.replay`). The budget is ``loop.budget`` model calls (generation calls, and the analysis
@@ -32,41 +32,21 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 from ..agents import Attempt, Recommendation, Reference
 from ..candidate import Candidate
 from ..problems import Problem
-from ..verify import Verdict
-from .records import IterationRecord, LoopState, Step, make_record, rank_speedup
+from .records import LoopState, rank_speedup
+from .step import Draft, record, stopping, write_and_verify
 from .strategy import Runner
 
 ROOT_DIRECTION = "root"
 """The direction of round 0's nodes: no recommendation led to them."""
 
-
-@dataclass
-class Node:
-    """One kernel of the tree."""
-
-    iteration: int
-    """The node's id: its iteration (MLflow's step, ``iter_NNN/``)."""
-    parent: int | None
-    depth: int
-    direction: str
-    attempt: Attempt | None = None
-    verdict: Verdict | None = None
-    recommendation: Recommendation | None = None
-    llm_s: float = 0.0
-    verify_s: float = 0.0
-    analysis_s: float = 0.0
-    restored: IterationRecord | None = None
-    """Resumed: the record an earlier run of this job logged for this node (nothing is run or logged again)."""
-
-    @property
-    def code(self) -> str | None:
-        return self.attempt.candidate.source if self.attempt else None
+Node = Draft
+"""One kernel of the tree: a `kforge.loop.step.Draft` with its ``parent``, ``depth`` and ``direction`` set;
+its ``iteration`` is its id."""
 
 
 def select_survivors(nodes: Sequence[Node], beam: int, speed: Callable[[Node], float | None]) -> list[Node]:
@@ -119,13 +99,13 @@ class BeamSearch:
 
 
 class _Tree:
-    """One problem's walk of the tree: its rounds, and each node's call, verification and record."""
+    """One problem's walk of the tree: its rounds, each node a `kforge.loop.step` step split in two, so that a
+    wave's nodes are written and verified at once and recorded in id order."""
 
     def __init__(self, loop: Runner, problem: Problem, state: LoopState, budget: Budget,
                  pool: ThreadPoolExecutor):
         self.loop, self.problem, self.state, self.budget, self.pool = loop, problem, state, budget, pool
-        self.agent, self.verifier, self.config, self.advisor = loop.agent, loop.verifier, loop.config, loop.advisor
-        self.stop = loop.stop
+        self.agent, self.config, self.advisor = loop.agent, loop.config, loop.advisor
 
     def walk(self, reference: Reference | None) -> None:
         cfg, state, result = self.config, self.state, self.state.result
@@ -141,10 +121,10 @@ class _Tree:
             nodes = children + self._fix_waves(children)
             kept = select_survivors(nodes, cfg.beam, self._speed) or kept
         walked = {r.iteration for r in result.records}
-        for it, (code, verdict, record) in sorted(state.kernels.items()):
+        for it, (code, verdict, rec) in sorted(state.kernels.items()):
             if it not in walked:  # recorded, but not on this walk's path (the walk stopped before it)
-                record.is_best = result.offer(code, verdict, it, cfg.speedup_vs)
-                result.records.append(record)
+                rec.is_best = result.offer(code, verdict, it, cfg.speedup_vs)
+                result.records.append(rec)
         result.records.sort(key=lambda r: r.iteration)
 
     def _speed(self, node: Node) -> float | None:
@@ -152,8 +132,7 @@ class _Tree:
 
     def _finished(self) -> bool:
         cfg, state, budget = self.config, self.state, self.budget
-        if self.stop.is_set():
-            state.result.stopped = True
+        if stopping(self.loop, state.result):
             return True
         return state.result.reached(cfg.target_speedup, cfg.speedup_vs) or budget.calls_left <= 0 or budget.spent_out()
 
@@ -192,10 +171,9 @@ class _Tree:
             if not reserved and (self._finished() or not budget.take()):
                 continue  # a node's first child is already paid for; the others wait for budget
             child = Node(state.next_iteration, parent.iteration, depth, rec.category, recommendation=rec)
-            child.analysis_s = rec.analysis_s
             state.next_iteration += 1
             wave.append((parent, child))
-        if self.stop.is_set():
+        if stopping(self.loop, state.result):
             return []
         made = list(pool.map(lambda pc: self._generate(pc[1], self._optimiser(*pc)), wave))
         return self._record(made)
@@ -240,48 +218,24 @@ class _Tree:
     def _fixer(self, failed: Node) -> Callable[[int], Attempt]:
         return lambda it: self.agent.fix(self.problem, failed.code, failed.verdict, iteration=it)
 
-    def _generate(self, node: Node, write: Callable[[int], Any]) -> Node:
-        """The node's model call and verification (in a pool thread); not verified once stopped. A node an
-        earlier run of the job recorded takes that run's kernel, verdict and place in the tree instead."""
+    def _generate(self, node: Node, write: Callable[[int], Attempt]) -> Node:
+        """The node's model call and verification (in a pool thread; `kforge.loop.step.write_and_verify`). A
+        node an earlier run of the job recorded takes that run's kernel, verdict and place in the tree instead."""
         if node.iteration in self.state.kernels:
             code, node.verdict, node.restored = self.state.kernels[node.iteration]
             node.attempt = Attempt(node.restored.phase, [], Candidate(code))
             node.parent, node.depth, node.direction = (node.restored.parent, node.restored.depth or 0,
                                                        node.restored.direction or node.direction)
             return node
-        t0 = time.monotonic()
-        node.attempt = write(node.iteration)
-        node.llm_s = time.monotonic() - t0
-        if not self.stop.is_set():
-            v0 = time.monotonic()
-            node.verdict = self.verifier.verify(self.problem, node.attempt.candidate, self.agent.backend)
-            node.verify_s = time.monotonic() - v0
-        return node
+        return write_and_verify(self.loop, self.problem, node, write)
 
     def _record(self, nodes: list[Node]) -> list[Node]:
-        """Record a wave's verified nodes in id order and tell the observers; the nodes recorded."""
-        cfg, state, budget = self.config, self.state, self.budget
-        result = state.result
+        """Record a wave's verified nodes in id order from the problem's thread (`kforge.loop.step.record`);
+        the nodes recorded. A node the stop left unverified is not: a rerun replays it."""
         done = []
         for node in sorted(nodes, key=lambda n: n.iteration):
-            if node.verdict is None:  # stopped during its model call: a rerun replays it
-                state.result.stopped = True
-                continue
-            verdict = node.verdict
-            is_best = result.offer(node.code, verdict, node.iteration, cfg.speedup_vs)
-            record = node.restored
-            if record is not None:  # logged by the earlier run: counted, not told again
-                record.is_best = is_best
-            else:
-                record = make_record(node.iteration, node.attempt, verdict, node.recommendation, is_best=is_best,
-                                     llm_s=node.llm_s, verify_s=node.verify_s, analysis_s=node.analysis_s,
-                                     wall_s=node.llm_s + node.verify_s + node.analysis_s)
-                record.parent, record.depth, record.direction = node.parent, node.depth, node.direction
-            budget.spend(record.cost_usd)
-            result.records.append(record)
-            if node.restored is None:
-                self.loop.tell("iteration_done", self.problem,
-                               Step(record, node.attempt, verdict, node.recommendation, result.outcome))
-            state.last_code, state.last_verdict = node.code, verdict
-            done.append(node)
+            rec = record(self.loop, self.problem, self.state, node)
+            if rec is not None:
+                self.budget.spend(rec.cost_usd)
+                done.append(node)
         return done

@@ -9,12 +9,15 @@ under its field name (`kforge.tracking.schema` derives the metric list from this
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..agents import Attempt, Recommendation, Reference
 from ..metrics import speedup_over, summary, total_cost
 from ..problems import Problem
 from ..verify import Verdict
+
+if TYPE_CHECKING:
+    from ..workload.record import WorkloadRecord
 
 
 @dataclass
@@ -199,6 +202,12 @@ class LoopObserver(Protocol):
 
     def job_ended(self, end: JobEnd) -> None:
         """After the last problem was collected, interrupted or not."""
+
+    def workload_done(self, record: WorkloadRecord) -> None:
+        """A whole-model job (``workload=``): its regions' best kernels were put back into the model and the
+        model verified whole, or why not (``record.state``). Told once, after the last problem and before the
+        other observers hear ``job_ended`` (the job's first observer, `kforge.job.workload.WorkloadStage`,
+        tells it from its own), so the job's parent run is still open."""
 
     def problem_collected(self, result: ProblemResult) -> None:
         """The runner has a problem's result, however it ended."""

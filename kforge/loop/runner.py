@@ -19,21 +19,15 @@ from typing import Any, Sequence
 
 from ..agents import GenerationAgent, Reference
 from ..problems import Problem, ProblemError
-from ..verify import Verifier
-from ..verify.verifier import ProblemError as ProblemFailure
 from .advice import Advisor, GenericAdvisor
 from .beam import BeamSearch
 from .chain import ChainSearch
 from .config import LoopConfig
 from .records import JobEnd, JobStart, LoopObserver, LoopState, ProblemResult, job_stats
-from .strategy import SearchStrategy
+from .step import stopping
+from .strategy import LoopVerifier, SearchStrategy
 
 log = logging.getLogger(__name__)
-
-#: What says a problem itself is broken. (The verifier's `ProblemError` is listed while it is not yet a
-#: `kforge.problems.ProblemError`.)
-BROKEN_PROBLEM = (ProblemError, ProblemFailure)
-
 
 def strategy_for(config: LoopConfig) -> SearchStrategy:
     return BeamSearch() if config.mode == "beam" else ChainSearch()
@@ -43,7 +37,7 @@ class ProblemLoop:
     """Runs one problem to its end with the strategy ``config.mode`` names; `run_problems` runs many.
     Strategies use its ``agent``, ``verifier``, ``advisor``, ``config``, ``stop`` and `tell`."""
 
-    def __init__(self, agent: GenerationAgent, verifier: Verifier, config: LoopConfig,
+    def __init__(self, agent: GenerationAgent, verifier: LoopVerifier, config: LoopConfig,
                  advisor: Advisor | None = None, observers: Sequence[LoopObserver] = (),
                  stop: threading.Event | None = None, strategy: SearchStrategy | None = None):
         self.agent, self.verifier, self.config = agent, verifier, config
@@ -69,16 +63,14 @@ class ProblemLoop:
         self.tell("problem_started", problem, reference, resume)
         try:
             self.strategy.search(self, problem, reference, state)
-        except BROKEN_PROBLEM as exc:
+        except ProblemError as exc:  # a malformed problem file, or one that fails when run (`ProblemFails`)
             state.result.problem_error = traceback.format_exc()
             log.warning("kforge: %s skipped: the problem itself fails (%s); the sweep goes on",
                         problem.key, str(exc).splitlines()[0])
             self.tell("problem_skipped", problem, state.result)
             return state.result
         except Exception:  # noqa: BLE001 - recorded where the user will look (observers), then go on
-            if self.stop.is_set():
-                state.result.stopped = True
-            else:
+            if not stopping(self, state.result):
                 state.result.error = traceback.format_exc()
         except BaseException:
             self.tell("problem_abandoned", problem)
@@ -117,9 +109,7 @@ class _Sweep:
             return self.loop.run(p, self.references.get(p.key), resume)
         except Exception:  # noqa: BLE001 - an observer failed outside the loop's own guard (e.g. starting a run)
             r = resume.result if resume else ProblemResult(p)
-            if self.loop.stop.is_set():
-                r.stopped = True
-            else:
+            if not stopping(self.loop, r):
                 r.error = traceback.format_exc()
             return r
 

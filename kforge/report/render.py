@@ -182,6 +182,6 @@ def build_all(client, out_dir: str | Path, ablations: list[str] | None = None, b
         if not hist.empty:
             files["iterations"] = plot_iterations(hist, factor, out / f"{name}_by_iteration.png", name, baseline)
         results[name] = {"experiment": experiment, "runs": len(runs), "table": table, "files": files}
-    from ..workload.record import write_workload_table
+    from .workload import write_workload_table
     results.update(write_workload_table(client, out))  # whole_workload, where workload jobs ran (docs/workload.md)
     return results

@@ -127,10 +127,24 @@ def _fair(group: pd.DataFrame, ctx: Context) -> pd.DataFrame:
     return group[~group["degenerate"].astype(bool)]
 
 
-def _speed(group: pd.DataFrame, ctx: Context) -> np.ndarray:
-    """Each problem's best speedup over the baseline, NaN where it has no correct, timed kernel."""
-    s = pd.to_numeric(group[SPEEDUP_FIELD[ctx.baseline]], errors="coerce").to_numpy(dtype=float)
-    return np.where(group["correct"].to_numpy(dtype=bool) & (s > 0), s, np.nan)
+#: Each rule set's columns of a runs frame (`load_runs`): whether a problem is solved, and its best speedup
+#: (None: the kforge column of the context's baseline). ``kernelbench``'s come from the per-iteration metric
+#: `kforge.verify.verdict.correct_under` wrote; runs logged before rule sets have none, and count unsolved.
+RULE_COLUMNS: dict[str, tuple[str, str | None]] = {"kforge": ("correct", None),
+                                                   "kernelbench": ("correct_kb", "speed_kb")}
+
+
+def solved(group: pd.DataFrame, rules: str = "kforge") -> np.ndarray:
+    """Whether each problem is correct under rule set ``rules`` (`RULE_COLUMNS`)."""
+    column = group.get(RULE_COLUMNS[rules][0], pd.Series(False, index=group.index))
+    return column.fillna(False).to_numpy(dtype=bool)
+
+
+def _speed(group: pd.DataFrame, ctx: Context, rules: str = "kforge") -> np.ndarray:
+    """Each problem's best speedup over the baseline, NaN where it has no correct, timed kernel under ``rules``."""
+    column = RULE_COLUMNS[rules][1] or SPEEDUP_FIELD[ctx.baseline]
+    s = pd.to_numeric(group.get(column, pd.Series(np.nan, index=group.index)), errors="coerce").to_numpy(dtype=float)
+    return np.where(solved(group, rules) & (s > 0), s, np.nan)
 
 
 def _interval(stats: np.ndarray, ctx: Context) -> tuple[float | None, float | None]:
@@ -157,19 +171,10 @@ def rate(counted: Callable[[pd.DataFrame, Context], np.ndarray]) -> Callable[[pd
     return value
 
 
-def faster(p: float) -> Callable[[pd.DataFrame, Context], np.ndarray]:
-    """Correct and more than ``p`` times faster than the baseline (KernelBench's fast_p), over the problems
-    that are not degenerate."""
-    return lambda group, ctx: np.nan_to_num(_speed(_fair(group, ctx), ctx), nan=0.0) > p
-
-
-def _kernelbench(group: pd.DataFrame, p: float | None) -> np.ndarray:
-    """Correct under KernelBench's rules (and more than ``p`` times faster than the baseline)."""
-    ok = group.get("correct_kb", pd.Series(False, index=group.index)).fillna(False).to_numpy(dtype=bool)
-    if p is None:
-        return ok
-    s = pd.to_numeric(group.get("speed_kb", pd.Series(np.nan, index=group.index)), errors="coerce").to_numpy(float)
-    return ok & (np.nan_to_num(s, nan=0.0) > p)
+def faster(p: float, rules: str = "kforge") -> Callable[[pd.DataFrame, Context], np.ndarray]:
+    """Correct under ``rules`` and more than ``p`` times faster than the baseline (KernelBench's fast_p), over
+    the problems that are not degenerate."""
+    return lambda group, ctx: np.nan_to_num(_speed(_fair(group, ctx), ctx, rules), nan=0.0) > p
 
 
 def kernel_share(group: pd.DataFrame, ctx: Context) -> Estimate:
@@ -177,7 +182,7 @@ def kernel_share(group: pd.DataFrame, ctx: Context) -> Estimate:
     library's), with its bootstrap interval."""
     fair = _fair(group, ctx)
     x = pd.to_numeric(fair.get("kernel_share", pd.Series(dtype=float)), errors="coerce").to_numpy(dtype=float)
-    x = x[fair["correct"].to_numpy(dtype=bool) & ~np.isnan(x)] if len(x) else x
+    x = x[solved(fair) & ~np.isnan(x)] if len(x) else x
     if not len(x):
         return Estimate(None, None, None, 0)
     return Estimate(float(x.mean()), *_interval(x[_resample(len(x), ctx)].mean(axis=1), ctx), len(x))
@@ -210,15 +215,15 @@ def timing_range(group: pd.DataFrame, ctx: Context) -> TimingRange:
 #: The table's columns, in order. A new column is one entry here (and its caption sentence).
 COLUMNS: list[Column] = [
     Column("n", "n", lambda g, ctx: len(g), "n: problems (the newest finished run of each)."),
-    Column("correct", "correct", rate(lambda g, ctx: g["correct"].to_numpy(dtype=bool)),
+    Column("correct", "correct", rate(lambda g, ctx: solved(g)),
            "correct, fast_1, fast_1.5: k of n problems, then the {confidence} bootstrap interval of the rate "
            "over problems in brackets."),
     Column("fast_1", "fast_1", rate(faster(1.0)), "fast_p: correct and more than p times faster than {baseline}."),
     Column("fast_1.5", "fast_1.5", rate(faster(1.5)), ""),
-    Column("correct_kb", "correct (KB rules)", rate(lambda g, ctx: _kernelbench(g, None)),
+    Column("correct_kb", "correct (KB rules)", rate(lambda g, ctx: solved(g, "kernelbench")),
            "correct and fast_1 (KB rules): the same under KernelBench's rules, where matching outputs suffice and a "
            "program whose own kernels did not do the work counts too, so they compare with its leaderboard."),
-    Column("fast_1_kb", "fast_1 (KB rules)", rate(lambda g, ctx: _kernelbench(_fair(g, ctx), 1.0)), ""),
+    Column("fast_1_kb", "fast_1 (KB rules)", rate(faster(1.0, "kernelbench")), ""),
     Column("kernel_share", "kernel share", kernel_share,
            "kernel share: the mean share of the best correct kernels' device time spent in their own kernels rather "
            "than PyTorch's or a library's (cuBLAS, cuDNN), with its {confidence} bootstrap interval."),
@@ -329,7 +334,7 @@ def fast_p_curve(df: pd.DataFrame, factor: str, ps=None, baseline: str = "eager"
         speed, n = np.nan_to_num(_speed(group, ctx), nan=0.0), len(group)
         for p in ps:
             # fast_0 is the correctness rate (an untimed correct kernel counts there only)
-            k = int(group["correct"].sum()) if p == 0 else int((speed > p).sum())
+            k = int(solved(group).sum()) if p == 0 else int((speed > p).sum())
             rows.append({"model": keys[0], "backend": keys[1], factor: keys[2], "p": p, "fast_p": k / n if n else 0.0,
                          "n": n})
     return pd.DataFrame(rows)

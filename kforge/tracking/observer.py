@@ -1,8 +1,9 @@
 """MLflow tracking as a loop observer: it owns a job's runs. The job's parent run opens when the job
 starts (or, for a rerun of its configuration, the earlier job's parent is continued), a problem's run
 opens when its loop starts, gets a step per iteration and closes the moment the problem ends, so a job
-killed later loses none of it; the parent closes with the job's figures. A job with nothing to run (every
-problem finished earlier) opens no run."""
+killed later loses none of it; the parent closes with the job's figures, and a whole-model job's outcome
+(``workload_done``, told before the job's end) is on it by then. A job with nothing to run (every problem
+finished earlier) opens no run."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 from ..agents import Reference
 from ..loop import JobEnd, JobStart, LoopObserver, LoopState, ProblemResult, Step
 from ..problems import Problem
+from ..workload.record import WorkloadRecord
 from .schema import Metrics, Params, Tags
 from .tracker import Tracker
 
@@ -93,6 +95,13 @@ class MlflowObserver(LoopObserver):
         self.tracker.end_parent(self.parent_id, end.results, end.stats,
                                 status="KILLED" if end.interrupted else "FINISHED", speedup_vs=self.job.speedup_vs,
                                 counts=counts)
+
+    def workload_done(self, record: WorkloadRecord) -> None:
+        # A rerun with nothing left to run (every region finished earlier) assembles the model again and opens no
+        # run: the outcome goes on the parent run of the earlier job whose regions it assembled.
+        run_id = self.parent_id or self.job.previous
+        if run_id is not None:
+            self.tracker.log_workload(run_id, record)
 
     def _kill_open(self) -> None:
         """Mark KILLED the runs of problems that never ended (still in a model call after a second Ctrl-C)."""

@@ -8,7 +8,8 @@ rebuilding the loop's state (`kforge.loop.LoopState`, handed to ``ProblemLoop.ru
 ``iter_NNN/`` files; the newest job's parent run is continued too, so a rerun adds no run. Nothing is
 logged twice, so tables never double-count. Runs left RUNNING that nothing continues are marked KILLED:
 a job started again assumes the one before it is gone. The model's replies are replayed
-(`kforge.llm.replay`), so a continued iteration costs no new call.
+(`kforge.llm.replay`), so a continued iteration costs no new call. A whole-model job's rerun works in the
+extraction folder its parent run recorded (`workload_folders`), so its regions are the same problems.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from typing import Any
 from ..loop import IterationRecord, LoopState, ProblemResult
 from ..problems import Problem
 from ..verify import Verdict
-from .schema import STATE_INDEX, Files, Kind, Tags, metric_history, tag_is
+from .schema import STATE_INDEX, Files, Kind, Tags, WorkloadTags, metric_history, tag_is
+from .store import default_uri, open_client, sqlite_path
 
 #: Configuration keys that do not change what a job computes.
 IGNORED = ("tracking", "workers", "resume", "hydra")
@@ -117,6 +119,24 @@ def previous_parent(client, experiment_id: str, chash: str) -> str | None:
     runs = client.search_runs([experiment_id], f"{tag_is(Tags.CONFIG_HASH, chash)} and {tag_is(Tags.KIND, Kind.JOB)}",
                               max_results=1, order_by=["attributes.start_time DESC"])
     return runs[0].info.run_id if runs else None
+
+
+def workload_folders(uri: str | None, experiment: str, chash: str) -> list[str]:
+    """The extraction folders (`WorkloadTags.DIR`) of earlier whole-model jobs of this configuration, newest first.
+
+    A rerun reuses one, so its regions, and so its problems, are the earlier job's. Read before the job's
+    tracker exists (the problems are needed first), so nothing is created: no store, no experiment."""
+    uri = uri or default_uri()
+    db = sqlite_path(uri)
+    if db is not None and not db.is_file():
+        return []
+    client = open_client(uri)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        return []
+    jobs = f"{tag_is(Tags.CONFIG_HASH, chash)} and {tag_is(Tags.KIND, Kind.JOB)}"
+    runs = client.search_runs([exp.experiment_id], jobs, max_results=100, order_by=["attributes.start_time DESC"])
+    return [r.data.tags[WorkloadTags.DIR] for r in runs if r.data.tags.get(WorkloadTags.DIR)]
 
 
 @dataclass

@@ -237,3 +237,61 @@ def tag_is(tag: str, value: str) -> str:
 
 def metric_is(name: str, value: float) -> str:
     return f"metrics.`{name}` = {value:g}"
+
+
+# -- a whole-model job (``workload=``, docs/workload.md) --------------------------------------------
+#: The experiment ``experiment=whole_workload`` logs into, and the ``whole_workload`` table reads.
+WORKLOAD_EXPERIMENT = "kforge-whole_workload"
+#: ``problems_source`` of a whole-model job's runs: its problems are the model's regions.
+WORKLOAD_SOURCE = "workload"
+
+
+class WorkloadTags:
+    """Tags of a whole-model job's parent run (its regions are its problem runs, as any job's problems are)."""
+
+    MODEL = "workload"
+    """The model file's name (``transformer_block.py``); only a whole-model job's parent run has it."""
+    MODEL_PATH = "workload.model"
+    """The model file's path."""
+    DIR = "workload.dir"
+    """The extraction's folder on the machine that ran it (reused by a rerun of the same configuration)."""
+    STATE = "workload.state"
+    """The assembled model's verdict (``correct``, ``numerical_mismatch``...), ``unchanged`` when no region was
+    solved, ``interrupted`` when the job was cut off before assembly, ``assembly_failed``."""
+    MESSAGE = "workload.message"
+    """Why, in words (the verdict's message)."""
+    UNSOLVED = "workload.unsolved"
+    """Regions no candidate solved (they keep the model's module), comma-separated."""
+
+
+class WorkloadMetrics:
+    """Metrics of a whole-model job's parent run."""
+
+    COVERAGE = "workload_coverage"
+    """The regions' share of the model's operator time."""
+    REGIONS = "workload_regions"
+    SOLVED = "workload_regions_solved"
+    """Regions with a correct kernel."""
+    REPLACED_SHARE = "workload_replaced_share"
+    """The solved regions' share of the model's time."""
+    CORRECT = "workload_correct"
+    """1 when the assembled model is correct against the original."""
+    SPEEDUP_EAGER = "workload_speedup_vs_eager"
+    SPEEDUP_COMPILE = "workload_speedup_vs_compile"
+    BOUND = "workload_amdahl_bound"
+    """1 / (1 - Σs + Σ s/k) over the solved regions' shares s and their own speedups k."""
+    MODEL_MS = "workload_model_ms"
+    """The model's operator time per forward in the profile."""
+
+
+class WorkloadFiles:
+    """A whole-model job's parent run's files: its extraction folder, under ``workload/``."""
+
+    FOLDER = "workload"
+    """The extraction (workload.json, region files, profile.txt/png/json) and, after assembly, kernels/."""
+    WORKLOAD_JSON = "workload/workload.json"
+    PROFILE_TABLE = "workload/profile.txt"
+    PROFILE_PLOT = "workload/profile.png"
+    ASSEMBLED = "workload/assembled.py"
+    RESULT = "workload/result.json"
+    SUMMARY = "workload/summary.txt"

@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from ..metrics import total_cost
+from ..verify.verdict import correct_under
 from . import view
 from .schema import (CANDIDATE_METRICS, CANDIDATE_STATE_INDEX, CANDIDATE_TAGS, JOB_METRIC_NAMES, STATE_CODES, Files,
-                     Kind, Metrics, Tags, iteration_values, level_prefix)
+                     Kind, Metrics, Tags, WorkloadFiles, WorkloadMetrics, WorkloadTags, iteration_values, level_prefix)
 from .store import default_uri, open_client, sqlite_path
 
 log = logging.getLogger(__name__)
@@ -231,6 +232,24 @@ class Tracker:
                                   tags=[RunTag(Tags.SPEEDUP_VS, speedup_vs), RunTag(Tags.NOTE, note)])
             self.client.set_terminated(run_id, status=status)
 
+    def log_workload(self, run_id: str, record) -> None:
+        """A whole-model job's outcome (`kforge.workload.record.WorkloadRecord`) on its parent run: figures,
+        verdict, unsolved regions, and the extraction folder's files under ``workload/``."""
+        from mlflow.entities import RunTag
+        m = WorkloadMetrics
+        values = {m.COVERAGE: record.coverage, m.REGIONS: record.regions, m.SOLVED: record.solved,
+                  m.MODEL_MS: record.model_ms}
+        out = record.result  # None: nothing was assembled (no region solved, interrupted, assembly failed)
+        if out is not None:
+            values.update({m.REPLACED_SHARE: out.replaced_share, m.CORRECT: float(out.correct),
+                           m.SPEEDUP_EAGER: out.speedup_eager, m.SPEEDUP_COMPILE: out.speedup_compile,
+                           m.BOUND: out.bound})
+        tags = [RunTag(WorkloadTags.STATE, record.state), RunTag(WorkloadTags.MESSAGE, record.message[:5000]),
+                RunTag(WorkloadTags.UNSOLVED, ",".join(u.name for u in record.unsolved))]
+        with self._lock:
+            self.client.log_batch(run_id, metrics=as_metrics(values), tags=tags)
+            self.client.log_artifacts(run_id, str(record.folder), WorkloadFiles.FOLDER)
+
     def reopen(self, run_id: str) -> None:
         """Mark a run that was cut off as running again (a resumed job continues it)."""
         with self._lock:
@@ -255,7 +274,8 @@ class Tracker:
                 **{k: str(row[k]) for k in CANDIDATE_TAGS if row.get(k) is not None}}
         values = {k: row.get(k) for k in CANDIDATE_METRICS}
         values[Metrics.CORRECT] = float(bool(row.get("correct")))
-        values[Metrics.CORRECT_KERNELBENCH] = float((row.get("states") or {}).get("kernelbench") == "correct")
+        values[Metrics.CORRECT_KERNELBENCH] = float(correct_under(row.get("states") or {}, "kernelbench",
+                                                                  row.get("state")))
         if row.get("state") in STATE_CODES:
             values[CANDIDATE_STATE_INDEX] = STATE_CODES[row["state"]]
         with self._lock:

@@ -6,7 +6,7 @@ import math
 import statistics
 from dataclasses import asdict, dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, Mapping
 
 
 class State(str, Enum):
@@ -27,6 +27,13 @@ class State(str, Enum):
 
 
 STATES = tuple(s.value for s in State)
+
+
+def correct_under(states: Mapping[str, str], rules: str, state: str | None) -> bool:
+    """Whether a verification is correct under rule set ``rules``, from its ``states`` (`Verdict.states`, or a
+    results row's ``states``); one recorded before rule sets (no entry) answers by its own ``state``. The one
+    definition: the loop's records, `kforge eval`'s summary and the tracker all ask it."""
+    return states.get(rules, state) == State.CORRECT.value
 
 
 @dataclass
@@ -222,7 +229,7 @@ class Verdict:
 
     def correct_under(self, rules: str) -> bool:
         """Whether the candidate is correct under that rule set (its own state when none was recorded)."""
-        return self.states.get(rules, self.state.value) == State.CORRECT.value
+        return correct_under(self.states, rules, self.state.value)
 
     @property
     def speedup_eager(self) -> float | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..problems import Problem, load_problem_file, resolve_problem
+from ..problems import Problem, default_size, load_problem_file, resolve_problem
 from .assemble import RegionKernel
 from .extract import WORKLOAD_JSON, Workload, extract
 from .profile import WorkloadError, plot, profile_model, render_table
@@ -24,14 +24,10 @@ RESULT_JSON = "result.json"
 PROFILE_FILES = ("profile.txt", "profile.png", "profile.json")
 
 
-def default_size(size: str | None, device: str) -> str:
-    return size or ("cpu" if device == "cpu" else "gpu")
-
-
 def resolve_model(spec: str, size: str | None, device: str) -> Problem:
     """A model file, or the name of a built-in workload (``transformer_block``), at ``size`` (None: the device's)."""
     builtin = BUILTIN_WORKLOADS / f"{spec.removesuffix('.py')}.py"
-    size = default_size(size, device)
+    size = size or default_size(device)
     if not Path(spec).exists() and builtin.is_file():
         return load_problem_file(builtin, size=size)
     if not Path(spec).exists() and "/" not in spec and not spec.endswith(".py"):

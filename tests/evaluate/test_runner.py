@@ -11,7 +11,7 @@ import pytest
 from kforge.backends import get_backend
 from kforge.cli import main
 from kforge.evaluate import render_markdown, render_text, summarise
-from kforge.evaluate import (EvalInputError, Job, discover, load_results, make_row, parse_generation_name,
+from kforge.evaluate import (CandidateFile, EvalInputError, discover, load_results, make_row, parse_generation_name,
                              read_manifest, run_eval)
 from kforge.problems import BUILTIN_DIR
 from kforge.sandbox.gpus import detect_gpus
@@ -96,7 +96,7 @@ def test_manifest_csv_and_jsonl(tmp_path):
                                       + json.dumps({"problem": "level1/1_ReLU", "candidate": "/abs/c.py",
                                                     "backend": "cuda"}) + "\n")
     csv_jobs = read_manifest(tmp_path / "m.csv", "cpu")
-    assert csv_jobs[0] == Job(tmp_path / "relu_ok.py", "level1/1_ReLU", "cpu")
+    assert csv_jobs[0] == CandidateFile(tmp_path / "relu_ok.py", "level1/1_ReLU", "cpu")
     assert csv_jobs[1].problem == str(tmp_path / "KB/KernelBench/level1/2_Softmax.py")
     assert csv_jobs[1].backend == "triton" and csv_jobs[1].sample_id == 3  # KernelBench names keep their sample
     jl = read_manifest(tmp_path / "m.jsonl", "cpu")
@@ -128,8 +128,9 @@ def _verdict(state, speedup=None, kernel_share=None, flags=None):
 
 def test_summary_per_level_with_kernel_share_and_flags():
     def row(level, pid, sample, verdict=None, error=None):
-        job = Job(Path(f"/g/{kb_name(pid, sample, level)}"), None if error else f"p{pid}", "cuda", level, pid, sample)
-        return make_row(job, "h", "gpu", verdict=verdict, error=error)
+        file = CandidateFile(Path(f"/g/{kb_name(pid, sample, level)}"), None if error else f"p{pid}", "cuda", level,
+                             pid, sample)
+        return make_row(file, "h", "gpu", verdict=verdict, error=error)
 
     rows = [row(1, 1, 0, _verdict("correct", 2.5, 0.9)), row(1, 1, 1, _verdict("correct", 0.5, 0.5)),
             row(1, 2, 0, _verdict("numerical_mismatch")), row(1, 3, 0, error="no problem level1/3_*.py"),

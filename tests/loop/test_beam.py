@@ -1,6 +1,9 @@
 """Beam search (``loop=beam``, kforge/loop/beam.py) on CPU with a model whose reply depends on its prompt: the
 search keeps the best branch, beats the iterative chain at the same model-call budget, respects the call
-and dollar budgets, keeps diverse survivors, and leaves the tree in MLflow."""
+and dollar budgets, keeps diverse survivors, resumes a tree cut off, and leaves the tree in MLflow.
+
+The search's own tests judge kernels in process (`judge`, `tests.loop.fakes`); the pipeline's build, run and
+check every kernel in the worker pool, timed by what the kernel does (`steady_clock`)."""
 
 from __future__ import annotations
 
@@ -22,7 +25,8 @@ from kforge.profile.digest import Digest
 from kforge.profile.rules import classify, findings
 from kforge.loop.beam import Node, select_survivors
 from kforge.verify import Verifier
-from tests.helpers import candidate, config, fast_config
+from tests.helpers import candidate, config
+from tests.loop.fakes import FakeVerifier, correct, mismatch
 
 
 def kernel(repeat: int, wrong: bool = False) -> str:
@@ -88,7 +92,8 @@ def repeat_of(code: str) -> int:
 def steady_clock(monkeypatch):
     """Speed as the kernel's work says (REPEAT passes: REPEAT x 10 us against a 1 ms reference), not as a
     busy machine measures it: which node survives and which kernel is best then never depends on the
-    load. Correctness is still the verifier's: it builds, runs and checks every kernel."""
+    load. Correctness is still the real verifier's where a test uses it (the pipeline's): it builds, runs
+    and checks every kernel."""
     real = Verifier.verify
 
     def verify(self, problem, candidate, backend, *args, **kwargs):
@@ -105,17 +110,24 @@ def verdict_source(candidate) -> str:
     return candidate if isinstance(candidate, str) else candidate.source
 
 
-def loop_of(pool, model, **loop):
-    """A problem loop whose strategy ``loop["mode"]`` names (the chain, or beam search)."""
+def judge(source: str):
+    """What the real verifier says of a `kernel` (the pipeline tests below have it say so), timed as
+    `steady_clock` times it: a wrong kernel is a numerical mismatch; a right one takes REPEAT x 10 us."""
+    return mismatch() if "return x\n" in source else correct(repeat_of(source) * 0.01)
+
+
+def loop_of(model, **loop):
+    """A problem loop whose strategy ``loop["mode"]`` names (the chain, or beam search), judging in process
+    with two device slots (beam search verifies a wave at once)."""
     agent = GenerationAgent(model, get_backend("cpu"), None, "a cpu")
-    return ProblemLoop(agent, Verifier(fast_config(), pool=pool), LoopConfig(concurrency=1, **loop),
+    return ProblemLoop(agent, FakeVerifier(judge, slots=2), LoopConfig(concurrency=1, **loop),
                        advisor=GenericAdvisor())
 
 
-def test_beam_finds_a_faster_kernel_than_the_chain_at_the_same_call_budget(pool, relu):
+def test_beam_finds_a_faster_kernel_than_the_chain_at_the_same_call_budget(relu):
     chain_model, beam_model = KeyedModel(), KeyedModel()
-    chain = loop_of(pool, chain_model, mode="iterative", iterations=7).run(relu)
-    beam = loop_of(pool, beam_model, mode="beam", max_calls=7, width=3, beam=2, depth=3).run(relu)
+    chain = loop_of(chain_model, mode="iterative", iterations=7).run(relu)
+    beam = loop_of(beam_model, mode="beam", max_calls=7, width=3, beam=2, depth=3).run(relu)
     assert chain_model.calls == beam_model.calls == 7
     # The chain follows the generic request: 200 -> 190 -> ... -> 140. The tree takes the /4 branch and
     # the fixed /2 branch, then refines both: 200 -> 50 -> 40 is its best.
@@ -139,15 +151,15 @@ def test_beam_finds_a_faster_kernel_than_the_chain_at_the_same_call_budget(pool,
     assert all(r.recommendation for r in beam.records if r.phase == "optimise")
 
 
-def test_the_call_budget_is_never_exceeded_and_the_dollar_limit_stops_new_rounds(pool, relu):
+def test_the_call_budget_is_never_exceeded_and_the_dollar_limit_stops_new_rounds(relu):
     model = KeyedModel()
-    result = loop_of(pool, model, mode="beam", max_calls=3, width=3, beam=2, depth=5).run(relu)
+    result = loop_of(model, mode="beam", max_calls=3, width=3, beam=2, depth=5).run(relu)
     # Round 1 would make three children; the budget leaves two.
     assert model.calls == len(result.records) == 3 and result.correct
     assert [r.direction for r in result.records] == ["root", "generic", "memory_traffic"]
 
     model = KeyedModel(cost_usd=0.01)
-    result = loop_of(pool, model, mode="beam", iterations=50, max_cost_usd=0.025, width=3, beam=2,
+    result = loop_of(model, mode="beam", iterations=50, max_cost_usd=0.025, width=3, beam=2,
                      depth=5).run(relu)
     # $0.01 spent before round 1, so its three children start; then $0.04 >= $0.025: no fix, no round 2.
     assert model.calls == len(result.records) == 4
@@ -211,7 +223,7 @@ class Steps(LoopObserver):
         self.steps.append(step)
 
 
-def test_a_tree_cut_off_mid_search_resumes_where_it_stopped(pool, relu):
+def test_a_tree_cut_off_mid_search_resumes_where_it_stopped(relu):
     """Cut off after round 1 (five nodes recorded), the same search resumed from what was recorded runs no
     recorded node again, tells the observers only of new ones and ends with the budget's seven nodes."""
 
@@ -228,7 +240,7 @@ def test_a_tree_cut_off_mid_search_resumes_where_it_stopped(pool, relu):
 
     settings = dict(mode="beam", max_calls=7, width=3, beam=2, depth=3)
     first_model, first_steps = StopsAt(6), Steps()
-    first = loop_of(pool, first_model, **settings)
+    first = loop_of(first_model, **settings)
     first_model.loop = first
     first.observers = [first_steps]
     cut = first.run(relu)
@@ -240,7 +252,7 @@ def test_a_tree_cut_off_mid_search_resumes_where_it_stopped(pool, relu):
                                for s in first_steps.steps})
     before = {r.iteration: (r.parent, r.depth, r.direction, r.state) for r in cut.records}
     model, steps = KeyedModel(), Steps()
-    loop = loop_of(pool, model, **settings)
+    loop = loop_of(model, **settings)
     loop.observers = [steps]
     result = loop.run(relu, resume=state)
     assert model.calls == 2 and [s.record.iteration for s in steps.steps] == [5, 6]  # round 2 only
@@ -329,13 +341,13 @@ def test_a_beam_job_killed_mid_tree_then_run_again_logs_each_node_once_and_verif
     assert {a.path for a in client.list_artifacts(again.info.run_id)} >= {f"iter_00{i}" for i in range(5)}
 
 
-def test_a_wave_cut_off_part_way_resumes_with_its_recorded_nodes_and_makes_the_rest(pool, relu):
+def test_a_wave_cut_off_part_way_resumes_with_its_recorded_nodes_and_makes_the_rest(relu):
     """A stop can land while a wave's nodes are verified concurrently: some are recorded, the others not.
     Resumed from nodes 0-2 of round 1's wave of three, the search makes node 3 and what follows, verifies
     nothing it restored, and places every node where a search never cut off does."""
     settings = dict(mode="beam", max_calls=7, width=3, beam=2, depth=3)
     whole_steps = Steps()
-    whole = loop_of(pool, KeyedModel(), **settings)
+    whole = loop_of(KeyedModel(), **settings)
     whole.observers = [whole_steps]
     whole.run(relu)
     kept = [s for s in whole_steps.steps if s.record.iteration <= 2]
@@ -343,7 +355,7 @@ def test_a_wave_cut_off_part_way_resumes_with_its_recorded_nodes_and_makes_the_r
                       kernels={s.record.iteration: (s.attempt.candidate.source, s.verdict, s.record) for s in kept})
 
     model, steps = KeyedModel(), Steps()
-    loop = loop_of(pool, model, **settings)
+    loop = loop_of(model, **settings)
     loop.observers = [steps]
     verified = []
     verify = loop.verifier.verify

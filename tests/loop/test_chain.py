@@ -1,5 +1,6 @@
-"""The problem loop on its own, on CPU with a scripted model: what observers hear and when, resuming
-from a LoopState, and a kforge error or an interrupt inside the loop."""
+"""The problem loop on its own, with a scripted model and an in-process verifier (`tests.loop.fakes`) that
+judges the test suite's CPU candidates as the real one does: what observers hear and when, resuming from a
+LoopState, a stop, a broken problem, and a kforge error or an interrupt inside the loop."""
 
 import pytest
 
@@ -8,12 +9,23 @@ from kforge.backends import get_backend
 from kforge.llm import ModelConfig, make_model
 from kforge.loop import LoopConfig, LoopObserver, LoopState, ProblemLoop, ProblemResult
 from kforge.problems import load_builtin
-from kforge.verify import Verifier
-from tests.helpers import candidate, fast_config
+from kforge.verify import ProblemFails
+from tests.helpers import candidate
+from tests.loop.fakes import FakeVerifier, correct, mismatch
 
 
 def fenced(name: str) -> str:
     return f"Here is the program.\n```python\n{candidate('cpu', name)}```\n"
+
+
+#: What the real verifier says of these candidates (tests/verify/test_cpu_states.py and tests/job/test_pipeline.py
+#: check that it does).
+VERDICTS = {"relu_ok.py": lambda: correct(0.5), "relu_wrong_math.py": lambda: mismatch(2.0)}
+
+
+def judge(source: str):
+    (name,) = [n for n in VERDICTS if candidate("cpu", n).strip() == source.strip()]
+    return VERDICTS[name]()
 
 
 class Recorder(LoopObserver):
@@ -41,16 +53,16 @@ def relu():
     return load_builtin(names=["level1/1_ReLU"], size="cpu", overrides={"BATCH": 8, "DIM": 4096})[0]
 
 
-def make_loop(pool, *replies, iterations=2, observers=()):
+def make_loop(*replies, iterations=2, observers=(), verifier=None):
     llm = make_model(ModelConfig(name="scripted", kind="scripted", replies=list(replies)))
     agent = GenerationAgent(llm, get_backend("cpu"), None, "a cpu")
-    return ProblemLoop(agent, Verifier(fast_config(), pool=pool), LoopConfig(iterations=iterations, concurrency=1),
+    return ProblemLoop(agent, verifier or FakeVerifier(judge), LoopConfig(iterations=iterations, concurrency=1),
                        observers=observers), llm
 
 
-def test_observers_hear_start_each_iteration_and_end_in_order(pool, relu):
+def test_observers_hear_start_each_iteration_and_end_in_order(relu):
     first, second = Recorder(), Recorder()
-    loop, _ = make_loop(pool, fenced("relu_wrong_math.py"), fenced("relu_ok.py"), observers=[first, second])
+    loop, _ = make_loop(fenced("relu_wrong_math.py"), fenced("relu_ok.py"), observers=[first, second])
     result = loop.run(relu)
     assert first.events == second.events == [
         ("started", "level1/1_ReLU", None), ("iteration", 0, "numerical_mismatch"), ("iteration", 1, "correct"),
@@ -58,13 +70,13 @@ def test_observers_hear_start_each_iteration_and_end_in_order(pool, relu):
     assert result.correct and result.best_iteration == 1
 
 
-def test_a_resumed_state_continues_where_the_run_left_off(pool, relu):
+def test_a_resumed_state_continues_where_the_run_left_off(relu):
     state = LoopState(ProblemResult(relu))
-    loop, _ = make_loop(pool, fenced("relu_wrong_math.py"), iterations=1)
+    loop, _ = make_loop(fenced("relu_wrong_math.py"), iterations=1)
     loop.run(relu, resume=state)  # the state a run leaves is what a rerun continues from
     assert state.next_iteration == 1 and state.last_verdict.state.value == "numerical_mismatch"
     recorder = Recorder()
-    loop, llm = make_loop(pool, fenced("relu_ok.py"), iterations=2, observers=[recorder])
+    loop, llm = make_loop(fenced("relu_ok.py"), iterations=2, observers=[recorder])
     result = loop.run(relu, resume=state)
     assert recorder.events[0] == ("started", "level1/1_ReLU", state)
     assert [e[1:] for e in recorder.events[1:-1]] == [(1, "correct")]  # iteration 0 is not run again
@@ -73,9 +85,9 @@ def test_a_resumed_state_continues_where_the_run_left_off(pool, relu):
     assert result is state.result and result.correct
 
 
-def test_a_kforge_error_ends_the_problem_and_an_interrupt_abandons_it(pool, relu, monkeypatch):
+def test_a_kforge_error_ends_the_problem_and_an_interrupt_abandons_it(relu, monkeypatch):
     recorder = Recorder()
-    loop, _ = make_loop(pool, fenced("relu_ok.py"), observers=[recorder])
+    loop, _ = make_loop(fenced("relu_ok.py"), observers=[recorder])
 
     def broken(*args, **kwargs):
         raise RuntimeError("boom inside kforge")
@@ -92,11 +104,45 @@ def test_a_kforge_error_ends_the_problem_and_an_interrupt_abandons_it(pool, relu
     assert [e[0] for e in recorder.events[2:]] == ["started", "abandoned"]
 
 
+def test_a_stop_during_the_model_call_records_nothing_and_cuts_the_problem_off(relu):
+    """The stop lands while the model writes iteration 1: that kernel is not verified nor recorded (a rerun
+    replays the call), the result is stopped, and a rerun's state continues at iteration 1."""
+    recorder = Recorder()
+    loop, llm = make_loop(fenced("relu_wrong_math.py"), fenced("relu_ok.py"), iterations=3, observers=[recorder])
+    fix = loop.agent.fix
+
+    def fix_then_stop(*args, **kwargs):
+        attempt = fix(*args, **kwargs)
+        loop.stop.set()  # a Ctrl-C during the model call
+        return attempt
+    loop.agent.fix = fix_then_stop
+    state = LoopState(ProblemResult(relu))
+    result = loop.run(relu, resume=state)
+    assert result.stopped and not result.error and llm.calls == 2 and loop.verifier.pool.counters["run"] == 1
+    assert [r.iteration for r in result.records] == [0] and state.next_iteration == 1
+    assert recorder.events[1:] == [("iteration", 0, "numerical_mismatch"), ("ended", "level1/1_ReLU", True, None)]
+    assert loop.run(relu).stopped and loop.verifier.pool.counters["run"] == 1  # set before it starts: nothing runs
+
+
+def test_a_problem_the_verifier_finds_broken_is_skipped_not_failed(relu):
+    class Skips(Recorder):
+        def problem_skipped(self, problem, result):
+            self.events.append(("skipped", problem.key))
+
+    def broken(source):
+        raise ProblemFails("the reference raised", "Traceback: ZeroDivisionError")
+    recorder = Skips()
+    loop, _ = make_loop(fenced("relu_ok.py"), observers=[recorder], verifier=FakeVerifier(broken))
+    result = loop.run(relu)
+    assert "ZeroDivisionError" in result.problem_error and not result.error and result.outcome == "problem_error"
+    assert [e[0] for e in recorder.events] == ["started", "skipped"]
+
+
 def test_single_shot_is_one_iteration_whatever_iterations_says():
     assert LoopConfig(mode="single_shot", iterations=4).budget == 1 and LoopConfig(iterations=4).budget == 4
 
 
-def test_a_job_tells_its_events_around_its_problems(pool, relu):
+def test_a_job_tells_its_events_around_its_problems(relu):
     """run_problems tells the job's start and end beside each problem's events; its end carries the figures."""
     from kforge.loop import run_problems
 
@@ -112,7 +158,7 @@ def test_a_job_tells_its_events_around_its_problems(pool, relu):
                                 end.interrupted, end.stats["fast_0"]))
 
     recorder = JobRecorder()
-    loop, _ = make_loop(pool, fenced("relu_ok.py"), iterations=1, observers=[recorder])
+    loop, _ = make_loop(fenced("relu_ok.py"), iterations=1, observers=[recorder])
     end = run_problems([relu], loop)
     assert recorder.events == [
         ("job started", ["level1/1_ReLU"], 0), ("started", "level1/1_ReLU", None), ("iteration", 0, "correct"),

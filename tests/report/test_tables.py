@@ -11,8 +11,8 @@ from mlflow.entities import Metric, RunTag
 from mlflow.tracking import MlflowClient
 
 from kforge.report.render import build_all, latex_escape
-from kforge.report.tables import (Context, ablation_table, by_iteration, dedupe, fast_p_curve, geomean_speedup,
-                           kernel_timings, load_runs, rate, timing_noise)
+from kforge.report.tables import (COLUMNS, Context, ablation_table, by_iteration, dedupe, fast_p_curve,
+                                  geomean_speedup, kernel_timings, load_runs, rate, timing_noise)
 
 NEW = {"best": "best_speedup_vs_eager", "step": "speedup_vs_eager"}
 OLD = {"best": "best_speedup_eager", "step": "speedup_eager"}  # runs logged before the metrics were renamed
@@ -102,6 +102,19 @@ def test_bootstrap_intervals_by_hand():
     r = rate(lambda grp, ctx: grp["correct"].to_numpy(dtype=bool))(many, Context())
     assert 0.35 < r.lo < 0.5 < r.hi < 0.65 and r == rate(lambda grp, ctx: grp["correct"].to_numpy(dtype=bool))(
         many, Context())
+
+
+def test_each_rule_set_counts_the_problems_correct_under_it():
+    """A problem PyTorch solved for the kernel is unsolved under kforge's rules and solved under KernelBench's;
+    a run logged before the rule sets (no correct_kb) counts unsolved there, and fast_1 asks the same rule's
+    speedup."""
+    runs = pd.DataFrame({"correct": [True, False, False, False], "speedup_eager": [2.0, None, None, None],
+                         "speedup_compile": None, "correct_kb": [True, True, True, None],
+                         "speed_kb": [2.0, 1.5, 0.5, None]})
+    cell = {c.key: c.value(runs, Context()) for c in COLUMNS if c.key in ("correct", "fast_1", "correct_kb",
+                                                                           "fast_1_kb")}
+    assert {k: (e.k, e.n) for k, e in cell.items()} == {"correct": (1, 4), "fast_1": (1, 4), "correct_kb": (3, 4),
+                                                        "fast_1_kb": (2, 4)}
 
 
 def test_identical_kernels_in_two_arms_show_their_timing_noise(tmp_path):

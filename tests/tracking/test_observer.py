@@ -1,6 +1,6 @@
 """MLflow tracking owns a job's runs (kforge/tracking/observer.py), through the pipeline on CPU: the arm as
 parameters and in run names, a rerun of a finished job that adds nothing, and a broken problem skipped
-while the sweep goes on."""
+while the sweep goes on; and, told to the observer alone, a whole-model job's outcome on its parent run."""
 
 from pathlib import Path
 
@@ -73,3 +73,50 @@ def test_a_broken_problem_is_skipped_with_its_traceback_and_the_sweep_goes_on(tm
     text = Path(client.download_artifacts(broken.info.run_id, "problem_error.txt", str(tmp_path))).read_text()
     assert "no inputs today" in text
     assert job.data.metrics["problem_errors"] == 1 and job.data.metrics["problems"] == 1
+
+
+def _record(folder: Path, state: str = "unchanged"):
+    """A whole-model job's outcome with nothing assembled, its folder holding one file."""
+    from kforge.workload.record import Unsolved, WorkloadRecord
+    (folder / "workload.json").write_text("{}")
+    unsolved = [Unsolved("1_attn_Attention", "attn", 0.6, "not finished"), Unsolved("2_norm_Norm", "norm", 0.3, "x")]
+    return WorkloadRecord("block.py", folder, state, "no region was solved", coverage=0.9, regions=2, model_ms=1.5,
+                          unsolved=unsolved)
+
+
+def test_a_workload_outcome_goes_on_the_open_parent_run_before_it_ends(tmp_path):
+    from kforge.loop import JobEnd, JobStart
+    from kforge.problems import load_builtin
+    from kforge.tracking import Tracker
+    from kforge.tracking.observer import JobRun, MlflowObserver
+    from kforge.tracking.schema import WorkloadFiles, WorkloadMetrics, WorkloadTags
+    tracker = Tracker(f"sqlite:///{tmp_path}/mlflow.db")
+    observer = MlflowObserver(tracker, JobRun("a job", {}, "", {}))
+    observer.job_started(JobStart(load_builtin(names=["level1/1_ReLU"])))
+    (tmp_path / "w").mkdir()
+    observer.workload_done(_record(tmp_path / "w"))
+    assert tracker.client.get_run(observer.parent_id).info.status == "RUNNING"
+    observer.job_ended(JobEnd([], {}))
+    run = tracker.client.get_run(observer.parent_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.tags[WorkloadTags.STATE] == "unchanged"
+    assert run.data.tags[WorkloadTags.UNSOLVED] == "1_attn_Attention,2_norm_Norm"
+    assert run.data.metrics[WorkloadMetrics.COVERAGE] == 0.9 and run.data.metrics[WorkloadMetrics.SOLVED] == 0
+    assert WorkloadMetrics.CORRECT not in run.data.metrics  # nothing was assembled: no verdict, no speedup
+    assert [f.path for f in tracker.client.list_artifacts(observer.parent_id, WorkloadFiles.FOLDER)] == \
+        [WorkloadFiles.WORKLOAD_JSON]
+
+
+def test_a_rerun_with_nothing_to_run_records_its_workload_on_the_earlier_parent_run(tmp_path):
+    from kforge.loop import JobStart
+    from kforge.tracking import Tracker
+    from kforge.tracking.observer import JobRun, MlflowObserver
+    from kforge.tracking.schema import WorkloadTags
+    tracker = Tracker(f"sqlite:///{tmp_path}/mlflow.db")
+    earlier = tracker.start_parent("a job", {}, "", {})
+    observer = MlflowObserver(tracker, JobRun("a job", {}, "", {}, previous=earlier))
+    observer.job_started(JobStart([]))  # every region finished earlier: no run opens
+    (tmp_path / "w").mkdir()
+    observer.workload_done(_record(tmp_path / "w", state="correct"))
+    assert observer.parent_id is None
+    assert tracker.client.get_run(earlier).data.tags[WorkloadTags.STATE] == "correct"

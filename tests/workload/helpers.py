@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kforge.workload.extract import Region, Workload
-from kforge.workload.cli import BUILTIN_WORKLOADS
+from kforge.workload.prepare import BUILTIN_WORKLOADS
 
 BLOCK = BUILTIN_WORKLOADS / "transformer_block.py"
 

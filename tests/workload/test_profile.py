@@ -105,6 +105,6 @@ def test_gpu_time_is_charged_to_the_launching_operator_and_its_innermost_module(
     out = attribute(events, cuda=True, iters=2)
     assert out["self_ms"] == {"attn.qkv": 0.15, "attn": 0.05, "": 0.1}
     assert out["total_ms"] == 0.3 and out["wall_ms"] == 0.45
-    assert {o["name"]: o["ms"] for o in out["ops"]} == {"aten::addmm": 0.15, "aten::softmax": 0.05, "aten::add": 0.1}
+    assert {o.name: o.ms for o in out["ops"]} == {"aten::addmm": 0.15, "aten::softmax": 0.05, "aten::add": 0.1}
     cpu = attribute(events, cuda=False, iters=2)
     assert cpu["self_ms"] == {"": 0.025}  # on a CPU: operators' own CPU time

@@ -1,4 +1,5 @@
-"""``kforge workload profile|extract|assemble``: `add_subcommand(subparsers)` adds the group to the CLI."""
+"""``kforge workload profile|extract|assemble``: profile a model by module, extract its hot modules as problems,
+put kernels back (docs/workload.md). It parses and prints; the work is `kforge.workload`'s."""
 
 from __future__ import annotations
 
@@ -9,33 +10,21 @@ from pathlib import Path
 
 from ..errors import KforgeError
 from ..problems import SIZES
-from .prepare import BUILTIN_WORKLOADS, resolve_model, write_profile  # noqa: F401 - BUILTIN_WORKLOADS for callers
-
-
-def _model(spec: str, size: str | None, device: str):
-    """A model file, or the name of a built-in workload (``transformer_block``)."""
-    return resolve_model(spec, size, device)
-
-
-def _backend(args):
-    from ..backends import get_backend
-    try:
-        return get_backend(args.backend, device=args.device)
-    except ValueError as exc:
-        raise KforgeError(str(exc)) from None
+from ..workload.prepare import resolve_model, write_profile
+from .common import backend_of
 
 
 def _profile(args):
     from ..verify import WorkerPool
-    from .profile import profile_model
-    backend = _backend(args)
-    problem = _model(args.model, args.size, backend.device)
+    from ..workload.profile import profile_model
+    backend = backend_of(args.backend, args.device)
+    problem = resolve_model(args.model, args.size, backend.device)  # a model file or a built-in workload's name
     with WorkerPool(build_workers=1, light=True) as pool:
         return problem, profile_model(problem, backend, pool, iterations=args.iterations)
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from .profile import plot, render_table
+    from ..workload.profile import plot, render_table
     _, prof = _profile(args)
     if args.json:
         print(json.dumps(prof.to_dict()))
@@ -47,7 +36,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 
 def cmd_extract(args: argparse.Namespace) -> int:
-    from .extract import extract
+    from ..workload.extract import extract
     problem, prof = _profile(args)
     out = Path(args.out_dir)
     workload = extract(prof, problem, out, top=args.top, cover=args.cover, min_share=args.min_share)
@@ -67,7 +56,7 @@ def cmd_extract(args: argparse.Namespace) -> int:
 def _kernels(args, workload) -> dict[str, str]:
     from ..problems import builtin_solution_path
     from ..problems.equivalent import builtin_equivalent
-    from .extract import identity_candidate
+    from ..workload.extract import identity_candidate
     kernels: dict[str, str] = {}
     for item in args.kernel or []:
         key, sep, path = item.partition("=")
@@ -89,8 +78,8 @@ def _kernels(args, workload) -> dict[str, str]:
 
 
 def cmd_assemble(args: argparse.Namespace) -> int:
-    from .assemble import assemble, check_regions, evaluate
-    from .extract import Workload
+    from ..workload.assemble import assemble, check_regions, evaluate
+    from ..workload.extract import Workload
     workload = Workload.load(args.workload)
     kernels = _kernels(args, workload)
     if not args.verify:
@@ -102,7 +91,7 @@ def cmd_assemble(args: argparse.Namespace) -> int:
             print(text)
         return 0
     from ..verify import Verifier, VerifyConfig, WorkerPool
-    backend = _backend(args)
+    backend = backend_of(args.backend, args.device)
     cfg = VerifyConfig(trials=args.trials, compile_ref=not args.no_compile_ref, skip_timing=args.no_timing,
                        require_kernel=not (args.no_kernel_check or args.identity))
     with WorkerPool(build_workers=1, light=True) as pool, Verifier(cfg, pool=pool) as verifier:
@@ -116,7 +105,7 @@ def cmd_assemble(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_subcommand(sub) -> argparse.ArgumentParser:
+def add_parser(sub) -> argparse.ArgumentParser:
     """Add ``workload`` and its three subcommands to an ``add_subparsers()`` object."""
     w = sub.add_parser("workload", help="profile a model, extract its hot regions as problems, put kernels back",
                        description="Whole-workload mode (docs/workload.md). MODEL is a KernelBench-format file "

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from kforge.workload.record import WMetrics, to_markdown, workload_table
+from kforge.report.workload import to_markdown, workload_table
+from kforge.tracking.schema import WorkloadMetrics as WMetrics
 
 
 def _run(start, state, solved, eager, compile_=None, workload="block.py", backend="cpu"):
