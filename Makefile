@@ -40,6 +40,8 @@ test-gpu: ## run only the GPU tests (on a machine with an NVIDIA GPU)
 
 DEMO_BACKEND ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo cuda || echo cpu)
 DEMO_ARGS ?=
+# `make demo precision=bf16`: the demo in another precision (fp32, tf32, bf16, fp16; conf/precision/).
+precision ?=
 MLFLOW_PORT ?= 5000
 
 MODELS ?= gpt-5
@@ -59,7 +61,7 @@ endif
 
 .PHONY: demo ui reproduce tables
 demo: ## the whole pipeline offline: oracle model (not an LLM), built-in suite, cpu (cuda with a GPU), into MLflow
-	$(PYTHON) pipelines/synthesize.py experiment=demo backend=$(DEMO_BACKEND) $(DEMO_ARGS)
+	$(PYTHON) pipelines/synthesize.py experiment=demo backend=$(DEMO_BACKEND) $(if $(precision),precision=$(precision)) $(DEMO_ARGS)
 
 ui: ## browse the runs: `kforge ui` on ./mlflow.db (http://127.0.0.1:5000; another port: MLFLOW_PORT=5001); prints each experiment's addresses
 	$(PYTHON) -m kforge.cli ui --store $(CURDIR)/mlflow.db --port $(MLFLOW_PORT)
