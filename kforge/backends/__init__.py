@@ -7,9 +7,10 @@ from typing import Any
 from .base import Backend, BackendSpec, WorkerContext
 from .cpu import CpuBackend
 from .cuda import CudaBackend
+from .opencl import OpenClBackend
 from .triton import TritonBackend
 
-BACKENDS: dict[str, type[Backend]] = {b.name: b for b in (CpuBackend, CudaBackend, TritonBackend)}
+BACKENDS: dict[str, type[Backend]] = {b.name: b for b in (CpuBackend, CudaBackend, TritonBackend, OpenClBackend)}
 
 
 def get_backend(name: str | Backend, device: str | None = None, **options: Any) -> Backend:
