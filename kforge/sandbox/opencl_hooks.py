@@ -52,9 +52,9 @@ class _Buffer:
     def __init__(self, hooks: "OpenClHooks", buf: Any, queue: Any):
         self.hooks, self.buf, self.queue = hooks, buf, queue
         self.key = ("opencl", buf.int_ptr)
-        self.address = None
+        self.host = None
         if buf.flags & hooks.cl.mem_flags.USE_HOST_PTR and getattr(buf, "hostbuf", None) is not None:
-            self.address = _Host(buf.hostbuf).address
+            self.host = _Host(buf.hostbuf)
 
     def fingerprint(self) -> bytes:
         data = np.empty(self.buf.size, dtype=np.uint8)

@@ -15,7 +15,7 @@ None (undetermined) where writes can escape the tracking: CUDA graph replays, co
 generated, kernels launched by means no hook sees.
 
 Kernels that work on memory of their own API (OpenCL buffers) are followed there too: the recorder hands each
-call the buffers it was given (objects with a ``key`` and a ``fingerprint()``, and the host ``address`` a buffer
+call the buffers it was given (objects with a ``key`` and a ``fingerprint()``, and the ``host`` memory a buffer
 over host memory aliases); a buffer whose contents a kernel changed derives from the candidate's kernels, and
 `transfer` carries that through copies between such buffers and host memory (a torch tensor's storage, or a
 NumPy array a tensor is later made over). Host memory written from derived buffers is remembered by its bytes'
@@ -223,8 +223,8 @@ class Dataflow(TorchDispatchMode):
             for m, fp in buffers:
                 if m.fingerprint() != fp:
                     self.opaque[m.key] = True
-                    if getattr(m, "address", None):  # over host memory: that memory holds what the kernel wrote
-                        self._set_host(m, True)
+                    if getattr(m, "host", None) is not None:  # over host memory: it holds what the kernel wrote
+                        self._set_host(m.host, True)
         return out
 
     # -- memory outside PyTorch (OpenCL buffers) ------------------------------------------------------
