@@ -23,7 +23,7 @@ from .static_ast import aliases_of as _aliases, dotted as _dotted, functions as 
 PROTECTED = {"torch", "time", "kforge", "triton", "numpy", "builtins", "sys", "os", "gc", "math", "importlib",
              "functools", "random", "threading", "inspect", "ctypes", "torch.nn", "torch.nn.functional",
              "torch.cuda", "torch.utils", "torch.utils.cpp_extension", "triton.language", "torch.backends",
-             "pyopencl", "pyopencl._cl"}
+             "pyopencl", "pyopencl._cl", "cutlass", "cutlass.cute", "tilelang", "tilelang.language"}
 THREADS = {"threading", "_thread", "multiprocessing", "concurrent", "concurrent.futures", "subprocess", "asyncio",
            "signal", "torch.multiprocessing", "pty", "sched"}
 OS_PROCESS = {"fork", "system", "popen", "spawnl", "spawnv", "execv", "execve", "kill", "posix_spawn", "forkpty"}
@@ -116,7 +116,7 @@ def _kernel_names(tree: ast.Module, aliases: dict[str, str]) -> set[str]:
     return kernels
 
 
-_NOT_TORCH = ("math", "numpy", "triton", "builtins")
+_NOT_TORCH = ("math", "numpy", "triton", "builtins", "cutlass", "tilelang")  # the kernel DSLs' math is the kernel's
 
 
 @rule("no_kernel")
