@@ -12,7 +12,7 @@ def softmax_kernel(gX: cute.Tensor, gY: cute.Tensor, rows: cutlass.Int32, cols: 
     bidx, _, _ = cute.arch.block_idx()
     row = bidx * 4 + warp
     if row < rows:
-        m = -cutlass.Float32.inf
+        m = cutlass.Float32(-cutlass.Float32.inf)
         for c in range(lane, cols, 32):
             v = gX[row, c]
             if v > m:
