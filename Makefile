@@ -38,7 +38,8 @@ test: ## run the test suite (GPU tests skip themselves where no GPU is visible)
 test-gpu: ## run only the GPU tests (on a machine with an NVIDIA GPU)
 	$(PYTHON) -m pytest -m gpu $(PYTEST_ARGS)
 
-DEMO_BACKEND ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo cuda || echo cpu)
+# `make demo backend=opencl` (or DEMO_BACKEND=) picks the backend; by default cuda with a GPU, else cpu.
+DEMO_BACKEND ?= $(or $(backend),$(shell nvidia-smi -L >/dev/null 2>&1 && echo cuda || echo cpu))
 DEMO_ARGS ?=
 # `make demo precision=bf16`: the demo in another precision (fp32, tf32, bf16, fp16; conf/precision/).
 precision ?=
@@ -60,7 +61,7 @@ REPRODUCE_ARGS += verify.compile_ref=false verify.timing.budget_s=1
 endif
 
 .PHONY: demo ui reproduce tables
-demo: ## the whole pipeline offline: oracle model (not an LLM), built-in suite, cpu (cuda with a GPU), into MLflow
+demo: ## the whole pipeline offline: oracle model (not an LLM), built-in suite, cpu (cuda with a GPU; backend=opencl|triton|...; precision=bf16), into MLflow
 	$(PYTHON) pipelines/synthesize.py experiment=demo backend=$(DEMO_BACKEND) $(if $(precision),precision=$(precision)) $(DEMO_ARGS)
 
 ui: ## browse the runs: `kforge ui` on ./mlflow.db (http://127.0.0.1:5000; another port: MLFLOW_PORT=5001); prints each experiment's addresses

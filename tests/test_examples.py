@@ -10,12 +10,13 @@ from tests.helpers import fast_config
 @pytest.mark.parametrize("name,device", [
     ("cpu", None),
     pytest.param("triton", "cpu", id="triton-interpreter"),
+    pytest.param("opencl", None, id="opencl-pocl"),
     pytest.param("cuda", None, marks=pytest.mark.gpu),
     pytest.param("triton", None, marks=pytest.mark.gpu, id="triton-gpu"),
 ])
 def test_example_is_correct(pool, name, device):
-    if name == "triton":
-        pytest.importorskip("triton")
+    if name in ("triton", "opencl"):
+        pytest.importorskip("pyopencl" if name == "opencl" else "triton")
     backend = get_backend(name, device=device)
     if not backend.example_dir.is_dir():
         pytest.fail(f"{backend.example_dir} is missing")

@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from hydra import compose, initialize_config_dir
 from mlflow.tracking import MlflowClient
 
@@ -82,3 +83,28 @@ def test_the_fourth_ablation_compares_the_chain_and_beam_search(tmp_path):
     exp = client.get_experiment_by_name("kforge-iterative_vs_beam")
     problems = client.search_runs([exp.experiment_id], "tags.`kforge.kind` = 'problem'")
     assert sorted(r.data.tags["loop_mode"] for r in problems) == ["beam", "iterative"]
+
+
+def test_the_reference_transfer_matrix_runs_offline_on_cpu_opencl_and_the_triton_interpreter(tmp_path):
+    """Every (source, target) pair of cpu, opencl and triton (Triton's interpreter here), each target also without
+    a reference, single shot with the oracle on one tiny problem; kforge-tables writes the matrix."""
+    pytest.importorskip("pyopencl")
+    pytest.importorskip("triton")
+    backends = "cpu,opencl,triton"
+    cmd = [sys.executable, str(REPO_DIR / "pipelines" / "reproduce.py"), "--models", "oracle", "--backends", backends,
+           "--sources", backends, "--levels", "1", "--ablations", "reference_transfer", "--",
+           "problems.names=[level1/1_ReLU]", *TINY, "verify.timing.max_trials=3"]
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=1200)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    matrix = (tmp_path / "results" / "reference_transfer_matrix.md").read_text()
+    for source in ("cpu", "opencl", "triton"):
+        cells = [c.strip() for c in next(line for line in matrix.splitlines() if line.startswith(f"| {source} |"))
+                 .split("|")[2:-1]]
+        assert cells.count("—") == 1 and all(c == "1/1 (1/1 without)" for c in cells if c != "—"), matrix
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    exp = client.get_experiment_by_name("kforge-reference_transfer")
+    problems = [r for r in client.search_runs([exp.experiment_id]) if r.data.tags.get("kforge.kind") == "problem"]
+    refs = sorted((r.data.tags["backend"], r.data.tags["reference"]) for r in problems)
+    assert refs == sorted([(t, "none") for t in backends.split(",")] +
+                          [(t, f"oracle:{s}") for t in backends.split(",") for s in backends.split(",") if s != t])
+    assert all(r.data.tags["reference_available"] == "true" for r in problems if r.data.tags["reference"] != "none")

@@ -4,6 +4,8 @@
     kforge-reproduce --models openai/gpt-5,anthropic/claude-opus-4-5     # any litellm model strings
     kforge-reproduce --models oracle --backends cpu            # offline dry run
     kforge-reproduce ... -- loop.concurrency=4                 # extra Hydra overrides
+    kforge-reproduce --models oracle --backends cpu,opencl,triton --sources cpu,opencl,triton \
+        --ablations reference_transfer                         # the source x target transfer matrix
 
 Every model's API key is checked before anything runs. Each sweep is a Hydra multirun of
 kforge-synthesize into its own MLflow experiment; kforge-tables then writes the tables.
@@ -84,6 +86,24 @@ def _sweep(cmd: list[str], env: dict[str, str], name: str, started: float) -> in
     return proc.wait()
 
 
+def sweeps(ablation: str, backends: str, sources: str | None) -> list[list[str]]:
+    """The Hydra overrides of each sweep an ablation runs. ``reference_transfer`` with ``sources``: per target
+    backend, one sweep without a reference and one with each other source's oracle kernels, so every
+    (source, target) pair of the matrix runs once and no target is its own source."""
+    if ablation != "reference_transfer" or not sources:
+        return [[f"backend={backends}"]]
+    from ..job.reference import transfer_pairs
+    targets = [b for b in backends.split(",") if b]
+    pairs = transfer_pairs([s for s in sources.split(",") if s], targets)
+    out = []
+    for target in targets:
+        out.append([f"backend={target}", "reference=none"])
+        mine = [s for s, t in pairs if t == target]
+        if mine:
+            out.append([f"backend={target}", "reference=oracle", f"reference.backend={','.join(mine)}"])
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     from ..report.tables import ABLATIONS
     setup_logging()
@@ -92,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", default="gpt-5", help="comma-separated conf/model names or litellm model strings")
     ap.add_argument("--backends", default="cpu", help="comma-separated backends")
     ap.add_argument("--levels", default="1,2,3", help="comma-separated levels")
+    ap.add_argument("--sources", help="reference_transfer: comma-separated backends whose oracle kernels are the "
+                    "reference (each target runs with every other one and with none: the transfer matrix); "
+                    "default: the experiment's own (auto: cuda, or triton for a cuda target)")
     ap.add_argument("--kernelbench", help="a KernelBench checkout (default: the built-in suite)")
     ap.add_argument("--iterations", type=int, default=None,
                     help="iterations per problem in iterative sweeps (default 5; 2 when every model is offline)")
@@ -113,14 +136,15 @@ def main(argv: list[str] | None = None) -> int:
     for ablation in ablations:
         if ablation not in ABLATIONS:
             raise SystemExit(f"kforge: unknown ablation {ablation!r} (choose from {', '.join(ABLATIONS)})")
-        cmd = [sys.executable, "-m", "kforge.apps.synthesize", "-m", f"experiment={ablation}",
-               f"model={','.join(models)}", f"backend={args.backends}", f"problems={groups}",
-               f"loop.iterations={args.iterations}", f"tracking.uri={uri}", *args.overrides]
-        print(f"\n=== {ablation}: kforge-synthesize {' '.join(cmd[3:])}", flush=True)
-        if _sweep(cmd, env, f"{ablation} ({ablations.index(ablation) + 1} of {len(ablations)})", started) != 0:
-            log.error("kforge: the %s sweep failed; finished problems are in MLflow. Fix the cause and run "
-                      "`make reproduce` again with the same settings.", ablation)
-            return 1
+        for extra in sweeps(ablation, args.backends, args.sources):
+            cmd = [sys.executable, "-m", "kforge.apps.synthesize", "-m", f"experiment={ablation}",
+                   f"model={','.join(models)}", *extra, f"problems={groups}",
+                   f"loop.iterations={args.iterations}", f"tracking.uri={uri}", *args.overrides]
+            print(f"\n=== {ablation}: kforge-synthesize {' '.join(cmd[3:])}", flush=True)
+            if _sweep(cmd, env, f"{ablation} ({ablations.index(ablation) + 1} of {len(ablations)})", started) != 0:
+                log.error("kforge: the %s sweep failed; finished problems are in MLflow. Fix the cause and run "
+                          "`make reproduce` again with the same settings.", ablation)
+                return 1
     cmd = [sys.executable, "-m", "kforge.apps.tables", f"tracking_uri={uri}", f"out_dir={args.out}",
            f"ablations=[{args.ablations}]"]
     return subprocess.run(cmd, env=env).returncode

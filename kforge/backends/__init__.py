@@ -7,9 +7,13 @@ from typing import Any
 from .base import Backend, BackendSpec, WorkerContext
 from .cpu import CpuBackend
 from .cuda import CudaBackend
+from .cute import CuteBackend
+from .opencl import OpenClBackend
+from .tilelang import TileLangBackend
 from .triton import TritonBackend
 
-BACKENDS: dict[str, type[Backend]] = {b.name: b for b in (CpuBackend, CudaBackend, TritonBackend)}
+BACKENDS: dict[str, type[Backend]] = {b.name: b for b in (CpuBackend, CudaBackend, TritonBackend, OpenClBackend,
+                                                           CuteBackend, TileLangBackend)}
 
 
 def get_backend(name: str | Backend, device: str | None = None, **options: Any) -> Backend:

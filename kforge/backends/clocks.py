@@ -101,3 +101,34 @@ def l2_flush_bytes() -> int:
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     l2 = getattr(props, "L2_cache_size", 0) or 50 * 2**20
     return max(4 * l2, 64 * 2**20)
+
+
+OPENCL_QUEUES: dict[int, Any] = {}
+"""Every OpenCL command queue the candidate's launches and copies used (``id`` -> queue), registered by the
+recorder's OpenCL hooks (`kforge.sandbox.opencl_hooks`); held for the process, which serves one candidate."""
+
+
+class OpenClClock(CpuClock):
+    """Host wall time around a call, every OpenCL queue the candidate used finished before the clock stops.
+
+    The candidate's tensors are on the CPU and its kernels run on an OpenCL device (PoCL's threads, or a GPU
+    through its vendor's OpenCL): work it leaves queued when its forward returns is still its work, so the
+    clock waits for it. ``CommandQueue.finish`` is captured when the clock is made, before candidate code loads.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        import pyopencl._cl as _cl
+        self._finish = _cl.CommandQueue.finish
+        self._queues = OPENCL_QUEUES
+
+    def sync(self) -> None:
+        for queue in list(self._queues.values()):
+            self._finish(queue)
+
+    def time(self, fn: Callable[[], Any], settled: bool = False) -> tuple[float, float, Any]:
+        t0 = self._perf()
+        out = fn()
+        self.sync()
+        ms = (self._perf() - t0) * 1e3
+        return ms, ms, out

@@ -77,7 +77,9 @@ def verify_config(args: argparse.Namespace):
 
 def add_verify_options(p: argparse.ArgumentParser) -> None:
     """The verifier's options, the same for `kforge verify` and `kforge eval` (read by `verify_config`)."""
-    p.add_argument("--backend", default="cpu", help="cpu, cuda or triton (default: cpu)")
+    from ..backends import BACKENDS
+    p.add_argument("--backend", default="cpu", help=f"{', '.join(BACKENDS)} (default: cpu; opencl runs on PoCL "
+                   "without a GPU)")
     p.add_argument("--device", choices=("cpu", "cuda"), help="override the backend's device "
                    "(triton on cpu runs Triton's interpreter: correctness only)")
     p.add_argument("--size", choices=SIZES, help="size preset (default: cpu for the cpu device, gpu for GPUs)")

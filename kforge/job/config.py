@@ -45,7 +45,7 @@ class BackendConfig(StrictConfig):
     """The kernel language and device (``conf/backend/*.yaml``)."""
 
     name: str = "cpu"
-    """``cpu`` (C++), ``cuda`` (CUDA C++) or ``triton``."""
+    """``cpu`` (C++), ``cuda`` (CUDA C++), ``triton``, ``opencl`` (OpenCL C), ``cute`` (CuTe DSL) or ``tilelang``."""
     device: str | None = None
     """``cpu`` or ``cuda``; None for triton picks cuda when a GPU is visible, else Triton's interpreter."""
     options: dict[str, Any] = field(default_factory=dict)

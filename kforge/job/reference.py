@@ -2,8 +2,9 @@
 
 ``reference=oracle`` takes the built-in suite's hand-written solution for ``reference.backend``;
 ``reference=mlflow`` takes the best correct kernel of ``reference.backend`` for the same problem from an
-MLflow experiment (``reference.experiment``) or one sweep job (``reference.run_id``). A problem with
-no reference runs without one and is tagged ``reference_available=false``.
+MLflow experiment (``reference.experiment``) or one sweep job (``reference.run_id``). Any registered backend can
+be the source for any other (cpu, cuda, triton, opencl, cute, tilelang: `transfer_pairs` lists them). A problem
+with no reference runs without one and is tagged ``reference_available=false``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..agents import Reference
-from ..backends import get_backend
+from ..backends import BACKENDS, get_backend
 from ..errors import KforgeError
 from ..problems import Problem, builtin_solution_path
 from ..strict import StrictConfig
@@ -52,6 +53,17 @@ class ReferenceConfig(StrictConfig):
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"reference.kind must be one of {', '.join(KINDS)}, not {self.kind!r}")
+        if self.backend not in (None, "auto", *BACKENDS):
+            raise ValueError(f"reference.backend must be auto or a backend ({', '.join(BACKENDS)}), "
+                             f"not {self.backend!r}")
+
+
+def transfer_pairs(sources: list[str], targets: list[str]) -> list[tuple[str, str]]:
+    """Every (source, target) pair of different backends: the reference-transfer matrix's cells."""
+    for name in (*sources, *targets):
+        if name not in BACKENDS:
+            raise ReferenceTransferError(f"unknown backend {name!r} (choose from {', '.join(BACKENDS)})")
+    return [(s, t) for t in targets for s in sources if s != t]
 
 
 def load_references(rcfg: ReferenceConfig | dict[str, Any], problems: list[Problem], target: str,

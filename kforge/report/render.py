@@ -13,6 +13,7 @@ import pandas as pd
 
 from .plots import factor_name, title_of, value_name
 from .tables import (ABLATIONS, COLUMNS, Context, ablation_table, by_iteration, dedupe, fast_p_curve, kernel_timings,
+                     transfer_markdown, transfer_matrix,
                      load_runs, not_llms, timing_noise, timings_frame)
 
 #: What a speedup's baseline is, in a caption.
@@ -181,6 +182,12 @@ def build_all(client, out_dir: str | Path, ablations: list[str] | None = None, b
         hist = by_iteration(runs, factor)
         if not hist.empty:
             files["iterations"] = plot_iterations(hist, factor, out / f"{name}_by_iteration.png", name, baseline)
+        if name == "reference_transfer":  # the source x target matrix beside the table
+            matrix = transfer_matrix(runs)
+            files["matrix_csv"] = out / f"{name}_matrix.csv"
+            matrix.to_csv(files["matrix_csv"], index=False)
+            files["matrix_md"] = out / f"{name}_matrix.md"
+            files["matrix_md"].write_text(f"### Reference transfer: source x target\n\n{transfer_markdown(matrix)}")
         results[name] = {"experiment": experiment, "runs": len(runs), "table": table, "files": files}
     from .workload import write_workload_table
     results.update(write_workload_table(client, out))  # whole_workload, where workload jobs ran (docs/workload.md)

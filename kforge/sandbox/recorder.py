@@ -12,6 +12,10 @@
 * CuPy's user kernels (``RawKernel``, ``RawModule``'s functions, ``ElementwiseKernel``, ``ReductionKernel``),
   the moment anyone imports CuPy: their launches write PyTorch's memory through CuPy arrays, which the
   dataflow follows by address;
+* pyopencl's launches and copies, the moment anyone imports pyopencl (`kforge.sandbox.opencl_hooks`): kernels
+  from programs the candidate built are its own, and the dataflow follows their OpenCL buffers;
+* CuTe DSL's and TileLang's compiled callables, the moment ``cutlass`` or ``tilelang`` is imported
+  (`kforge.sandbox.dsl_hooks`): those the candidate's file decorated or compiled are its kernels;
 * ``torch.cuda.CUDAGraph.replay``, whose writes no hook can see.
 
 Outside the two attribution trials each hook costs one flag test. In the *profile* trial a call is
@@ -54,7 +58,8 @@ class Recorder:
         import torch.utils.cpp_extension as ce
         for name in ("load_inline", "load"):
             setattr(ce, name, self._loader(getattr(ce, name)))
-        for name, wrap in (("triton", self._wrap_triton), ("cupy", self._wrap_cupy)):
+        for name, wrap in (("triton", self._wrap_triton), ("cupy", self._wrap_cupy), ("pyopencl", self._wrap_opencl),
+                           ("cutlass", self._wrap_cute), ("tilelang", self._wrap_tilelang)):
             if name in sys.modules:
                 wrap()
             else:
@@ -140,6 +145,18 @@ class Recorder:
             except TypeError:  # a type that cannot be subclassed: its launches go unrecorded
                 continue
 
+    def _wrap_opencl(self) -> None:
+        from .opencl_hooks import OpenClHooks
+        OpenClHooks(self).install()
+
+    def _wrap_cute(self) -> None:
+        from .dsl_hooks import install_cute
+        install_cute(self)
+
+    def _wrap_tilelang(self) -> None:
+        from .dsl_hooks import install_tilelang
+        install_tilelang(self)
+
     def _wrap(self, fn: Callable, label: str) -> Callable:
         rec = self
 
@@ -151,13 +168,16 @@ class Recorder:
         return call
 
     # -- recording --------------------------------------------------------------------------------
-    def call(self, run: Callable[[], Any], label: str, args: tuple, kwargs: dict) -> Any:
+    def call(self, run: Callable[[], Any], label: str, args: tuple, kwargs: dict, memories: tuple = ()) -> Any:
+        """One call into the candidate's kernels (``memories``: buffers of its kernel API the call was given)."""
         self.calls += 1
         if self.mode == "profile":
             from torch.profiler import record_function
             with record_function(RANGE + label):
                 return run()
         if self.mode == "dataflow" and self.flow is not None:
+            if memories:
+                return self.flow.candidate_call(run, args, kwargs, memories)
             return self.flow.candidate_call(run, args, kwargs)
         return run()
 

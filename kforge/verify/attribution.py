@@ -33,7 +33,7 @@ _LIBRARY = re.compile(r"cutlass|cublas|cudnn|xmma|gemm|gemv|cusparse|cufft|_fft|
                       r"flash_fwd|flash_bwd|fmha|nchwToNhwc|nhwcToNchw|implicit_convolve|winograd|nvjet|"
                       r"splitKreduce|^sm\d+_|^ampere_|^volta_|^turing_|^hopper_|^maxwell_|cask|mkldnn|onednn|"
                       r"^aten::(?:mm|addmm|bmm|baddbmm|addbmm|mv|addmv|dot|vdot|_mkldnn\w*|mkldnn\w*|"
-                      r"_scaled_dot_product_flash\w*|_efficient_attention\w*|_flash_attention\w*)$", re.I)
+                      r"_scaled_dot_product_flash\w*|_efficient_attention\w*|_flash_attention\w*)$|^pyopencl::", re.I)
 _TORCH = re.compile(r"\bat::|\bc10::|^triton_(?:poi|red|per|tem|for|unk)_|^Memcpy|^Memset|elementwise_kernel|"
                     r"reduce_kernel|\bcub::|\bthrust::|CatArrayBatchedCopy|indexSelect|cunn_|softmax_warp|"
                     r"at_cuda_detail|pytorch_flash|distribution_elementwise|fused_dropout|ncclKernel|^aten::|"

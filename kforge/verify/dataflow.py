@@ -14,6 +14,13 @@ launched on a dummy tensor, a result thrown away, a C++ "kernel" that calls ``to
 None (undetermined) where writes can escape the tracking: CUDA graph replays, code ``torch.compile``
 generated, kernels launched by means no hook sees.
 
+Kernels that work on memory of their own API (OpenCL buffers) are followed there too: the recorder hands each
+call the buffers it was given (objects with a ``key`` and a ``fingerprint()``, and the ``host`` memory a buffer
+over host memory aliases); a buffer whose contents a kernel changed derives from the candidate's kernels, and
+`transfer` carries that through copies between such buffers and host memory (a torch tensor's storage, or a
+NumPy array a tensor is later made over). Host memory written from derived buffers is remembered by its bytes'
+digest too, so a tensor copied from it (``torch.tensor(array)``) derives as well.
+
 Fingerprints are a wrapping integer sum over a storage's 64-bit words (over the whole storage, so a write
 outside the view passed still shows); a kernel that rewrites memory with the very same values leaves no
 trace, and it changed nothing either. That is undetermined too in one case: memory filled with a constant
@@ -25,7 +32,8 @@ exactly that, so such an output is neither derived nor PyTorch's (`Dataflow.note
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable
+import hashlib
+from typing import Any, Callable, Hashable, Sequence
 
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
@@ -79,6 +87,12 @@ class Dataflow(TorchDispatchMode):
         kernels had and left as it was: whether the kernel wrote it cannot be told."""
         self.notes: list[str] = []
         """Why `reaches` could not tell, when it could not."""
+        self.opaque: dict[Hashable, bool] = {}
+        """Memory outside PyTorch (an OpenCL buffer, by its key) -> whether it derives from the candidate's kernels."""
+        self.copies: set[bytes] = set()
+        """Digests of host memory written from such derived memory, for tensors copied from it."""
+        self.escaped = False
+        """Whether some write went where nothing follows it (an OpenCL image, say): then no output is judged."""
 
     # -- fingerprints -----------------------------------------------------------------------------
     def fingerprint(self, t) -> tuple[int, ...]:
@@ -138,6 +152,8 @@ class Dataflow(TorchDispatchMode):
             read = [_key(t) for t in self._tensors((args, kwargs)) if id(t) not in overwritten]
             src = any(self.derived.get(k, False) for k in read)
             unsure = not src and any(self.unsure.get(k, False) for k in read)
+        elif name == "lift_fresh" and outs:
+            src, unsure = self._from_host(outs[0]), False
         else:
             src = unsure = False
         for t in written:
@@ -172,7 +188,8 @@ class Dataflow(TorchDispatchMode):
                 found[k] = t
         return found
 
-    def candidate_call(self, run: Callable[[], Any], args: tuple, kwargs: dict) -> Any:
+    def candidate_call(self, run: Callable[[], Any], args: tuple, kwargs: dict, memories: Sequence[Any] = ()) -> Any:
+        """One call into the candidate's kernels; ``memories``: buffers of its kernel API that the call was given."""
         from torch.utils._python_dispatch import _disable_current_modes
         with _disable_current_modes():
             tensors = self._tensors((args, kwargs))
@@ -182,6 +199,7 @@ class Dataflow(TorchDispatchMode):
             before = {_key(t): (t, self.fingerprint(t)) for t in tensors}
             pointees = {k: (t, self.fingerprint(t)) for k, t in self._pointees((args, kwargs)).items()
                         if k not in before}
+            buffers = [(m, m.fingerprint()) for m in memories]
         self._inside.append({})
         self._before.append({k: fp for k, (_, fp) in before.items()})
         try:
@@ -202,7 +220,83 @@ class Dataflow(TorchDispatchMode):
                     self._after_kernel(k, self.fingerprint(t) != before[k][1])
                 else:  # memory no operator we saw produced: the candidate's own
                     self.derived[k] = True
+            for m, fp in buffers:
+                if m.fingerprint() != fp:
+                    self.opaque[m.key] = True
+                    if getattr(m, "host", None) is not None:  # over host memory: it holds what the kernel wrote
+                        self._set_host(m.host, True)
         return out
+
+    # -- memory outside PyTorch (OpenCL buffers) ------------------------------------------------------
+    def library_call(self, run: Callable[[], Any], memories: Sequence[Any]) -> Any:
+        """A library's kernel on such memory (pyopencl's array arithmetic): what it writes derives from what it
+        read, as a PyTorch operator's outputs do."""
+        before = [(m, m.fingerprint()) for m in memories]
+        out = run()
+        changed = [m for m, fp in before if m.fingerprint() != fp]
+        src = any(self.opaque.get(m.key, False) for m, _ in before if m not in changed)
+        for m in changed:
+            self.opaque[m.key] = src
+        return out
+
+    def transfer(self, run: Callable[[], Any], dst: Any, src: Any) -> Any:
+        """A copy between buffers and host memory (``address``, ``nbytes`` and ``fingerprint()``; a buffer has
+        ``key``): the destination derives from the candidate's kernels as the source did."""
+        value = self._derived_of(src)
+        out = run()
+        if hasattr(dst, "key"):
+            self.opaque[dst.key] = value
+        else:
+            self._set_host(dst, value)
+        return out
+
+    def untraced(self, what: str) -> None:
+        """A write nothing follows: the output can then not be judged from the dataflow."""
+        if not self.escaped:
+            self.notes.append(f"the candidate's kernels wrote {what}: those writes cannot be traced")
+        self.escaped = True
+
+    def _storage_at(self, address: int) -> tuple[tuple[str, int], Any] | None:
+        for k, (n, ref) in list(self.seen.items()):
+            t = ref()
+            if t is not None and k[0] == "cpu" and k[1] <= address < k[1] + n:
+                return k, t
+        return None
+
+    def _derived_of(self, mem: Any) -> bool:
+        if hasattr(mem, "key"):
+            return self.opaque.get(mem.key, False)
+        found = self._storage_at(mem.address)
+        if found is not None:
+            return self.derived.get(found[0], False)
+        return any(self.derived.get(("cpu", a), False) for a in (mem.address, getattr(mem, "base", None)) if a)
+
+    def _set_host(self, mem: Any, value: bool) -> None:
+        """Host memory was written: a torch storage it lies in, or NumPy memory a tensor may later be made over
+        (``torch.from_numpy`` keeps its address)."""
+        found = self._storage_at(mem.address)
+        if found is not None:
+            k, t = found
+            whole = k[1] == mem.address and mem.nbytes >= t.untyped_storage().nbytes()
+            self.derived[k] = value if whole else (self.derived.get(k, False) or value)
+            self.filled[k] = False
+        else:
+            for a in {mem.address, getattr(mem, "base", None) or mem.address}:
+                self.derived[("cpu", a)] = value
+        if value:
+            self.copies.add(mem.fingerprint())
+
+    def _from_host(self, t) -> bool:
+        """Whether a tensor made from host memory (``torch.from_numpy``, ``torch.tensor(array)``) derives from the
+        candidate's kernels: it lies over memory they wrote, or holds a copy of it."""
+        if self.derived.get(_key(t), False):
+            return True
+        if not self.copies or t.device.type != "cpu" or not t.is_contiguous():
+            return False
+        from torch.utils._python_dispatch import _disable_current_modes
+        with _disable_current_modes():
+            data = t.detach().reshape(-1).view(self.torch.uint8).numpy()
+        return hashlib.blake2b(data, digest_size=16).digest() in self.copies
 
     def _after_kernel(self, k: tuple[str, int], changed: bool) -> None:
         """Memory a candidate's call had: changed, it derives from its kernels; left holding a fill, whether a
@@ -219,6 +313,8 @@ class Dataflow(TorchDispatchMode):
         tensors = self._tensors(outputs)
         if any(self.derived.get(_key(t), False) for t in tensors):
             return True
+        if self.escaped:
+            return None
         unsure = [(i, t) for i, t in enumerate(tensors) if self.unsure.get(_key(t), False) and t.numel() > 0
                   and is_constant(t)]
         for i, t in unsure:

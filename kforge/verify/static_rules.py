@@ -22,7 +22,8 @@ from .static_ast import aliases_of as _aliases, dotted as _dotted, functions as 
 # Modules whose attributes a candidate must never assign (timers, the harness, torch itself).
 PROTECTED = {"torch", "time", "kforge", "triton", "numpy", "builtins", "sys", "os", "gc", "math", "importlib",
              "functools", "random", "threading", "inspect", "ctypes", "torch.nn", "torch.nn.functional",
-             "torch.cuda", "torch.utils", "torch.utils.cpp_extension", "triton.language", "torch.backends"}
+             "torch.cuda", "torch.utils", "torch.utils.cpp_extension", "triton.language", "torch.backends",
+             "pyopencl", "pyopencl._cl", "cutlass", "cutlass.cute", "tilelang", "tilelang.language"}
 THREADS = {"threading", "_thread", "multiprocessing", "concurrent", "concurrent.futures", "subprocess", "asyncio",
            "signal", "torch.multiprocessing", "pty", "sched"}
 OS_PROCESS = {"fork", "system", "popen", "spawnl", "spawnv", "execv", "execve", "kill", "posix_spawn", "forkpty"}
@@ -52,6 +53,9 @@ RUNTIME_ENV = {
     "OMP_NUM_THREADS": "OpenMP's thread count, read once when the runtime loads (before any candidate); the harness "
                        "sets the intra-op count itself and swaps it back around every reference call",
     "MKL_NUM_THREADS": "MKL's thread count: as OMP_NUM_THREADS",
+    "PYOPENCL_CTX": "which OpenCL platform and device create_some_context() picks: the candidate's own kernels' "
+                    "device, never the reference's",
+    "PYOPENCL_COMPILER_OUTPUT": "whether pyopencl prints the OpenCL compiler's warnings",
 }
 # Not neutral, so still denied: CUDA_LAUNCH_BLOCKING (every launch of the process synchronous, the reference's
 # too: its time changes), CUBLAS_WORKSPACE_CONFIG (the workspace of the cuBLAS handles the reference's matrix
@@ -61,10 +65,37 @@ SETTINGS_ENV = BUILD_ENV | frozenset(RUNTIME_ENV)
 """Variables a candidate may read and set: how its extension is built, and the neutral runtime settings."""
 
 
+#: pyopencl's constructors of what runs the candidate's OpenCL C: a name bound to one (or to a kernel taken from
+#: one: ``cl.Program(ctx, src).build().relu``) is a kernel.
+OPENCL_BUILDERS = ("pyopencl.Program", "pyopencl.Kernel", "ElementwiseKernel", "ReductionKernel", "GenericScanKernel",
+                   "InclusiveScanKernel", "ExclusiveScanKernel")
+
+
+def _builds_opencl(value: ast.AST, aliases: dict[str, str]) -> bool:
+    """Whether an expression makes a pyopencl program or kernel (or takes something of one being made)."""
+    return any(isinstance(n, ast.Call) and (_dotted(n.func, aliases) or "").endswith(OPENCL_BUILDERS)
+               for n in ast.walk(value))
+
+
+def _bound(targets: list[ast.expr]) -> set[str]:
+    """The names an assignment binds: ``a``, ``self.a``, each of ``a, b = ...``."""
+    out = set()
+    for t in targets:
+        if isinstance(t, ast.Name):
+            out.add(t.id)
+        elif isinstance(t, ast.Attribute):
+            out.add(t.attr)
+        elif isinstance(t, (ast.Tuple, ast.List)):
+            out |= _bound(list(t.elts))
+    return out
+
+
 def _kernel_names(tree: ast.Module, aliases: dict[str, str]) -> set[str]:
-    """Names bound to kernels: results of load_inline/load, and @triton.jit functions."""
+    """Names bound to kernels: results of load_inline/load, @triton.jit functions, pyopencl programs and kernels."""
     kernels = set()
     for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and _builds_opencl(node.value, aliases):
+            kernels |= _bound(node.targets)
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
             if (_dotted(node.value.func, aliases) or "").endswith(("load_inline", "cpp_extension.load")):
                 kernels |= {t.id for t in node.targets if isinstance(t, ast.Name)}
@@ -73,10 +104,19 @@ def _kernel_names(tree: ast.Module, aliases: dict[str, str]) -> set[str]:
                 (_dotted(d.func if isinstance(d, ast.Call) else d, aliases) or "").startswith("triton")
                 for d in node.decorator_list):
             kernels.add(node.name)
+    # A kernel taken from a program bound earlier (``self.knl = self.prg.relu``) is a kernel too.
+    assigns = [n for n in ast.walk(tree) if isinstance(n, ast.Assign)]
+    for _ in range(3):
+        more = {name for n in assigns if any(isinstance(m, ast.Name) and m.id in kernels or
+                                             isinstance(m, ast.Attribute) and m.attr in kernels
+                                             for m in ast.walk(n.value)) for name in _bound(n.targets)}
+        if more <= kernels:
+            break
+        kernels |= more
     return kernels
 
 
-_NOT_TORCH = ("math", "numpy", "triton", "builtins")
+_NOT_TORCH = ("math", "numpy", "triton", "builtins", "cutlass", "tilelang")  # the kernel DSLs' math is the kernel's
 
 
 @rule("no_kernel")

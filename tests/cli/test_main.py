@@ -72,7 +72,7 @@ def test_usage_errors_exit_two(tmp_path, capsys):
     assert main(["verify", "relu", str(tmp_path / "missing.py")]) == 2
     assert "no such candidate file" in capsys.readouterr().err
     assert main(["verify", "relu", cand, "--backend", "metal9"]) == 2
-    assert "unknown backend 'metal9' (choose from cpu, cuda, triton)" in capsys.readouterr().err
+    assert "unknown backend 'metal9' (choose from cpu, cuda, triton, opencl, cute, tilelang)" in capsys.readouterr().err
     bad = tmp_path / "bad.py"
     bad.write_text("class Model:\n    pass\n")
     assert main(["verify", str(bad), cand]) == 2

@@ -25,7 +25,7 @@ def cases(backend: str):
 
 
 def test_the_corpus_has_what_the_issue_asks_for():
-    for backend, honest, dishonest in (("cpu", 10, 6), ("cuda", 10, 6), ("triton", 6, 4)):
+    for backend, honest, dishonest in (("cpu", 10, 6), ("cuda", 10, 6), ("triton", 6, 4), ("opencl", 4, 3)):
         expects = [header(p)["expect"] for p in cases(backend)]
         assert expects.count("correct") >= honest, backend
         assert len(expects) - expects.count("correct") >= dishonest, backend
@@ -45,6 +45,14 @@ def test_cpu_idiom(pool, path):
         # phase builds it (constructing the model once), and the run phase loads it from the cache.
         assert v.build["built"] or v.build["cached"], v.build
         assert v.phases.get("load", 0) < 5, v.phases
+
+
+@pytest.mark.parametrize("path", cases("opencl"), ids=lambda p: p.stem)
+def test_opencl_idiom(pool, path):
+    v = check(pool, path, "opencl", "cpu")
+    if header(path)["expect"] == "correct":  # PoCL runs the kernels: the candidate's share and dataflow are measured
+        assert v.kernel_share is not None and v.kernel_share > 0, v.summary()
+        assert v.attribution.output_from_kernel, v.summary()
 
 
 def test_a_build_the_candidate_caught_failing_is_reported_and_not_compiled_again(pool):

@@ -139,7 +139,7 @@ def test_a_value_of_the_wrong_type_names_the_key_and_the_type():
 @pytest.mark.parametrize("override, message", [
     ("profiler.kind=vtune", "profiler.kind must be one of auto, none, torch, ncu, nsys, not 'vtune'"),
     ("analysis.kind=oracle", "analysis.kind must be one of off, rules, llm, not 'oracle'"),
-    ("backend.name=metal", "backend.name must be one of cpu, cuda, triton, not 'metal'"),
+    ("backend.name=metal", "backend.name must be one of cpu, cuda, triton, opencl, cute, tilelang, not 'metal'"),
     ("problems.source=web", "problems.source must be one of builtin, kernelbench, huggingface, not 'web'"),
     ("problems.size=huge", "problems.size must be one of null, cpu, gpu, default, not 'huge'"),
     ("reference.kind=psychic", "reference.kind must be one of none, oracle, mlflow, not 'psychic'"),

@@ -48,3 +48,16 @@ def test_mlflow_reference_takes_the_fastest_correct_kernel(tmp_path):
     with pytest.raises(ReferenceTransferError, match="no MLflow experiment named 'nope'"):
         load_references({"kind": "mlflow", "backend": "cuda", "experiment": "nope"}, problems, "triton",
                         f"sqlite:///{tmp_path}/mlflow.db")
+
+
+def test_any_backend_is_a_source_for_any_other():
+    from kforge.job.reference import transfer_pairs
+    problems = load_builtin(names=["level1/1_ReLU", "level1/4_Matmul"])
+    refs = load_references({"kind": "oracle", "backend": "opencl"}, problems, "triton")
+    assert refs["level1/4_Matmul"].backend == "opencl" and "__kernel" in refs["level1/4_Matmul"].code
+    assert transfer_pairs(["cpu", "opencl"], ["opencl", "triton"]) == [("cpu", "opencl"), ("cpu", "triton"),
+                                                                      ("opencl", "triton")]
+    with pytest.raises(ReferenceTransferError, match="unknown backend 'metal'"):
+        transfer_pairs(["metal"], ["cpu"])
+    with pytest.raises(ConfigError, match="reference.backend must be auto or a backend"):
+        load_references({"kind": "oracle", "backend": "metal"}, problems, "cpu")

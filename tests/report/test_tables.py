@@ -243,3 +243,20 @@ def test_the_caption_is_short_and_the_notes_stand_beside_the_table(store, tmp_pa
     assert files["notes"].name in tex.splitlines()[0]  # the table's first line says where its notes are
     md = files["md"].read_text()
     assert md.startswith("### Single vs iterative\n") and "\nNotes. Speedup = time of PyTorch eager" in md
+
+
+def test_the_transfer_matrix_pairs_each_source_with_the_targets_own_run_without_a_reference():
+    import pandas as pd
+    from kforge.report.tables import transfer_markdown, transfer_matrix
+    rows = [("cpu", "none", "p1", True), ("cpu", "none", "p2", False),
+            ("cpu", "oracle:opencl", "p1", True), ("cpu", "oracle:opencl", "p2", True),
+            ("cpu", "oracle:triton", "p1", False),
+            ("opencl", "oracle:cpu", "p1", True)]  # no run of opencl without a reference: no cell
+    runs = pd.DataFrame([{"model": "m", "backend": b, "reference": r, "problem": p, "correct": c}
+                         for b, r, p, c in rows])
+    m = transfer_matrix(runs)
+    got = {(r.source, r.target): (r.n, r.correct_with, r.correct_without) for r in m.itertuples()}
+    assert got == {("opencl", "cpu"): (2, 2, 1), ("triton", "cpu"): (1, 0, 1)}
+    md = transfer_markdown(m)
+    assert "| opencl | 2/2 (1/2 without) |" in md and "| triton | 0/1 (1/1 without) |" in md
+    assert transfer_matrix(pd.DataFrame()).empty
