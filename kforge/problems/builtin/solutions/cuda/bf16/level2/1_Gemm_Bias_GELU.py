@@ -3,7 +3,7 @@ import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
 # nn.Linear + exact GELU in bf16: one tensor-core GEMM (mma.sync m16n8k16, bf16 operands, fp32 accumulators,
-# 4-stage cp.async pipeline) whose epilogue adds the bias and applies GELU to the fp32 accumulators before the
+# 3-stage cp.async pipeline) whose epilogue adds the bias and applies GELU to the fp32 accumulators before the
 # single rounding to bf16, so the pre-activation never makes a round trip through memory.
 cuda_source = r"""
 #include <cuda_runtime.h>
@@ -48,12 +48,14 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
 }
 
 // ---- C = A @ op(B) (+ bias[n]) (-> exact GELU) (+ res[m, n]) in bf16 with fp32 accumulation -------------
-// Block tile 128 x 128 x 32 through a 4-stage cp.async pipeline; 8 warps as 2 (m) x 4 (n), each warp
-// 64 x 32 = 4 x 4 mma tiles of 16 x 8. Shared-memory rows are padded by 16 bytes so that ldmatrix's eight
-// row reads hit distinct banks. Any M, N, K: rows and k past the edges load as zeros, stores are masked.
-constexpr int BM = 128, BN = 128, BK = 32, STAGES = 4, THREADS = 256, GROUP_M = 8;
-constexpr int LDK = BK + 8;  // pitch (elements) of a k-contiguous tile row: 80 bytes
-constexpr int LDN = BN + 8;  // pitch of an n-contiguous tile row (B given as K x N): 272 bytes
+// Block tile 128 x 256 x 64 through a 3-stage cp.async pipeline (162 KB of shared memory); 8 warps as
+// 2 (m) x 4 (n), each warp 64 x 64 = 4 x 8 mma tiles of 16 x 8. Shared-memory rows are padded by 16 bytes so
+// that ldmatrix's eight row reads hit distinct banks. Any M, N, K: rows and k past the edges load as zeros,
+// stores are masked.
+constexpr int BM = 128, BN = 256, BK = 64, STAGES = 3, THREADS = 256, GROUP_M = 8;
+constexpr int WM = 64, WN = 64, MI = WM / 16, NI = WN / 8;  // a warp's tile and its mma tiles
+constexpr int LDK = BK + 8;  // pitch (elements) of a k-contiguous tile row: 144 bytes
+constexpr int LDN = BN + 8;  // pitch of an n-contiguous tile row (B given as K x N): 528 bytes
 
 struct GemmArgs {
     const bf16* A; int64_t lda;    // (M, K), k contiguous
@@ -113,14 +115,14 @@ __device__ __forceinline__ void load_k_cols(bf16* tile, const bf16* __restrict__
 __device__ __forceinline__ float gelu_erf(float v) { return 0.5f * v * (1.f + erff(v * 0.70710678118654752f)); }
 
 template <bool B_KN>
-__global__ void __launch_bounds__(THREADS, 2) gemm_bf16_kernel(GemmArgs p) {
+__global__ void __launch_bounds__(THREADS, 1) gemm_bf16_kernel(GemmArgs p) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     constexpr int A_STAGE = BM * LDK;
     constexpr int B_STAGE = B_KN ? BK * LDN : BN * LDK;
     bf16* As = reinterpret_cast<bf16*>(smem_raw);
     bf16* Bs = As + STAGES * A_STAGE;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int wm = (warp / 4) * 64, wn = (warp % 4) * 32;
+    const int wm = (warp / (BN / WN)) * WM, wn = (warp % (BN / WN)) * WN;
 
     // grouped raster: GROUP_M row tiles sweep the column tiles together, sharing B panels in L2
     const int tiles_m = (p.M + BM - 1) / BM, tiles_n = (p.N + BN - 1) / BN;
@@ -128,11 +130,11 @@ __global__ void __launch_bounds__(THREADS, 2) gemm_bf16_kernel(GemmArgs p) {
     const int gm = min(tiles_m - first_m, GROUP_M);
     const int m0 = (first_m + (blockIdx.x % group) % gm) * BM, n0 = ((blockIdx.x % group) / gm) * BN;
 
-    float acc[4][4][4];
+    float acc[MI][NI][4];
     #pragma unroll
-    for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < MI; ++i)
         #pragma unroll
-        for (int j = 0; j < 4; ++j)
+        for (int j = 0; j < NI; ++j)
             #pragma unroll
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
 
@@ -156,12 +158,12 @@ __global__ void __launch_bounds__(THREADS, 2) gemm_bf16_kernel(GemmArgs p) {
         const bf16* bs = Bs + (kt % STAGES) * B_STAGE;
         #pragma unroll
         for (int kk = 0; kk < BK; kk += 16) {
-            uint32_t a[4][4], b[4][2];
+            uint32_t a[MI][4], b[NI][2];
             #pragma unroll
-            for (int mi = 0; mi < 4; ++mi)
+            for (int mi = 0; mi < MI; ++mi)
                 ldmatrix_x4(a[mi], as + (wm + mi * 16 + (lane % 16)) * LDK + kk + (lane / 16) * 8);
             #pragma unroll
-            for (int nj = 0; nj < 2; ++nj) {  // two n8 tiles per ldmatrix.x4: {b0, b1} of each
+            for (int nj = 0; nj < NI / 2; ++nj) {  // two n8 tiles per ldmatrix.x4: {b0, b1} of each
                 uint32_t r[4];
                 if (B_KN)
                     ldmatrix_x4_trans(r, bs + (kk + (lane % 8) + ((lane / 8) % 2) * 8) * LDN + wn + nj * 16 +
@@ -172,9 +174,9 @@ __global__ void __launch_bounds__(THREADS, 2) gemm_bf16_kernel(GemmArgs p) {
                 b[2 * nj][0] = r[0]; b[2 * nj][1] = r[1]; b[2 * nj + 1][0] = r[2]; b[2 * nj + 1][1] = r[3];
             }
             #pragma unroll
-            for (int mi = 0; mi < 4; ++mi)
+            for (int mi = 0; mi < MI; ++mi)
                 #pragma unroll
-                for (int ni = 0; ni < 4; ++ni) mma_bf16(acc[mi][ni], a[mi], b[ni][0], b[ni][1]);
+                for (int ni = 0; ni < NI; ++ni) mma_bf16(acc[mi][ni], a[mi], b[ni][0], b[ni][1]);
         }
     }
     cp_async_wait<0>();
@@ -182,13 +184,13 @@ __global__ void __launch_bounds__(THREADS, 2) gemm_bf16_kernel(GemmArgs p) {
     // epilogue: thread holds rows g, g + 8 and columns 2t, 2t + 1 of each 16 x 8 tile
     const int g = lane / 4, t = lane % 4;
     #pragma unroll
-    for (int mi = 0; mi < 4; ++mi)
+    for (int mi = 0; mi < MI; ++mi)
         #pragma unroll
         for (int half = 0; half < 2; ++half) {
             const int m = m0 + wm + mi * 16 + g + half * 8;
             if (m >= p.M) continue;
             #pragma unroll
-            for (int ni = 0; ni < 4; ++ni) {
+            for (int ni = 0; ni < NI; ++ni) {
                 const int n = n0 + wn + ni * 8 + 2 * t;  // even
                 if (n >= p.N) continue;
                 const bool two = n + 1 < p.N;
