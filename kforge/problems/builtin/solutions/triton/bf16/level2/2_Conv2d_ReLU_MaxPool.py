@@ -36,19 +36,21 @@ def conv2d_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, NB, C_in, H, W, C_out, H_out,
         ow = hw % W_out
     m_mask = pix < NB * HW_out
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for kh in tl.static_range(KH):
-        for kw in tl.static_range(KW):
-            ih = oh + (kh - PAD_H)
-            iw = ow + (kw - PAD_W)
-            pix_ok = m_mask & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
-            a_ptrs = x_ptr + ((n * H + ih) * W + iw).to(tl.int64) * C_in
-            w_tap = w_ptr + (kh * KW + kw) * C_in * C_out
-            for c0 in range(0, C_in, BLOCK_K):
-                ci = c0 + offs_k
-                a = tl.load(a_ptrs[:, None] + ci[None, :], mask=pix_ok[:, None] & (ci[None, :] < C_in), other=0.0)
-                b = tl.load(w_tap + ci[:, None] * C_out + offs_co[None, :],
-                            mask=(ci[:, None] < C_in) & co_mask[None, :], other=0.0)
-                acc = tl.dot(a, b, acc)
+    # one flat loop over (tap, channel block), so that Triton pipelines the loads across taps
+    c_blocks = tl.cdiv(C_in, BLOCK_K)
+    for step in range(0, KH * KW * c_blocks):
+        tap = step // c_blocks
+        kh = tap // KW
+        kw = tap % KW
+        ci = (step % c_blocks) * BLOCK_K + offs_k
+        ih = oh + (kh - PAD_H)
+        iw = ow + (kw - PAD_W)
+        pix_ok = m_mask & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+        a_ptrs = x_ptr + ((n * H + ih) * W + iw).to(tl.int64) * C_in
+        a = tl.load(a_ptrs[:, None] + ci[None, :], mask=pix_ok[:, None] & (ci[None, :] < C_in), other=0.0)
+        b = tl.load(w_ptr + (tap * C_in + ci[:, None]) * C_out + offs_co[None, :],
+                    mask=(ci[:, None] < C_in) & co_mask[None, :], other=0.0)
+        acc = tl.dot(a, b, acc)
     if POOL:
         acc = tl.max(tl.reshape(acc, [BLOCK_M // 4, 4, BLOCK_N]), axis=1)
         pix = pid_m * (BLOCK_M // 4) + tl.arange(0, BLOCK_M // 4)
