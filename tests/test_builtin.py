@@ -3,11 +3,23 @@ tolerances work (a pure-PyTorch candidate), and its hand-written C++ solution (t
 
 import pytest
 
-from kforge.problems import builtin_solution_path, load_builtin
+from kforge.problems import BUILTIN_DIR, ProblemError, builtin_solution_path, load_builtin
 from kforge.verify import State, Verifier
 from tests.helpers import fast_config
 
 PROBLEMS = load_builtin(size="cpu")
+
+
+def test_solution_lookup_takes_the_precision_folder_first():
+    relu, matmul = load_builtin(names=["level1/1_ReLU", "level1/4_Matmul"])
+    solutions = BUILTIN_DIR / "solutions"
+    assert builtin_solution_path(matmul, "cuda") == solutions / "cuda" / "level1" / "4_Matmul.py"
+    assert builtin_solution_path(matmul, "cuda", "bf16") == solutions / "cuda" / "bf16" / "level1" / "4_Matmul.py"
+    # no bf16 folder of its own: the backend's dtype-generic file
+    assert builtin_solution_path(relu, "cpu", "bf16") == solutions / "cpu" / "level1" / "1_ReLU.py"
+    assert builtin_solution_path(matmul, "metal", "bf16") is None
+    with pytest.raises(ProblemError, match="unknown precision 'bf15'"):
+        builtin_solution_path(matmul, "cuda", "bf15")
 
 
 @pytest.fixture(scope="module")

@@ -18,8 +18,38 @@ def test_example_is_correct(pool, name, device):
     if name in ("triton", "opencl"):
         pytest.importorskip("pyopencl" if name == "opencl" else "triton")
     backend = get_backend(name, device=device)
-    if not backend.example_dir.is_dir():
-        pytest.fail(f"{backend.example_dir} is missing")
+    if not backend.example_dir().is_dir():
+        pytest.fail(f"{backend.example_dir()} is missing")
     _, model_new = backend.example()
     v = Verifier(fast_config(), pool=pool).verify(backend.example_problem(), model_new, backend)
+    assert v.state is State.CORRECT, v.summary()
+
+
+def test_cpu_bf16_example_is_correct_at_bf16(cache_dir):
+    import torch
+
+    from tests.precision_harness import cached_builds, run_at
+    backend = get_backend("cpu")
+    assert backend.example_dir("bf16").name == "bf16"
+    model, model_new = backend.example("bf16")
+    with cached_builds(cache_dir):
+        run_at(model, model_new, torch.bfloat16).check("cpu bf16 example")
+
+
+def test_triton_bf16_example_under_the_interpreter():
+    # the interpreter's tl.dot takes no bf16 (Triton 3.x): the same kernel on fp32 tiles
+    pytest.importorskip("triton")
+    from tests.precision_harness import in_triton_interpreter
+    model, model_new = get_backend("triton").example("bf16")
+    small = model.replace("torch.randn(1024, 512)", "torch.randn(200, 512)")
+    assert in_triton_interpreter({"triton bf16 example": (small, model_new, "float32")}) == {
+        "triton bf16 example": None}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["cuda", "triton"])
+def test_bf16_example_is_correct_at_bf16_on_a_gpu(pool, name):
+    backend = get_backend(name)
+    _, model_new = backend.example("bf16")
+    v = Verifier(fast_config(precision="bf16"), pool=pool).verify(backend.example_problem("bf16"), model_new, backend)
     assert v.state is State.CORRECT, v.summary()

@@ -51,23 +51,27 @@ def _tail(text: str | None, lines: int = TAIL_LINES) -> str | None:
 
 
 class GenerationAgent:
-    """Writes programs for one backend with one model."""
+    """Writes programs for one backend with one model, for candidates judged at one precision."""
 
-    def __init__(self, llm: LLM, backend: Backend, prompts: Prompts | None = None, device_name: str = ""):
+    def __init__(self, llm: LLM, backend: Backend, prompts: Prompts | None = None, device_name: str = "",
+                 precision: str = "fp32"):
         self.llm = llm
         self.backend = backend
         self.prompts = prompts or Prompts()
         self.device_name = device_name or ("a CPU" if backend.device == "cpu" else "an NVIDIA GPU")
-        self._example = backend.example()
+        self.precision = precision
+        """``fp32``, ``tf32``, ``bf16`` or ``fp16``: picks the one-shot example and the prompt's precision block."""
+        self._example = backend.example(precision)
 
     def _common(self, problem: Problem) -> dict[str, Any]:
-        return {"backend": self.backend, "device_name": self.device_name, "problem": problem}
+        return {"backend": self.backend, "device_name": self.device_name, "problem": problem,
+                "precision": self.precision}
 
     def _ask(self, phase: str, user: str, problem: Problem, iteration: int) -> Attempt:
         system = self.prompts.render("system", **self._common(problem))
         messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
         ctx = CallContext(problem_key=problem.key, backend=self.backend.name, phase=phase, iteration=iteration,
-                          problem=problem)
+                          problem=problem, precision=self.precision)
         try:
             resp = self.llm.complete(messages, ctx)
         except LLMError as exc:

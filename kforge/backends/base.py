@@ -1,7 +1,8 @@
 """The backend protocol: what kforge needs to know to target one accelerator language.
 
 A backend is small on purpose. It names its language and device, points at its one-shot example
-(``prompts/examples/<name>/``), says how to spot a kernel in a candidate, prepares a worker process
+(``prompts/examples/<name>/``, or ``prompts/examples/<name>/<precision>/`` where a precision has its own,
+e.g. bf16 on tensor cores), says how to spot a kernel in a candidate, prepares a worker process
 to load candidates (e.g. install the build cache), and picks the clock that times them. Everything
 else — isolation, correctness, timing rounds — is shared. A new accelerator is one example plus one
 small subclass registered in ``kforge/backends/__init__.py``.
@@ -70,20 +71,29 @@ class Backend:
         """The extension builder `prepare` installed in a worker, if this backend compiles extensions."""
 
     # -- used by the caller ------------------------------------------------------------------------
-    @property
-    def example_dir(self) -> Path:
+    def example_dir(self, precision: str = "fp32") -> Path:
+        """The folder the one-shot example for ``precision`` is read from: the precision's own
+        (``prompts/examples/<name>/<precision>/``) where it holds both files, else the backend's."""
+        from ..problems import PRECISIONS
+        if precision not in PRECISIONS:
+            raise ValueError(f"unknown precision {precision!r}: use one of {', '.join(PRECISIONS)}")
+        own = EXAMPLES_DIR / self.name / precision
+        if precision != "fp32" and (own / "model.py").is_file() and (own / "model_new.py").is_file():
+            return own
         return EXAMPLES_DIR / self.name
 
-    def example(self) -> tuple[str, str]:
+    def example(self, precision: str = "fp32") -> tuple[str, str]:
         """The one-shot example: (a small PyTorch module, its implementation in this backend)."""
-        d = self.example_dir
+        d = self.example_dir(precision)
         return (d / "model.py").read_text(), (d / "model_new.py").read_text()
 
-    def example_problem(self):
+    def example_problem(self, precision: str = "fp32"):
         """The example's PyTorch module as a `Problem` (it is a KernelBench-format program)."""
         from ..problems import problem_from_source
-        model, _ = self.example()
-        return problem_from_source(model, where=str(self.example_dir / "model.py"), name=f"example_{self.name}")
+        model, _ = self.example(precision)
+        suffix = "" if precision == "fp32" else f"_{precision}"
+        return problem_from_source(model, where=str(self.example_dir(precision) / "model.py"),
+                                   name=f"example_{self.name}{suffix}")
 
     def spec(self) -> BackendSpec:
         """What a worker needs to rebuild this backend."""

@@ -6,6 +6,7 @@ import argparse
 import time
 from pathlib import Path
 
+from ..problems import PRECISIONS
 from .common import UsageError, backend_of, read_candidate_file
 
 
@@ -15,6 +16,8 @@ def add_parser(sub) -> None:
                                    "their first verification does not wait for the compiler.")
     b.add_argument("candidates", nargs="*", help="candidate files")
     b.add_argument("--oracle", action="store_true", help="also build the built-in suite's solutions")
+    b.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                   help="with --oracle: the solutions for this precision (its own ones where there are, default fp32)")
     b.add_argument("--backend", default="cpu", help="cpu or cuda (default: cpu)")
     b.add_argument("--device", choices=("cpu", "cuda"), help="override the backend's device")
     b.add_argument("--jobs", type=int, default=4, help="parallel builds (default 4)")
@@ -32,7 +35,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     backend = backend_of(args.backend, args.device)
     paths = [Path(p) for p in args.candidates]
     if args.oracle:
-        paths += [p for p in (builtin_solution_path(pr, backend.name) for pr in load_builtin()) if p]
+        paths += [p for p in (builtin_solution_path(pr, backend.name, args.precision) for pr in load_builtin()) if p]
     if not paths:
         raise UsageError("nothing to build: name candidate files, or --oracle for the built-in solutions")
     with WorkerPool(build_workers=args.jobs) as pool:

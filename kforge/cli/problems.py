@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from ..problems import BUILTIN_DIR, SIZES, builtin_solution_path, load_builtin, load_directory
+from ..problems import BUILTIN_DIR, PRECISIONS, SIZES, builtin_solution_path, load_builtin, load_directory
 from .common import UsageError, backend_of, fmt_num, parse_set
 
 
@@ -26,6 +26,8 @@ def add_parser(sub) -> None:
                    "with --solution: whose solution")
     p.add_argument("--solution", metavar="NAME", help="print the path of a built-in problem's hand-written solution "
                    "(what the oracle answers), e.g. level1/1_ReLU: a candidate to try from any install")
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                   help="with --solution: the precision's own solution where there is one (default fp32)")
     p.add_argument("--where", action="store_true", help="print the built-in suite's directory (KernelBench's layout)")
     p.set_defaults(func=cmd_problems)
 
@@ -35,7 +37,7 @@ def cmd_problems(args: argparse.Namespace) -> int:
         print(BUILTIN_DIR)
         return 0
     if args.solution:
-        return _print_solution(args.solution, args.backend)
+        return _print_solution(args.solution, args.backend, args.precision)
     overrides = parse_set(args.set)
     if args.dir:
         problems = load_directory(args.dir, levels=args.level, ids=args.ids, size=args.size, overrides=overrides)
@@ -55,12 +57,13 @@ def cmd_problems(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_solution(name: str, backend: str) -> int:
-    """The path of a built-in problem's solution for a backend; a usage error where there is none."""
+def _print_solution(name: str, backend: str, precision: str = "fp32") -> int:
+    """The path of a built-in problem's solution for a backend at a precision; a usage error where there is none."""
     problem = load_builtin(names=[name])[0]
-    path = builtin_solution_path(problem, backend)
+    path = builtin_solution_path(problem, backend, precision)
     if path is None:
-        raise UsageError(f"no built-in {backend} solution for {problem.key} (see {BUILTIN_DIR / 'solutions'})")
+        raise UsageError(f"no built-in {backend} solution for {problem.key} at {precision} "
+                         f"(see {BUILTIN_DIR / 'solutions'})")
     print(path)
     return 0
 

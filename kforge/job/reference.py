@@ -67,7 +67,9 @@ def transfer_pairs(sources: list[str], targets: list[str]) -> list[tuple[str, st
 
 
 def load_references(rcfg: ReferenceConfig | dict[str, Any], problems: list[Problem], target: str,
-                    tracking_uri: str | None = None) -> dict[str, Reference | None]:
+                    tracking_uri: str | None = None, precision: str = "fp32") -> dict[str, Reference | None]:
+    """Each problem's reference for ``target`` (None where there is none); ``oracle`` references are the
+    solutions for ``precision`` (its own folder first, then the backend's)."""
     rcfg = ReferenceConfig.from_dict(rcfg, "reference")
     kind = rcfg.kind
     if kind == "none":
@@ -80,7 +82,7 @@ def load_references(rcfg: ReferenceConfig | dict[str, Any], problems: list[Probl
     if kind == "oracle":
         out = {}
         for p in problems:
-            path = builtin_solution_path(p, source)
+            path = builtin_solution_path(p, source, precision)
             out[p.key] = Reference(source, language, path.read_text(), "oracle") if path else None
         return out
     return _from_mlflow(rcfg, problems, source, language, tracking_uri)

@@ -90,6 +90,8 @@ class CallContext:
     iteration: int = 0
     problem: Any = None
     """The `Problem` itself (the oracle reads its level and name)."""
+    precision: str = "fp32"
+    """The precision the candidate is judged at (the oracle answers with that precision's solution)."""
 
 
 class LLM(Protocol):

@@ -129,9 +129,27 @@ def _looks_builtin(spec: str) -> bool:
     return bool(re.fullmatch(r"level\d+/[\w\-]+", spec.strip()))
 
 
-def builtin_solution_path(problem: Problem, backend: str) -> Path | None:
-    """The hand-written solution of a built-in problem for a backend (the `oracle` model's answer)."""
+#: The precisions a solution or example folder may be named after (``solutions/<backend>/<precision>/``).
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+
+
+def solution_dirs(backend: str, precision: str = "fp32") -> list[Path]:
+    """Where a backend's hand-written solutions are looked for, first match first: the precision's own
+    folder (e.g. bf16 tensor-core kernels), then the backend's folder (fp32, or dtype-generic where a
+    file says so)."""
+    if precision not in PRECISIONS:
+        raise ProblemError(f"unknown precision {precision!r}: use one of {', '.join(PRECISIONS)}")
+    base = BUILTIN_DIR / "solutions" / backend
+    return [base / precision, base] if precision != "fp32" else [base]
+
+
+def builtin_solution_path(problem: Problem, backend: str, precision: str = "fp32") -> Path | None:
+    """The hand-written solution of a built-in problem for a backend at a precision (the `oracle` model's
+    answer): ``solutions/<backend>/<precision>/levelN/<name>.py``, else ``solutions/<backend>/levelN/<name>.py``."""
     if problem.level is None:
         return None
-    p = BUILTIN_DIR / "solutions" / backend / f"level{problem.level}" / f"{problem.name}.py"
-    return p if p.is_file() else None
+    for folder in solution_dirs(backend, precision):
+        p = folder / f"level{problem.level}" / f"{problem.name}.py"
+        if p.is_file():
+            return p
+    return None

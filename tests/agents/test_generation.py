@@ -70,3 +70,47 @@ def test_reply_without_code_is_a_generation_failure(relu):
 def test_failed_model_call_becomes_a_failed_attempt(relu):
     att = agent([]).single_shot(relu)  # the scripted model has nothing to say
     assert att.candidate.source is None and "model call failed" in att.candidate.error
+
+
+class _Recording:
+    """A model that remembers what each call was for."""
+
+    def __init__(self):
+        from kforge.llm import ModelConfig
+        self.config = ModelConfig(name="rec", kind="scripted")
+        self.contexts = []
+
+    def check(self):
+        pass
+
+    def complete(self, messages, context=None):
+        from kforge.llm import LLMResponse
+        self.contexts.append(context)
+        return LLMResponse(text=f"```python\n{PROGRAM}```", model="rec")
+
+
+def test_precision_picks_the_example_and_states_the_contract(relu):
+    model = _Recording()
+    att = GenerationAgent(model, get_backend("cuda"), precision="bf16").single_shot(relu)
+    system, user = att.messages[0]["content"], att.messages[1]["content"]
+    assert "Precision of this job: bf16" in system and "torch.bfloat16" in system and "tensor cores" in system
+    assert "wmma::mma_sync" in user and ", for bf16" in user  # the bf16 one-shot example, not add_scale
+    assert model.contexts[0].precision == "bf16"  # the oracle answers from the precision's folder
+    fp32 = GenerationAgent(_Recording(), get_backend("cuda")).single_shot(relu)
+    assert "Precision of this job" not in fp32.messages[0]["content"]
+    assert "add_scale" in fp32.messages[1]["content"] and "wmma" not in fp32.messages[1]["content"]
+
+
+def test_cpu_prompt_at_bf16_asks_for_float_accumulation_not_tensor_cores(relu):
+    att = GenerationAgent(_Recording(), get_backend("cpu"), precision="bf16").single_shot(relu)
+    system, user = att.messages[0]["content"], att.messages[1]["content"]
+    assert "compute and accumulate in float32" in system and "tensor cores" not in system
+    assert "at::BFloat16" in user
+
+
+def test_a_precision_without_its_own_example_falls_back_to_the_backends(relu):
+    backend = get_backend("cpu")
+    assert backend.example_dir("fp16") == backend.example_dir("fp32")
+    assert backend.example_dir("bf16").name == "bf16"
+    with pytest.raises(ValueError, match="unknown precision 'int4'"):
+        backend.example("int4")

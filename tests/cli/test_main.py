@@ -123,5 +123,7 @@ def test_the_readme_quick_start_paths_come_from_the_install(capsys):
     assert main(["problems", "--solution", "Softmax", "--backend", "cuda"]) == 0
     assert Path(capsys.readouterr().out.strip()).parts[-3:] == ("cuda", "level1", "2_Softmax.py")
     assert main(["problems", "--where"]) == 0 and Path(capsys.readouterr().out.strip()) == BUILTIN_DIR
+    assert main(["problems", "--solution", "level1/4_Matmul", "--backend", "triton", "--precision", "bf16"]) == 0
+    assert Path(capsys.readouterr().out.strip()).parts[-4:] == ("triton", "bf16", "level1", "4_Matmul.py")
     assert main(["problems", "--solution", "level1/99_Nope"]) == 2
     assert "no built-in problem named level1/99_Nope" in capsys.readouterr().err

@@ -23,6 +23,13 @@ def test_oracle_reference_and_missing_one(tmp_path):
         "triton"
 
 
+def test_oracle_reference_at_a_precision_is_that_precisions_solution():
+    matmul = load_builtin(names=["level1/4_Matmul"])
+    bf16 = load_references({"kind": "oracle", "backend": "cuda"}, matmul, "triton", precision="bf16")
+    fp32 = load_references({"kind": "oracle", "backend": "cuda"}, matmul, "triton")
+    assert "mma.sync" in bf16["level1/4_Matmul"].code and "mma.sync" not in fp32["level1/4_Matmul"].code
+
+
 def test_same_backend_and_unknown_kind_are_errors():
     problems = load_builtin(names=["level1/1_ReLU"])
     with pytest.raises(ReferenceTransferError, match="is the target backend itself"):

@@ -93,7 +93,15 @@ def test_oracle_answers_from_the_builtin_suite():
     r = m.complete(MESSAGES, CallContext(problem_key=p.key, backend="cpu", problem=p))
     assert "oracle, not an LLM" in r.text and "load_inline" in r.text and r.note is None
     missing = m.complete(MESSAGES, CallContext(problem_key=p.key, backend="metal", problem=p))
-    assert missing.note and "no solution for level1/1_ReLU on the metal backend" in missing.note
+    assert missing.note and "no solution for level1/1_ReLU on the metal backend at fp32" in missing.note
+
+
+def test_oracle_answers_with_the_precisions_own_solution():
+    m = make_model(ModelConfig(name="oracle", kind="oracle"))
+    p = resolve_problem("level1/4_Matmul")
+    fp32 = m.complete(MESSAGES, CallContext(problem_key=p.key, backend="cuda", problem=p)).text
+    bf16 = m.complete(MESSAGES, CallContext(problem_key=p.key, backend="cuda", problem=p, precision="bf16")).text
+    assert "mma.sync" in bf16 and "kBFloat16" in bf16 and "mma.sync" not in fp32
 
 
 def test_replay_by_place_ignores_measured_numbers_in_the_prompt(tmp_path, monkeypatch):

@@ -3,15 +3,25 @@ import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
 cpp_source = r"""
+// float32, bfloat16 or float16 storage; the comparison is done in float (exact for all three).
+template <typename T>
+static void relu_rows(const T* in, T* o, int64_t n) {
+    #pragma omp parallel for
+    for (int64_t i = 0; i < n; ++i) {
+        const float v = static_cast<float>(in[i]);
+        o[i] = static_cast<T>(v > 0.f ? v : 0.f);
+    }
+}
+
 torch::Tensor relu_forward(torch::Tensor x) {
-    TORCH_CHECK(x.scalar_type() == torch::kFloat32, "float32 expected");
+    const auto st = x.scalar_type();
+    TORCH_CHECK(st == torch::kFloat32 || st == torch::kBFloat16 || st == torch::kHalf,
+                "float32, bfloat16 or float16 expected, got ", st);
     auto xc = x.contiguous();
     auto out = torch::empty_like(xc);
-    const float* in = xc.data_ptr<float>();
-    float* o = out.data_ptr<float>();
-    const int64_t n = xc.numel();
-    #pragma omp parallel for
-    for (int64_t i = 0; i < n; ++i) o[i] = in[i] > 0.f ? in[i] : 0.f;
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, st, "relu_forward", [&] {
+        relu_rows<scalar_t>(xc.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), xc.numel());
+    });
     return out;
 }
 """

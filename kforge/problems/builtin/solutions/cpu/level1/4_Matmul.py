@@ -4,10 +4,14 @@ from torch.utils.cpp_extension import load_inline
 
 cpp_source = r"""
 #include <algorithm>
+#include <type_traits>
 
 // C[M,N] = A[M,K] @ B[K,N], row-major. Each task owns 4 rows x 256 columns of C; float partial
 // sums over K-chunks of 128 are added into double accumulators (float speed, near-double accuracy).
-static void gemm_nn(const float* A, const float* B, float* C, int64_t M, int64_t N, int64_t K,
+// A and C may be float32, bfloat16 or float16 (widened to float on load, rounded once on store); B is a
+// float panel (the caller widens a reduced-precision B once, outside the O(MNK) loop).
+template <typename TA, typename TC>
+static void gemm_nn(const TA* A, const float* B, TC* C, int64_t M, int64_t N, int64_t K,
                     int64_t lda, int64_t ldb, int64_t ldc) {
     constexpr int64_t MR = 4, NC = 256, KC = 128;
     const int64_t mblocks = (M + MR - 1) / MR, nblocks = (N + NC - 1) / NC;
@@ -26,10 +30,10 @@ static void gemm_nn(const float* A, const float* B, float* C, int64_t M, int64_t
                 for (int64_t j = 0; j < nc; ++j) f0[j] = f1[j] = f2[j] = f3[j] = 0.f;
                 for (int64_t k = k0; k < k1; ++k) {
                     // rows past M multiply by zero and are never stored
-                    const float a0 = A[i0 * lda + k];
-                    const float a1 = mr > 1 ? A[(i0 + 1) * lda + k] : 0.f;
-                    const float a2 = mr > 2 ? A[(i0 + 2) * lda + k] : 0.f;
-                    const float a3 = mr > 3 ? A[(i0 + 3) * lda + k] : 0.f;
+                    const float a0 = static_cast<float>(A[i0 * lda + k]);
+                    const float a1 = mr > 1 ? static_cast<float>(A[(i0 + 1) * lda + k]) : 0.f;
+                    const float a2 = mr > 2 ? static_cast<float>(A[(i0 + 2) * lda + k]) : 0.f;
+                    const float a3 = mr > 3 ? static_cast<float>(A[(i0 + 3) * lda + k]) : 0.f;
                     const float* b = B + k * ldb + j0;
                     for (int64_t j = 0; j < nc; ++j) {
                         const float bj = b[j];
@@ -41,18 +45,38 @@ static void gemm_nn(const float* A, const float* B, float* C, int64_t M, int64_t
                 }
             }
             for (int64_t r = 0; r < mr; ++r)
-                for (int64_t j = 0; j < nc; ++j) C[(i0 + r) * ldc + j0 + j] = (float)dacc[r][j];
+                for (int64_t j = 0; j < nc; ++j) C[(i0 + r) * ldc + j0 + j] = static_cast<TC>((float)dacc[r][j]);
         }
 }
 
+// A float copy of a contiguous tensor's elements (identity for float32: no copy is made).
+template <typename T>
+static torch::Tensor widened(const torch::Tensor& t) {
+    if (std::is_same<T, float>::value) return t;
+    auto f = torch::empty(t.sizes(), t.options().dtype(torch::kFloat32));
+    const T* s = t.data_ptr<T>();
+    float* d = f.data_ptr<float>();
+    const int64_t n = t.numel();
+    #pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) d[i] = static_cast<float>(s[i]);
+    return f;
+}
+
 torch::Tensor matmul_forward(torch::Tensor A, torch::Tensor B) {
-    TORCH_CHECK(A.scalar_type() == torch::kFloat32 && B.scalar_type() == torch::kFloat32, "float32 expected");
+    const auto st = A.scalar_type();
+    TORCH_CHECK(st == torch::kFloat32 || st == torch::kBFloat16 || st == torch::kHalf,
+                "float32, bfloat16 or float16 expected, got ", st);
+    TORCH_CHECK(B.scalar_type() == st, "A and B must have the same dtype");
     TORCH_CHECK(A.dim() == 2 && B.dim() == 2 && A.size(1) == B.size(0), "shapes (M,K) @ (K,N) expected");
     auto a = A.contiguous();
     auto b = B.contiguous();
     const int64_t M = a.size(0), K = a.size(1), N = b.size(1);
     auto c = torch::empty({M, N}, a.options());
-    gemm_nn(a.data_ptr<float>(), b.data_ptr<float>(), c.data_ptr<float>(), M, N, K, K, N, N);
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, st, "matmul_forward", [&] {
+        auto bf = widened<scalar_t>(b);
+        gemm_nn<scalar_t, scalar_t>(a.data_ptr<scalar_t>(), bf.data_ptr<float>(), c.data_ptr<scalar_t>(),
+                                    M, N, K, K, N, N);
+    });
     return c;
 }
 """

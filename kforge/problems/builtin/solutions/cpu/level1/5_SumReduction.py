@@ -7,20 +7,9 @@ cpp_source = r"""
 #include <vector>
 
 // Sum over `dim` with keepdim: view x as (outer, R, inner) and add the R slices into double rows.
-torch::Tensor sum_forward(torch::Tensor x, int64_t dim) {
-    TORCH_CHECK(x.scalar_type() == torch::kFloat32, "float32 expected");
-    if (dim < 0) dim += x.dim();
-    TORCH_CHECK(dim >= 0 && dim < x.dim(), "dim out of range");
-    auto xc = x.contiguous();
-    int64_t outer = 1, inner = 1;
-    for (int64_t d = 0; d < dim; ++d) outer *= xc.size(d);
-    for (int64_t d = dim + 1; d < xc.dim(); ++d) inner *= xc.size(d);
-    const int64_t R = xc.size(dim);
-    auto sizes = xc.sizes().vec();
-    sizes[dim] = 1;
-    auto out = torch::empty(sizes, xc.options());
-    const float* in = xc.data_ptr<float>();
-    float* o = out.data_ptr<float>();
+// Storage is float32, bfloat16 or float16; each element is widened on load, each sum rounded once on store.
+template <typename T>
+static void sum_slices(const T* in, T* o, int64_t outer, int64_t R, int64_t inner) {
     constexpr int64_t CH = 1024;  // inner columns per task, so small `outer` still spreads over threads
     const int64_t nch = (inner + CH - 1) / CH;
     #pragma omp parallel
@@ -32,12 +21,31 @@ torch::Tensor sum_forward(torch::Tensor x, int64_t dim) {
                 const int64_t j0 = c * CH, n = std::min(CH, inner - j0);
                 for (int64_t j = 0; j < n; ++j) acc[j] = 0.0;
                 for (int64_t r = 0; r < R; ++r) {
-                    const float* row = in + (p * R + r) * inner + j0;
-                    for (int64_t j = 0; j < n; ++j) acc[j] += row[j];
+                    const T* row = in + (p * R + r) * inner + j0;
+                    for (int64_t j = 0; j < n; ++j) acc[j] += static_cast<float>(row[j]);
                 }
-                for (int64_t j = 0; j < n; ++j) o[p * inner + j0 + j] = (float)acc[j];
+                for (int64_t j = 0; j < n; ++j) o[p * inner + j0 + j] = static_cast<T>((float)acc[j]);
             }
     }
+}
+
+torch::Tensor sum_forward(torch::Tensor x, int64_t dim) {
+    const auto st = x.scalar_type();
+    TORCH_CHECK(st == torch::kFloat32 || st == torch::kBFloat16 || st == torch::kHalf,
+                "float32, bfloat16 or float16 expected, got ", st);
+    if (dim < 0) dim += x.dim();
+    TORCH_CHECK(dim >= 0 && dim < x.dim(), "dim out of range");
+    auto xc = x.contiguous();
+    int64_t outer = 1, inner = 1;
+    for (int64_t d = 0; d < dim; ++d) outer *= xc.size(d);
+    for (int64_t d = dim + 1; d < xc.dim(); ++d) inner *= xc.size(d);
+    const int64_t R = xc.size(dim);
+    auto sizes = xc.sizes().vec();
+    sizes[dim] = 1;
+    auto out = torch::empty(sizes, xc.options());
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, st, "sum_forward", [&] {
+        sum_slices<scalar_t>(xc.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), outer, R, inner);
+    });
     return out;
 }
 """

@@ -8,24 +8,12 @@ cpp_source = r"""
 
 // Direct stride-1 convolution, then ReLU and max-pooling (window pk, stride ps, floor mode) fused
 // into the store of each finished block of planes. Each task computes 4 output-channel planes of one image so that
-// every loaded input row feeds 4 accumulators; the inner loop over w vectorises.
-torch::Tensor conv_relu_pool_forward(torch::Tensor x, torch::Tensor weight, torch::Tensor bias,
-                                     int64_t pad_h, int64_t pad_w, int64_t pk, int64_t ps) {
-    TORCH_CHECK(x.scalar_type() == torch::kFloat32, "float32 expected");
-    TORCH_CHECK(x.dim() == 4 && weight.dim() == 4 && x.size(1) == weight.size(1), "NCHW input, OIHW weight");
-    auto xc = x.contiguous();
-    auto wc = weight.contiguous();
-    auto bc = bias.contiguous();
-    const int64_t N = xc.size(0), Cin = xc.size(1), H = xc.size(2), W = xc.size(3);
-    const int64_t Cout = wc.size(0), KH = wc.size(2), KW = wc.size(3);
-    const int64_t Ho = H + 2 * pad_h - KH + 1, Wo = W + 2 * pad_w - KW + 1;
-    TORCH_CHECK(Ho >= pk && Wo >= pk && pk > 0 && ps > 0 && bc.numel() == Cout, "bad sizes");
-    const int64_t Hp = (Ho - pk) / ps + 1, Wp = (Wo - pk) / ps + 1;
-    auto out = torch::empty({N, Cout, Hp, Wp}, xc.options());
-    const float* in = xc.data_ptr<float>();
-    const float* w = wc.data_ptr<float>();
-    const float* b = bc.data_ptr<float>();
-    float* o = out.data_ptr<float>();
+// every loaded input row feeds 4 accumulators; the inner loop over w vectorises. Storage is float32,
+// bfloat16 or float16 (x, weight, bias, out alike); accumulation is in float, rounded once on store.
+template <typename T>
+static void conv_relu_pool_planes(const T* in, const T* w, const T* b, T* o, int64_t N, int64_t Cin, int64_t H,
+                                  int64_t W, int64_t Cout, int64_t KH, int64_t KW, int64_t pad_h, int64_t pad_w,
+                                  int64_t Ho, int64_t Wo, int64_t pk, int64_t ps, int64_t Hp, int64_t Wp) {
     constexpr int64_t CB = 4;
     const int64_t HWo = Ho * Wo, ncb = (Cout + CB - 1) / CB;
     #pragma omp parallel
@@ -36,23 +24,25 @@ torch::Tensor conv_relu_pool_forward(torch::Tensor x, torch::Tensor weight, torc
             for (int64_t cb = 0; cb < ncb; ++cb) {
                 const int64_t co0 = cb * CB, cn = std::min(CB, Cout - co0);
                 for (int64_t c = 0; c < CB; ++c)
-                    std::fill(acc.begin() + c * HWo, acc.begin() + (c + 1) * HWo, c < cn ? b[co0 + c] : 0.f);
+                    std::fill(acc.begin() + c * HWo, acc.begin() + (c + 1) * HWo,
+                              c < cn ? static_cast<float>(b[co0 + c]) : 0.f);
                 for (int64_t ci = 0; ci < Cin; ++ci) {
-                    const float* xp = in + (n * Cin + ci) * H * W;
+                    const T* xp = in + (n * Cin + ci) * H * W;
                     for (int64_t kh = 0; kh < KH; ++kh)
                         for (int64_t kw = 0; kw < KW; ++kw) {
                             float wv[CB];  // channels past Cout get weight 0 and are never stored
                             for (int64_t c = 0; c < CB; ++c)
-                                wv[c] = c < cn ? w[(((co0 + c) * Cin + ci) * KH + kh) * KW + kw] : 0.f;
+                                wv[c] = c < cn ? static_cast<float>(w[(((co0 + c) * Cin + ci) * KH + kh) * KW + kw])
+                                               : 0.f;
                             const int64_t dh = kh - pad_h, dw = kw - pad_w;  // input = output + d
                             const int64_t h0 = std::max<int64_t>(0, -dh), h1 = std::min(Ho, H - dh);
                             const int64_t w0 = std::max<int64_t>(0, -dw), w1 = std::min(Wo, W - dw);
                             for (int64_t h = h0; h < h1; ++h) {
-                                const float* src = xp + (h + dh) * W + dw;
+                                const T* src = xp + (h + dh) * W + dw;
                                 float* a0 = acc.data() + h * Wo;
                                 float* a1 = a0 + HWo; float* a2 = a1 + HWo; float* a3 = a2 + HWo;
                                 for (int64_t j = w0; j < w1; ++j) {
-                                    const float s = src[j];
+                                    const float s = static_cast<float>(src[j]);
                                     a0[j] += wv[0] * s; a1[j] += wv[1] * s; a2[j] += wv[2] * s; a3[j] += wv[3] * s;
                                 }
                             }
@@ -60,17 +50,40 @@ torch::Tensor conv_relu_pool_forward(torch::Tensor x, torch::Tensor weight, torc
                 }
                 for (int64_t c = 0; c < cn; ++c) {
                     const float* a = acc.data() + c * HWo;
-                    float* op = o + (n * Cout + co0 + c) * Hp * Wp;
+                    T* op = o + (n * Cout + co0 + c) * Hp * Wp;
                     for (int64_t i = 0; i < Hp; ++i)
                         for (int64_t j = 0; j < Wp; ++j) {
                             float m = 0.f;  // max(relu(v)) == max(0, max(v))
                             for (int64_t u = 0; u < pk; ++u)
                                 for (int64_t v = 0; v < pk; ++v) m = std::max(m, a[(i * ps + u) * Wo + j * ps + v]);
-                            op[i * Wp + j] = m;
+                            op[i * Wp + j] = static_cast<T>(m);
                         }
                 }
             }
     }
+}
+
+torch::Tensor conv_relu_pool_forward(torch::Tensor x, torch::Tensor weight, torch::Tensor bias,
+                                     int64_t pad_h, int64_t pad_w, int64_t pk, int64_t ps) {
+    const auto st = x.scalar_type();
+    TORCH_CHECK(st == torch::kFloat32 || st == torch::kBFloat16 || st == torch::kHalf,
+                "float32, bfloat16 or float16 expected, got ", st);
+    TORCH_CHECK(weight.scalar_type() == st && bias.scalar_type() == st, "weight and bias must have x's dtype");
+    TORCH_CHECK(x.dim() == 4 && weight.dim() == 4 && x.size(1) == weight.size(1), "NCHW input, OIHW weight");
+    auto xc = x.contiguous();
+    auto wc = weight.contiguous();
+    auto bc = bias.contiguous();
+    const int64_t N = xc.size(0), Cin = xc.size(1), H = xc.size(2), W = xc.size(3);
+    const int64_t Cout = wc.size(0), KH = wc.size(2), KW = wc.size(3);
+    const int64_t Ho = H + 2 * pad_h - KH + 1, Wo = W + 2 * pad_w - KW + 1;
+    TORCH_CHECK(Ho >= pk && Wo >= pk && pk > 0 && ps > 0 && bc.numel() == Cout, "bad sizes");
+    const int64_t Hp = (Ho - pk) / ps + 1, Wp = (Wo - pk) / ps + 1;
+    auto out = torch::empty({N, Cout, Hp, Wp}, xc.options());
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, st, "conv_relu_pool_forward", [&] {
+        conv_relu_pool_planes<scalar_t>(xc.data_ptr<scalar_t>(), wc.data_ptr<scalar_t>(), bc.data_ptr<scalar_t>(),
+                                        out.data_ptr<scalar_t>(), N, Cin, H, W, Cout, KH, KW, pad_h, pad_w, Ho, Wo,
+                                        pk, ps, Hp, Wp);
+    });
     return out;
 }
 """

@@ -6,41 +6,48 @@ cpp_source = r"""
 #include <algorithm>
 #include <cmath>
 
-// LayerNorm of `rows` rows of length D; mean and variance in double (two passes).
-static void layernorm_rows(const float* x, const float* w, const float* b, float* y, int64_t rows, int64_t D,
-                           double eps) {
+// LayerNorm of `rows` rows of length D into a float buffer; mean and variance in double (two passes).
+// x, w and b may be float32, bfloat16 or float16 (widened on load).
+template <typename T>
+static void layernorm_rows(const T* x, const T* w, const T* b, float* y, int64_t rows, int64_t D, double eps) {
     #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
-        const float* xr = x + r * D;
+        const T* xr = x + r * D;
         float* yr = y + r * D;
         double s = 0.0;
-        for (int64_t j = 0; j < D; ++j) s += xr[j];
+        for (int64_t j = 0; j < D; ++j) s += static_cast<float>(xr[j]);
         const double mean = s / D;
         double v = 0.0;
-        for (int64_t j = 0; j < D; ++j) { const double d = xr[j] - mean; v += d * d; }
+        for (int64_t j = 0; j < D; ++j) { const double d = static_cast<float>(xr[j]) - mean; v += d * d; }
         const double rstd = 1.0 / std::sqrt(v / D + eps);
-        for (int64_t j = 0; j < D; ++j) yr[j] = (float)((xr[j] - mean) * rstd * w[j] + b[j]);
+        for (int64_t j = 0; j < D; ++j)
+            yr[j] = (float)((static_cast<float>(xr[j]) - mean) * rstd * static_cast<float>(w[j]) +
+                            static_cast<float>(b[j]));
     }
 }
 
-// Wt[K,N] = W[N,K]^T (nn.Linear stores its weight as (out, in)); 32x32 tiles keep both sides cached.
+// Wt[K,N] = float(W[N,K])^T (nn.Linear stores its weight as (out, in)); 32x32 tiles keep both sides cached.
+// W may be float32, bfloat16 or float16; the transposed panel is float, widened once here.
+template <typename T>
 static torch::Tensor transpose2d(const torch::Tensor& w) {
     auto wc = w.contiguous();
     const int64_t N = wc.size(0), K = wc.size(1);
-    auto t = torch::empty({K, N}, wc.options());
-    const float* s = wc.data_ptr<float>();
+    auto t = torch::empty({K, N}, wc.options().dtype(torch::kFloat32));
+    const T* s = wc.data_ptr<T>();
     float* d = t.data_ptr<float>();
     #pragma omp parallel for collapse(2) schedule(static)
     for (int64_t n0 = 0; n0 < N; n0 += 32)
         for (int64_t k0 = 0; k0 < K; k0 += 32)
             for (int64_t n = n0; n < std::min(N, n0 + 32); ++n)
-                for (int64_t k = k0; k < std::min(K, k0 + 32); ++k) d[k * N + n] = s[n * K + k];
+                for (int64_t k = k0; k < std::min(K, k0 + 32); ++k) d[k * N + n] = static_cast<float>(s[n * K + k]);
     return t;
 }
 
-// C[M,N] = A[M,K] @ B[K,N], row-major. Each task owns 4 rows x 256 columns of C; float partial
-// sums over K-chunks of 128 are added into double accumulators (float speed, near-double accuracy).
-static void gemm_nn(const float* A, const float* B, float* C, int64_t M, int64_t N, int64_t K,
+// C[M,N] = A[M,K] @ B[K,N], row-major, B a float panel, C float. Each task owns 4 rows x 256 columns of C;
+// float partial sums over K-chunks of 128 are added into double accumulators (float speed, near-double
+// accuracy). A may be float32, bfloat16 or float16 (widened on load).
+template <typename TA>
+static void gemm_nn(const TA* A, const float* B, float* C, int64_t M, int64_t N, int64_t K,
                     int64_t lda, int64_t ldb, int64_t ldc) {
     constexpr int64_t MR = 4, NC = 256, KC = 128;
     const int64_t mblocks = (M + MR - 1) / MR, nblocks = (N + NC - 1) / NC;
@@ -59,10 +66,10 @@ static void gemm_nn(const float* A, const float* B, float* C, int64_t M, int64_t
                 for (int64_t j = 0; j < nc; ++j) f0[j] = f1[j] = f2[j] = f3[j] = 0.f;
                 for (int64_t k = k0; k < k1; ++k) {
                     // rows past M multiply by zero and are never stored
-                    const float a0 = A[i0 * lda + k];
-                    const float a1 = mr > 1 ? A[(i0 + 1) * lda + k] : 0.f;
-                    const float a2 = mr > 2 ? A[(i0 + 2) * lda + k] : 0.f;
-                    const float a3 = mr > 3 ? A[(i0 + 3) * lda + k] : 0.f;
+                    const float a0 = static_cast<float>(A[i0 * lda + k]);
+                    const float a1 = mr > 1 ? static_cast<float>(A[(i0 + 1) * lda + k]) : 0.f;
+                    const float a2 = mr > 2 ? static_cast<float>(A[(i0 + 2) * lda + k]) : 0.f;
+                    const float a3 = mr > 3 ? static_cast<float>(A[(i0 + 3) * lda + k]) : 0.f;
                     const float* b = B + k * ldb + j0;
                     for (int64_t j = 0; j < nc; ++j) {
                         const float bj = b[j];
@@ -80,35 +87,58 @@ static void gemm_nn(const float* A, const float* B, float* C, int64_t M, int64_t
 
 static inline float gelu_exact(double v) { return (float)(0.5 * v * (1.0 + std::erf(v * 0.70710678118654752440))); }
 
-// x + fc2(gelu(fc1(layernorm(x)))) for x of shape (..., D); T = all leading dims flattened.
+// hid = gelu(hid + b1) in place (float buffer).
+template <typename T>
+static void bias_gelu_inplace(float* hid, const T* b1, int64_t T_, int64_t Hd) {
+    #pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < T_; ++i)
+        for (int64_t j = 0; j < Hd; ++j)
+            hid[i * Hd + j] = gelu_exact((double)hid[i * Hd + j] + static_cast<float>(b1[j]));
+}
+
+// out = x + acc + b (the residual and the last bias), rounded once to out's storage type.
+template <typename T>
+static void residual_bias_store(const T* x, const float* acc, const T* b, T* out, int64_t T_, int64_t D) {
+    #pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < T_; ++i)
+        for (int64_t j = 0; j < D; ++j)
+            out[i * D + j] = static_cast<T>((float)((double)static_cast<float>(x[i * D + j]) + acc[i * D + j] +
+                                                    static_cast<float>(b[j])));
+}
+
+template <typename T>
+static void mlp_block(const torch::Tensor& xc, const torch::Tensor& lw, const torch::Tensor& lb, double eps,
+                      const torch::Tensor& w1, const torch::Tensor& b1, const torch::Tensor& w2,
+                      const torch::Tensor& b2, torch::Tensor& out) {
+    const int64_t D = xc.size(-1), Hd = w1.size(0), T_ = xc.numel() / D;
+    auto f32 = xc.options().dtype(torch::kFloat32);
+    torch::Tensor w1t = transpose2d<T>(w1), w2t = transpose2d<T>(w2);  // float panels
+    auto h = torch::empty({T_, D}, f32), hid = torch::empty({T_, Hd}, f32), acc = torch::empty({T_, D}, f32);
+    layernorm_rows<T>(xc.data_ptr<T>(), lw.data_ptr<T>(), lb.data_ptr<T>(), h.data_ptr<float>(), T_, D, eps);
+    gemm_nn<float>(h.data_ptr<float>(), w1t.data_ptr<float>(), hid.data_ptr<float>(), T_, Hd, D, D, Hd, Hd);
+    bias_gelu_inplace<T>(hid.data_ptr<float>(), b1.data_ptr<T>(), T_, Hd);
+    gemm_nn<float>(hid.data_ptr<float>(), w2t.data_ptr<float>(), acc.data_ptr<float>(), T_, D, Hd, Hd, D, D);
+    residual_bias_store<T>(xc.data_ptr<T>(), acc.data_ptr<float>(), b2.data_ptr<T>(), out.data_ptr<T>(), T_, D);
+}
+
+// x + fc2(gelu(fc1(layernorm(x)))) for x of shape (..., D); T = all leading dims flattened. Storage (x, the
+// parameters, out) is float32, bfloat16 or float16, all alike; the intermediates are float buffers.
 torch::Tensor mlp_block_forward(torch::Tensor x, torch::Tensor ln_w, torch::Tensor ln_b, double eps,
                                 torch::Tensor w1, torch::Tensor b1, torch::Tensor w2, torch::Tensor b2) {
-    TORCH_CHECK(x.scalar_type() == torch::kFloat32, "float32 expected");
+    const auto st = x.scalar_type();
+    TORCH_CHECK(st == torch::kFloat32 || st == torch::kBFloat16 || st == torch::kHalf,
+                "float32, bfloat16 or float16 expected, got ", st);
+    for (const auto& p : {ln_w, ln_b, w1, b1, w2, b2})
+        TORCH_CHECK(p.scalar_type() == st, "parameters must have x's dtype");
     const int64_t D = x.size(-1), Hd = w1.size(0);
     TORCH_CHECK(ln_w.numel() == D && ln_b.numel() == D && w1.size(1) == D && b1.numel() == Hd &&
                 w2.size(0) == D && w2.size(1) == Hd && b2.numel() == D, "shape mismatch");
     auto xc = x.contiguous();
-    auto lw = ln_w.contiguous(), lb = ln_b.contiguous(), b1c = b1.contiguous(), b2c = b2.contiguous();
-    auto w1t = transpose2d(w1), w2t = transpose2d(w2);
-    const int64_t T = xc.numel() / D;
-    auto h = torch::empty({T, D}, xc.options());
-    auto hid = torch::empty({T, Hd}, xc.options());
     auto out = torch::empty_like(xc);
-    const float* xp = xc.data_ptr<float>();
-    float* hp = h.data_ptr<float>();
-    float* hidp = hid.data_ptr<float>();
-    float* op = out.data_ptr<float>();
-    const float* bb1 = b1c.data_ptr<float>();
-    const float* bb2 = b2c.data_ptr<float>();
-    layernorm_rows(xp, lw.data_ptr<float>(), lb.data_ptr<float>(), hp, T, D, eps);
-    gemm_nn(hp, w1t.data_ptr<float>(), hidp, T, Hd, D, D, Hd, Hd);
-    #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < T; ++i)
-        for (int64_t j = 0; j < Hd; ++j) hidp[i * Hd + j] = gelu_exact((double)hidp[i * Hd + j] + bb1[j]);
-    gemm_nn(hidp, w2t.data_ptr<float>(), op, T, D, Hd, Hd, D, D);
-    #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < T; ++i)
-        for (int64_t j = 0; j < D; ++j) op[i * D + j] = (float)((double)xp[i * D + j] + op[i * D + j] + bb2[j]);
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, st, "mlp_block_forward", [&] {
+        mlp_block<scalar_t>(xc, ln_w.contiguous(), ln_b.contiguous(), eps, w1, b1.contiguous(), w2, b2.contiguous(),
+                            out);
+    });
     return out;
 }
 """

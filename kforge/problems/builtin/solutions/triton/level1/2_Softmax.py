@@ -8,6 +8,7 @@ import triton.language as tl
 def softmax_kernel(x_ptr, out_ptr, n_cols, BLOCK_SIZE: tl.constexpr):
     # One program per row. Pass 1: online max and sum of exponentials (one read of the row);
     # pass 2 walks the row backwards (its end is the part most likely still in L2) and writes.
+    # Any float storage: values are widened to fp32 on load and rounded once on store.
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * n_cols
     o_row = out_ptr + row * n_cols
@@ -16,7 +17,7 @@ def softmax_kernel(x_ptr, out_ptr, n_cols, BLOCK_SIZE: tl.constexpr):
     s = tl.zeros([BLOCK_SIZE], tl.float32)
     for start in range(0, n_cols, BLOCK_SIZE):
         offs = start + cols
-        x = tl.load(x_row + offs, mask=offs < n_cols, other=float("-inf"))
+        x = tl.load(x_row + offs, mask=offs < n_cols, other=float("-inf")).to(tl.float32)
         m_new = tl.maximum(m, x)
         # lanes that have seen only -inf keep s = 0 (avoid exp(-inf - -inf) = nan)
         alpha = tl.where(m_new == float("-inf"), 0.0, tl.exp(m - m_new))
@@ -30,8 +31,8 @@ def softmax_kernel(x_ptr, out_ptr, n_cols, BLOCK_SIZE: tl.constexpr):
     for i in range(0, n_blocks):
         offs = (n_blocks - 1 - i) * BLOCK_SIZE + cols
         mask = offs < n_cols
-        x = tl.load(x_row + offs, mask=mask, other=float("-inf"))
-        tl.store(o_row + offs, tl.exp(x - row_max) * inv_sum, mask=mask)
+        x = tl.load(x_row + offs, mask=mask, other=float("-inf")).to(tl.float32)
+        tl.store(o_row + offs, (tl.exp(x - row_max) * inv_sum).to(out_ptr.dtype.element_ty), mask=mask)
 
 
 class ModelNew(nn.Module):

@@ -7,38 +7,39 @@ import triton.language as tl
 @triton.jit
 def layernorm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, n_cols, eps, BLOCK_SIZE: tl.constexpr, ONE_BLOCK: tl.constexpr):
     # One program per row; exact two-pass mean/variance. When the row fits in one block it is read once.
+    # Any float storage: loads are widened to fp32, the store rounds once to the output's dtype.
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * n_cols
     o_row = out_ptr + row * n_cols
     cols = tl.arange(0, BLOCK_SIZE)
     if ONE_BLOCK:
         mask = cols < n_cols
-        x = tl.load(x_row + cols, mask=mask, other=0.0)
+        x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
         mean = tl.sum(x, axis=0) / n_cols
         d = tl.where(mask, x - mean, 0.0)
         rstd = 1.0 / tl.sqrt(tl.sum(d * d, axis=0) / n_cols + eps)
-        w = tl.load(w_ptr + cols, mask=mask)
-        b = tl.load(b_ptr + cols, mask=mask)
+        w = tl.load(w_ptr + cols, mask=mask).to(tl.float32)
+        b = tl.load(b_ptr + cols, mask=mask).to(tl.float32)
         tl.store(o_row + cols, d * rstd * w + b, mask=mask)
     else:
         acc = tl.zeros([BLOCK_SIZE], tl.float32)
         for start in range(0, n_cols, BLOCK_SIZE):
             offs = start + cols
-            acc += tl.load(x_row + offs, mask=offs < n_cols, other=0.0)
+            acc += tl.load(x_row + offs, mask=offs < n_cols, other=0.0).to(tl.float32)
         mean = tl.sum(acc, axis=0) / n_cols
         acc = tl.zeros([BLOCK_SIZE], tl.float32)
         for start in range(0, n_cols, BLOCK_SIZE):
             offs = start + cols
             mask = offs < n_cols
-            d = tl.where(mask, tl.load(x_row + offs, mask=mask, other=0.0) - mean, 0.0)
+            d = tl.where(mask, tl.load(x_row + offs, mask=mask, other=0.0).to(tl.float32) - mean, 0.0)
             acc += d * d
         rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=0) / n_cols + eps)
         for start in range(0, n_cols, BLOCK_SIZE):
             offs = start + cols
             mask = offs < n_cols
-            x = tl.load(x_row + offs, mask=mask, other=0.0)
-            w = tl.load(w_ptr + offs, mask=mask)
-            b = tl.load(b_ptr + offs, mask=mask)
+            x = tl.load(x_row + offs, mask=mask, other=0.0).to(tl.float32)
+            w = tl.load(w_ptr + offs, mask=mask).to(tl.float32)
+            b = tl.load(b_ptr + offs, mask=mask).to(tl.float32)
             tl.store(o_row + offs, (x - mean) * rstd * w + b, mask=mask)
 
 

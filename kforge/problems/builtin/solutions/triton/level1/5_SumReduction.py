@@ -7,6 +7,7 @@ import triton.language as tl
 @triton.jit
 def sum_dim1_kernel(x_ptr, out_ptr, R, inner, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
     # x viewed as (outer, R, inner); program (column block, outer index) sums R rows of BLOCK_C columns.
+    # Any float storage: loads are widened to fp32, the store rounds once to the output's dtype.
     pid_c = tl.program_id(0)
     p = tl.program_id(1).to(tl.int64)
     cols = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
@@ -17,7 +18,7 @@ def sum_dim1_kernel(x_ptr, out_ptr, R, inner, BLOCK_R: tl.constexpr, BLOCK_C: tl
     for r0 in range(0, R, BLOCK_R):
         r = r0 + rows
         ptrs = base + r[:, None].to(tl.int64) * inner + cols[None, :]
-        acc += tl.load(ptrs, mask=(r[:, None] < R) & cmask[None, :], other=0.0)
+        acc += tl.load(ptrs, mask=(r[:, None] < R) & cmask[None, :], other=0.0).to(tl.float32)
     tl.store(out_ptr + p * inner + cols, tl.sum(acc, axis=0), mask=cmask)
 
 

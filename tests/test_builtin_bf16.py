@@ -1,0 +1,91 @@
+"""The built-in suite's hand-written solutions at bf16, run the way the verifier's `precision=bf16` runs them:
+inputs and weights cast, both models built from one seed, outputs judged against fp32 from the same cast
+values (`tests/precision_harness.py`), independent of the verifier's own precision support.
+
+Here: every cpu solution at its cpu size, and every triton one under the interpreter at small sizes that
+are not multiples of the tiles. The interpreter's ``tl.dot`` does not handle bf16 (Triton 3.x multiplies the
+raw bits), so the tensor-core kernels of ``solutions/triton/bf16/`` run at fp32 there: the same kernels, on
+fp32 tiles. On a GPU: every cuda and triton bf16 solution through the verifier at ``precision=bf16``, at
+the gpu size and at the small sizes (edges, tails, unaligned rows, a head dim of 21).
+"""
+
+import pytest
+import torch
+
+from kforge.problems import builtin_solution_path, load_builtin
+from tests.precision_harness import cached_builds, in_triton_interpreter, run_at
+
+CPU_PROBLEMS = load_builtin(size="cpu")
+
+#: Sizes small enough for the interpreter, none a multiple of a tile or of 8: masks, tails, and the kernels'
+#: element-wise paths where 16-byte vectors do not fit (the gpu sizes take the vector paths).
+SMALL = {
+    "level1/1_ReLU": {"BATCH": 7, "DIM": 1001},
+    "level1/2_Softmax": {"BATCH": 4, "DIM": 5001},
+    "level1/3_LayerNorm": {"BATCH": 4, "DIM": 20001},
+    "level1/4_Matmul": {"M": 200, "K": 130, "N": 70},
+    "level1/5_SumReduction": {"BATCH": 2, "DIM1": 100, "DIM2": 300},
+    "level1/6_Conv2d": {"BATCH": 2, "C_IN": 21, "C_OUT": 40, "H": 13, "W": 11},
+    "level2/1_Gemm_Bias_GELU": {"BATCH": 100, "IN_FEATURES": 70, "OUT_FEATURES": 134},
+    "level2/2_Conv2d_ReLU_MaxPool": {"BATCH": 2, "C_IN": 21, "C_OUT": 40, "H": 13, "W": 11},
+    "level2/3_Add_LayerNorm": {"BATCH": 4, "DIM": 1001},
+    "level2/4_RMSNorm_SiLUGate": {"BATCH": 4, "DIM": 1001},
+    "level3/1_MLPBlock": {"BATCH": 2, "SEQ": 33, "DIM": 44},
+    "level3/2_AttentionBlock": {"BATCH": 2, "SEQ": 70, "DIM": 84, "HEADS": 4},
+}
+
+
+def test_small_sizes_cover_the_suite():
+    assert sorted(SMALL) == sorted(p.key for p in CPU_PROBLEMS)
+
+
+@pytest.mark.parametrize("problem", CPU_PROBLEMS, ids=[p.key for p in CPU_PROBLEMS])
+def test_cpu_solution_is_correct_at_bf16(cache_dir, problem):
+    path = builtin_solution_path(problem, "cpu", "bf16")
+    assert path is not None, f"{problem.key} has no cpu solution"
+    with cached_builds(cache_dir):
+        run = run_at(problem.source, path.read_text(), torch.bfloat16)
+    run.check(problem.key)
+
+
+@pytest.fixture(scope="module")
+def interpreted():
+    """Every triton solution at its SMALL size, run once in an interpreter process: name -> failure or None."""
+    pytest.importorskip("triton")
+    cases = {}
+    for name, sizes in SMALL.items():
+        problem = load_builtin(names=[name], overrides=sizes)[0]
+        path = builtin_solution_path(problem, "triton", "bf16")
+        tensor_core = "bf16" in path.parts  # its own bf16 file: tl.dot, which the interpreter runs in fp32 only
+        cases[name] = (problem.source, path.read_text(), "float32" if tensor_core else "bfloat16")
+    return in_triton_interpreter(cases)
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_triton_solution_under_the_interpreter(interpreted, name):
+    assert interpreted[name] is None, interpreted[name]
+
+
+GPU_PROBLEMS = load_builtin(size="gpu")
+
+
+def _verify_bf16(pool, problem, backend):
+    from kforge.verify import State, Verifier
+    from tests.helpers import fast_config
+    path = builtin_solution_path(problem, backend, "bf16")
+    v = Verifier(fast_config(trials=3, precision="bf16"), pool=pool).verify(problem, path.read_text(), backend)
+    assert v.state is State.CORRECT, f"{path}: {v.summary()}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["cuda", "triton"])
+@pytest.mark.parametrize("problem", GPU_PROBLEMS, ids=[p.key for p in GPU_PROBLEMS])
+def test_gpu_solution_is_correct_at_bf16(pool, problem, backend):
+    _verify_bf16(pool, problem, backend)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["cuda", "triton"])
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_gpu_solution_is_correct_at_bf16_on_odd_sizes(pool, name, backend):
+    _verify_bf16(pool, load_builtin(names=[name], overrides=SMALL[name])[0], backend)
