@@ -74,7 +74,7 @@ class Backend:
     def example_dir(self, precision: str = "fp32") -> Path:
         """The folder the one-shot example for ``precision`` is read from: the precision's own
         (``prompts/examples/<name>/<precision>/``) where it holds both files, else the backend's."""
-        from ..problems import PRECISIONS
+        from ..precision import PRECISIONS
         if precision not in PRECISIONS:
             raise ValueError(f"unknown precision {precision!r}: use one of {', '.join(PRECISIONS)}")
         own = EXAMPLES_DIR / self.name / precision

@@ -16,7 +16,7 @@ def add_parser(sub) -> None:
                                    "their first verification does not wait for the compiler.")
     b.add_argument("candidates", nargs="*", help="candidate files")
     b.add_argument("--oracle", action="store_true", help="also build the built-in suite's solutions")
-    b.add_argument("--precision", choices=PRECISIONS, default="fp32",
+    b.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32",
                    help="with --oracle: the solutions for this precision (its own ones where there are, default fp32)")
     b.add_argument("--backend", default="cpu", help="cpu or cuda (default: cpu)")
     b.add_argument("--device", choices=("cpu", "cuda"), help="override the backend's device")

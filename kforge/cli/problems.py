@@ -26,7 +26,7 @@ def add_parser(sub) -> None:
                    "with --solution: whose solution")
     p.add_argument("--solution", metavar="NAME", help="print the path of a built-in problem's hand-written solution "
                    "(what the oracle answers), e.g. level1/1_ReLU: a candidate to try from any install")
-    p.add_argument("--precision", choices=PRECISIONS, default="fp32",
+    p.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32",
                    help="with --solution: the precision's own solution where there is one (default fp32)")
     p.add_argument("--where", action="store_true", help="print the built-in suite's directory (KernelBench's layout)")
     p.set_defaults(func=cmd_problems)

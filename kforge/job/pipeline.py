@@ -212,7 +212,7 @@ def compose(conf: dict[str, Any], job: JobConfig, llm: LLM, pool: WorkerPool, sc
     pool.start(["build", *kinds])  # all workers at once, not one by one as the first loops need them
     info = pool.device_info(kinds[0], backend.spec())
     prompts = Prompts(job.prompts_dir)
-    agent = GenerationAgent(llm, backend, prompts, device_phrase(info, backend))
+    agent = GenerationAgent(llm, backend, prompts, device_phrase(info, backend), precision=job.verify.precision)
     advisor = make_advisor(job, llm, backend, pool, prompts, device_phrase(info, backend), scratch, kinds[0], chash)
     return Job(conf, job, problems, backend, agent, verifier, llm, pool, info, advisor, threading.Event(),
                {**tags, **(work.tags if work else {})}, work)
@@ -243,7 +243,8 @@ def execute(job: Job) -> JobResult:
         mlflow.litellm.autolog()
     labels = job_labels(job)
     try:
-        references = load_references(cfg.reference, job.problems, job.backend.name, tracker.uri)
+        references = load_references(cfg.reference, job.problems, job.backend.name, tracker.uri,
+                                     precision=job.config.verify.precision)
     except ReferenceTransferError as exc:
         raise ConfigError(str(exc)) from None
     earlier = take_over(tracker, labels[Tags.CONFIG_HASH], job.problems, cfg.resume)

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterable
 
+from ..precision import PRECISIONS
 from .problem import Problem, ProblemError, load_problem_file
 
 BUILTIN_DIR = Path(__file__).resolve().parent / "builtin"
@@ -127,10 +128,6 @@ def resolve_problem(spec: str, *, size: str | None = None, overrides: dict[str, 
 
 def _looks_builtin(spec: str) -> bool:
     return bool(re.fullmatch(r"level\d+/[\w\-]+", spec.strip()))
-
-
-#: The precisions a solution or example folder may be named after (``solutions/<backend>/<precision>/``).
-PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 
 
 def solution_dirs(backend: str, precision: str = "fp32") -> list[Path]:

@@ -17,8 +17,9 @@ from .findings import RULES, Finding
 
 
 def check(source: str, backend: Backend, problem: Problem | None = None,
-          config: StaticConfig | None = None) -> list[Finding]:
-    """All findings for a candidate (a Python syntax error is left to the build, which reports it)."""
+          config: StaticConfig | None = None, precision: str = "fp32") -> list[Finding]:
+    """All findings for a candidate (a Python syntax error is left to the build, which reports it). Below
+    fp32 (``verify.precision``) reduced-precision types and TF32 are what is asked for, not a downgrade."""
     config = config or StaticConfig()
     try:
         tree = ast.parse(source)
@@ -28,6 +29,8 @@ def check(source: str, backend: Backend, problem: Problem | None = None,
     disabled = set(config.disabled) | set(backend.static_disabled)
     if not config.require_kernel:
         disabled |= {"no_kernel", "kernel_not_called", "forbidden_op"}
+    if precision != "fp32":
+        disabled.add("precision_downgrade")
     for name, fn in RULES.items():
         if name not in disabled:
             findings.extend(fn(tree, source, backend, problem))

@@ -206,7 +206,7 @@ class Verifier:
         """The static rules' findings, and those about whose code does the work ("soft"): those never reject
         before the run, which measures that question (or, unmeasured, lets the rule sets weigh the finding)."""
         static = replace(self.static or cfg.static, require_kernel=cfg.require_kernel)
-        findings = check(candidate.source, backend, problem, static)
+        findings = check(candidate.source, backend, problem, static, cfg.precision)
         soft = []
         for f in findings:
             if cfg.require_kernel and f.rule in MEASURED and f.severity == "deny":
