@@ -10,10 +10,11 @@ the gpu size and at the small sizes (edges, tails, unaligned rows, a head dim of
 """
 
 import pytest
-import torch
 
 from kforge.problems import builtin_solution_path, load_builtin
-from tests.precision_harness import cached_builds, in_triton_interpreter, run_at
+from kforge.verify import State, Verifier
+from tests.helpers import fast_config
+from tests.precision_harness import in_triton_interpreter
 
 CPU_PROBLEMS = load_builtin(size="cpu")
 
@@ -39,13 +40,23 @@ def test_small_sizes_cover_the_suite():
     assert sorted(SMALL) == sorted(p.key for p in CPU_PROBLEMS)
 
 
+#: Where bf16 eager PyTorch, KernelBench's reference at precision=bf16, rounds so often on the way (x², its mean,
+#: rsqrt, three products and silu, each stored in bf16) that it is itself further than 1e-2 from the float32 truth
+#: a solution computing in float32 lands on: KernelBench's rules call the more exact kernel a mismatch.
+KB_REFERENCE_TOO_ROUGH = {"level2/4_RMSNorm_SiLUGate"}
+
+
 @pytest.mark.parametrize("problem", CPU_PROBLEMS, ids=[p.key for p in CPU_PROBLEMS])
-def test_cpu_solution_is_correct_at_bf16(cache_dir, problem):
+def test_cpu_solution_is_correct_at_bf16(pool, problem):
+    """Through the verifier at precision=bf16 (`make demo precision=bf16` on a CPU runs these), shape variants
+    included: correct under the kforge rules (the float32 truth), and under KernelBench's (its bf16 reference)
+    except where that reference is itself the rougher answer."""
     path = builtin_solution_path(problem, "cpu", "bf16")
     assert path is not None, f"{problem.key} has no cpu solution"
-    with cached_builds(cache_dir):
-        run = run_at(problem.source, path.read_text(), torch.bfloat16)
-    run.check(problem.key)
+    v = Verifier(fast_config(precision="bf16", variants=True), pool=pool).verify(problem, path.read_text(), "cpu")
+    assert v.state is State.CORRECT, v.summary()
+    kb = "numerical_mismatch" if problem.key in KB_REFERENCE_TOO_ROUGH else "correct"
+    assert v.states["kernelbench"] == kb, v.summary()
 
 
 @pytest.fixture(scope="module")
