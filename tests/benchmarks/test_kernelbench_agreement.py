@@ -428,3 +428,35 @@ def test_triton_candidates_need_triton_where_kernelbench_runs(tmp_path, monkeypa
     assert not any("triton" in line for line in agreement.missing_requirements(tmp_path, ["kernelbench"]))
     report_only = agreement.missing_requirements(tmp_path, ["report"], frozenset({"triton"}))
     assert not any("triton" in line for line in report_only)
+
+
+def test_the_device_script_runs_both_samples_and_prints_both_tables(tree, tmp_path):
+    """benchmarks/device_agreement.sh on a machine without a GPU: every judging step says why it cannot run,
+    and the report steps still write and print a table per precision (the plumbing the device run relies on)."""
+    kb, corpus = tree
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "KernelBench").symlink_to(kb)
+    relu = "KernelBench/level1/19_ReLU.py"
+    for run, rows in (("corpus", [["problem", "candidate", "backend"], [relu, "r.py", "cuda"]]),
+                      ("bf16", [["problem", "candidate"], [relu, "r.py"]])):
+        (data / run).mkdir()
+        (data / run / "r.py").write_text(CAND)
+        _csv(data / run / "manifest.csv", rows)
+    shims = tmp_path / "bin"  # python3 is this interpreter; no nvidia-smi
+    shims.mkdir()
+    (shims / "python3").symlink_to(sys.executable)
+    env = {**os.environ, "PATH": f"{shims}:/usr/bin:/bin", "BUDGET": "20", "JOBS": "1",
+           "PYTHONPATH": os.pathsep.join([str(BENCH.parent), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run(["bash", str(BENCH / "device_agreement.sh"), str(data), str(tmp_path / "res")],
+                         cwd=BENCH.parent, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    res = tmp_path / "res"
+    for precision in ("bf16", "fp32"):
+        assert json.loads((res / precision / agreement.RUN_FILE).read_text()) == {"precision": precision}
+        assert f"precision {precision}" in (res / precision / "agreement.md").read_text()
+        assert f"# KernelBench's harness vs kforge under `--rules kernelbench`, precision {precision}" in out.stdout
+    logs = res / "logs"
+    assert "no nvidia-smi here" in (logs / "kforge_bf16.log").read_text()
+    assert "no nvidia-smi here" in (logs / "kb_fp32.log").read_text()
+    assert "1 candidates (1 cuda, 0 triton)" in (logs / "report_fp32.log").read_text()
