@@ -14,7 +14,8 @@
 # speedups are indicative; correctness, what is compared, uses its 5 trials), SERIAL=1 (kforge alone in the
 # budget's first half, then KernelBench: nothing else loads the machine while kforge runs).
 # KernelBench's eval imports pydantic and dotenv; where they are missing, DATA/wheels/*.whl are installed
-# into a temporary folder first (no network needed).
+# into a temporary folder first (no network needed). COPY_TO=DIR copies the tables, the rows and the logs
+# there at the end (not the build folders), e.g. to the folder a remote machine sends back.
 set -u
 DATA=$(cd "${1:?usage: bash benchmarks/device_agreement.sh DATA [OUT]}" && pwd)
 OUT=${2:-agreement-results}
@@ -86,4 +87,13 @@ for precision in bf16 fp32; do
   cat "$OUT/$precision/agreement.md"
   grep -E "^  (DISAGREE|pending)" "$OUT/logs/report_$precision.log" | head -40
 done
+if [[ -n ${COPY_TO:-} ]]; then
+  mkdir -p "$COPY_TO" && cp -r "$OUT/logs" "$OUT/gpu.txt" "$COPY_TO"/
+  for precision in bf16 fp32; do
+    [[ -d "$OUT/$precision" ]] || continue
+    mkdir -p "$COPY_TO/$precision"
+    cp "$OUT/$precision"/*.md "$OUT/$precision"/*.csv "$OUT/$precision"/*.jsonl "$OUT/$precision"/*.json \
+      "$COPY_TO/$precision"/ 2>/dev/null
+  done
+fi
 step "done; logs in $OUT/logs; run the same command again to finish what the budget cut off"

@@ -447,6 +447,7 @@ def test_the_device_script_runs_both_samples_and_prints_both_tables(tree, tmp_pa
     shims.mkdir()
     (shims / "python3").symlink_to(sys.executable)
     env = {**os.environ, "PATH": f"{shims}:/usr/bin:/bin", "BUDGET": "20", "JOBS": "1",
+           "COPY_TO": str(tmp_path / "back"),
            "PYTHONPATH": os.pathsep.join([str(BENCH.parent), os.environ.get("PYTHONPATH", "")])}
     out = subprocess.run(["bash", str(BENCH / "device_agreement.sh"), str(data), str(tmp_path / "res")],
                          cwd=BENCH.parent, env=env, capture_output=True, text=True, timeout=300)
@@ -460,3 +461,6 @@ def test_the_device_script_runs_both_samples_and_prints_both_tables(tree, tmp_pa
     assert "no nvidia-smi here" in (logs / "kforge_bf16.log").read_text()
     assert "no nvidia-smi here" in (logs / "kb_fp32.log").read_text()
     assert "1 candidates (1 cuda, 0 triton)" in (logs / "report_fp32.log").read_text()
+    back = tmp_path / "back"  # COPY_TO: tables, rows and logs, no build folders
+    assert (back / "bf16" / "agreement.md").is_file() and (back / "fp32" / "agreement.csv").is_file()
+    assert (back / "logs" / "kforge_fp32.log").is_file() and not (back / "fp32" / "build").exists()
