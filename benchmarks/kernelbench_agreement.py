@@ -1,23 +1,30 @@
 """Does kforge under ``--rules kernelbench`` call a candidate correct exactly when KernelBench's harness does?
 
     python benchmarks/kernelbench_agreement.py --kernelbench ~/KernelBench --manifest corpus/manifest.csv \\
-        --out agreement/ [--jobs 16] [--trials 5 --timed 100] [--gpu-arch Hopper] [--deadline 560]
+        --out agreement/ [--jobs 16] [--trials 5 --timed 100] [--gpu-arch Hopper] [--deadline 560] \\
+        [--precision fp32|bf16|fp16] [--backend cuda|triton]
 
-The manifest (CSV with a header, or JSONL) lists ``problem,candidate[,source]``: a problem is a path in the
-KernelBench checkout (``KernelBench/level1/19_ReLU.py``), beside the manifest, or absolute; a candidate is a
-program defining ``ModelNew``, relative to the manifest. Four steps, each resumable (a rerun with the same
-``--out`` skips what is recorded there, so several calls of a limited length finish it):
+The manifest (CSV with a header, or JSONL) lists ``problem,candidate[,source][,backend]``: a problem is a path
+in the KernelBench checkout (``KernelBench/level1/19_ReLU.py``), beside the manifest, or absolute; a candidate
+is a program binding ``ModelNew``, relative to the manifest; ``backend`` is ``cuda`` (a ``load_inline``
+extension, the default) or ``triton``, else ``--backend``. Both harnesses judge at ``--precision``
+(KernelBench's ``precision`` dtype: inputs and weights cast, its tolerance; ``kforge eval --precision``).
+Four steps, each resumable (a rerun with the same ``--out`` skips what is recorded there, so several calls of
+a limited length finish it; an ``--out`` made at another precision is refused):
 
-1. ``build``: KernelBench's own precompile (``kernelbench.eval.build_compile_cache``, as
-   ``scripts/eval_from_generations.py``'s ``build_cache`` does): one spawned process per candidate, ``--jobs``
-   at a time, a build folder per candidate; then ``ModelNew`` is constructed there once, so an extension
-   built in ``__init__`` lands in the same folder (KernelBench's eval reuses it; its verdict is unchanged).
-2. ``kforge``: ``python -m kforge.cli eval --manifest ... --rules kernelbench --backend cuda``.
+1. ``build``: KernelBench's own precompile of the ``cuda`` candidates (``kernelbench.eval.build_compile_cache``,
+   as ``scripts/eval_from_generations.py``'s ``build_cache`` does): one spawned process per candidate,
+   ``--jobs`` at a time, a build folder per candidate; then ``ModelNew`` is constructed there once, so an
+   extension built in ``__init__`` lands in the same folder (KernelBench's eval reuses it; its verdict is
+   unchanged). A Triton candidate has nothing to precompile (its kernels compile at their first launch).
+2. ``kforge``: ``python -m kforge.cli eval --manifest ... --rules kernelbench`` (each row's backend;
+   ``--precision`` unless fp32, kforge's default).
 3. ``kernelbench``: ``eval_kernel_against_ref`` per candidate, each in a fresh process, one at a time
    unless ``--eval-jobs`` says otherwise (seed 42, ``--trials`` correctness trials, ``--timed`` timed ones,
-   cuda events, fp32; a process that hangs is killed after ``--timeout``, one that dies is a row).
-4. ``report``: the table (stdout, ``OUT/agreement.md``, ``OUT/agreement.csv``), the agreement count and
-   every disagreement.
+   cuda events, the row's backend: ``triton`` imports the candidate from a temporary file, ``cuda`` executes
+   it; a process that hangs is killed after ``--timeout``, one that dies is a row).
+4. ``report``: the table (stdout, ``OUT/agreement.md``, ``OUT/agreement.csv``), the agreement count overall
+   and by source, and every disagreement.
 
 KernelBench's code runs only in the child processes (``kernelbench_agreement_child.py``, which imports it
 from ``--kernelbench``'s ``src/``; none of it is copied). What its evaluation needs (torch, numpy, pydantic,
@@ -45,14 +52,15 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 from kernelbench_agreement_table import (  # noqa: E402
-    AgreementInputError, Entry, classify_kernelbench, classify_kforge, join, read_jsonl, read_manifest,
-    render_csv, render_markdown, render_text, summarize, summary_lines, write_kforge_manifest)
+    BACKENDS, PRECISIONS, AgreementInputError, Entry, classify_kernelbench, classify_kforge, join, read_jsonl,
+    read_manifest, render_csv, render_markdown, render_text, summarize, summary_lines, write_kforge_manifest)
 
 STEPS = ("build", "kforge", "kernelbench", "report")
 #: Modules KernelBench's eval.py, timing.py and utils.py import that evaluation needs.
 NEEDED = ("torch", "numpy", "pydantic", "requests", "tqdm")
 CHILD = HERE / "kernelbench_agreement_child.py"
 BUILDS, KB_ROWS, KFORGE_ROWS = "kernelbench_builds.jsonl", "kernelbench_eval.jsonl", "kforge_eval.jsonl"
+RUN_FILE = "agreement_run.json"  # what an --out folder was made at, so a rerun cannot mix precisions
 
 
 class Deadline:
@@ -146,7 +154,7 @@ def _job(args, e: Entry) -> dict[str, Any]:
     return {"kernelbench": str(Path(args.kernelbench).resolve()), "problem": str(e.problem),
             "candidate": str(e.candidate), "build_dir": str(Path(args.out).resolve() / "build" / e.key),
             "gpu_arch": args.gpu_arch, "seed": 42, "trials": args.trials, "timed": args.timed,
-            "warm_init": not args.no_warm_init}
+            "warm_init": not args.no_warm_init, "backend": e.backend, "precision": args.precision}
 
 
 def _clear_locks(build_dir: Path) -> None:
@@ -159,6 +167,8 @@ def step_children(kind: str, args, entries: list[Entry], deadline: Deadline) -> 
     """GPU machine only: the ``build`` (parallel) or ``kernelbench`` (one at a time) step, resumed."""
     out = Path(args.out)
     rows_file = out / (BUILDS if kind == "build" else KB_ROWS)
+    if kind == "build":  # only load_inline extensions are precompiled; Triton compiles at first launch
+        entries = [e for e in entries if e.backend == "cuda"]
     done = read_jsonl(rows_file, "key")
     todo = [e for e in entries if e.key not in done]
     by_key, jobs, retried = {e.key: e for e in entries}, [], set()
@@ -204,10 +214,15 @@ def step_children(kind: str, args, entries: list[Entry], deadline: Deadline) -> 
 
 
 def kforge_command(args, manifest: Path, rows: Path) -> list[str]:
-    """``kforge eval`` from this checkout (``python -m kforge.cli``), under KernelBench's rules."""
+    """``kforge eval`` from this checkout (``python -m kforge.cli``), under KernelBench's rules.
+
+    The manifest names each row's backend (``--backend`` covers rows without one); ``--precision`` is
+    passed unless it is fp32, kforge's own default, so an fp32 run needs no kforge that knows the option.
+    """
+    precision = [] if args.precision == "fp32" else ["--precision", args.precision]
     return [sys.executable, "-m", "kforge.cli", "eval", "--manifest", str(manifest), "--out", str(rows),
-            "--rules", "kernelbench", "--backend", "cuda", "--size", "default", "--trials", str(args.trials),
-            "--jobs", str(args.jobs), "--no-progress", *shlex.split(args.kforge_args)]
+            "--rules", "kernelbench", "--backend", args.backend, *precision, "--size", "default",
+            "--trials", str(args.trials), "--jobs", str(args.jobs), "--no-progress", *shlex.split(args.kforge_args)]
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -264,7 +279,8 @@ def step_kforge(args, entries: list[Entry], deadline: Deadline) -> bool:
         print(f"[kforge] kforge eval exited with status {proc.returncode}; the end of {log}:\n{tail}", flush=True)
         if proc.returncode == 2:
             raise AgreementInputError("kforge eval refused its arguments (above); does this checkout's kforge "
-                                      "have `kforge eval --rules`?")
+                                      "have `kforge eval --rules`" + ("" if args.precision == "fp32" else
+                                                                      " and `--precision`") + "?")
         return False
     return True
 
@@ -272,17 +288,18 @@ def step_kforge(args, entries: list[Entry], deadline: Deadline) -> bool:
 def step_report(args, entries: list[Entry]) -> int:
     out = Path(args.out)
     rows = join(entries, read_jsonl(out / KB_ROWS, "key"), read_jsonl(out / KFORGE_ROWS, "candidate"))
-    s = summarize(rows)
+    s = summarize(rows, args.precision)
     print(render_text(rows))
     print("\n".join(summary_lines(s)), flush=True)
-    (out / "agreement.csv").write_text(render_csv(rows))
+    (out / "agreement.csv").write_text(render_csv(rows, args.precision))
     (out / "agreement.md").write_text(render_markdown(rows, s))
     print(f"written: {out / 'agreement.md'}, {out / 'agreement.csv'}")
     return len(s.pending)
 
 
-def missing_requirements(kernelbench: Path, steps: list[str]) -> list[str]:
-    """What this machine lacks for the chosen steps, each as a sentence saying how to get it."""
+def missing_requirements(kernelbench: Path, steps: list[str], backends: frozenset = frozenset({"cuda"})) -> list[str]:
+    """What this machine lacks for the chosen steps and the manifest's backends, each as a sentence saying how
+    to get it."""
     problems = []
     if not (kernelbench / "src" / "kernelbench" / "eval.py").is_file():
         problems.append(f"{kernelbench}/src/kernelbench/eval.py is missing: --kernelbench must be a KernelBench "
@@ -291,8 +308,10 @@ def missing_requirements(kernelbench: Path, steps: list[str]) -> list[str]:
         lacking = [m for m in NEEDED if importlib.util.find_spec(m) is None]
         if lacking:
             problems.append(f"KernelBench's eval needs {', '.join(lacking)}: pip install {' '.join(lacking)}")
-        if shutil.which("ninja") is None and importlib.util.find_spec("ninja") is None:
+        if "cuda" in backends and shutil.which("ninja") is None and importlib.util.find_spec("ninja") is None:
             problems.append("torch's load_inline needs ninja: pip install ninja")
+        if "triton" in backends and importlib.util.find_spec("triton") is None:
+            problems.append("the manifest's Triton candidates need triton: pip install triton")
     if {"kforge", "kernelbench"} & set(steps) and shutil.which("nvidia-smi") is None:
         problems.append("the kforge and kernelbench steps run on an NVIDIA GPU (no nvidia-smi here); "
                         "--steps report runs anywhere")
@@ -311,6 +330,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          "the builds some do at eval time but disturb the timings)")
     ap.add_argument("--trials", type=int, default=5, help="correctness trials (KernelBench's num_correct_trials)")
     ap.add_argument("--timed", type=int, default=100, help="timed trials (KernelBench's num_perf_trials)")
+    ap.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                    help="what both harnesses judge at: KernelBench's precision (inputs and weights cast, its "
+                         "tolerance: 1e-4 for fp32, 1e-2 else) and `kforge eval --precision` (default fp32)")
+    ap.add_argument("--backend", choices=BACKENDS, default="cuda",
+                    help="the backend of manifest rows without a backend column (default cuda)")
     ap.add_argument("--gpu-arch", nargs="+", default=["Hopper"],
                     help="KernelBench's set_gpu_arch names (H100/H200: Hopper)")
     ap.add_argument("--timeout", type=float, default=180,
@@ -329,17 +353,33 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def claim_out(out: Path, precision: str) -> None:
+    """Record the precision an --out folder holds verdicts at: resuming at another would mix two in one table."""
+    run_file = out / RUN_FILE
+    if run_file.is_file():
+        try:
+            made_at = json.loads(run_file.read_text()).get("precision")
+        except (OSError, json.JSONDecodeError, AttributeError):
+            made_at = None
+        if made_at and made_at != precision:
+            raise AgreementInputError(f"{out} holds verdicts at precision {made_at}, not {precision}: "
+                                      f"give another --out (or --precision {made_at} to go on with it)")
+    out.mkdir(parents=True, exist_ok=True)
+    run_file.write_text(json.dumps({"precision": precision}) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     deadline = Deadline(args.deadline)
     try:
-        entries = read_manifest(args.manifest, args.kernelbench)
-        lacking = missing_requirements(Path(args.kernelbench), args.steps)
+        entries = read_manifest(args.manifest, args.kernelbench, args.backend)
+        lacking = missing_requirements(Path(args.kernelbench), args.steps, frozenset(e.backend for e in entries))
         if lacking:
             raise AgreementInputError("cannot run here:\n  " + "\n  ".join(lacking))
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        print(f"{len(entries)} candidates from {args.manifest}; steps {', '.join(args.steps)}; out {args.out}",
-              flush=True)
+        claim_out(Path(args.out), args.precision)
+        backends = ", ".join(f"{sum(e.backend == b for e in entries)} {b}" for b in BACKENDS)
+        print(f"{len(entries)} candidates ({backends}) from {args.manifest} at {args.precision}; "
+              f"steps {', '.join(args.steps)}; out {args.out}", flush=True)
         finished = True
         if "build" in args.steps:
             finished &= not step_children("build", args, entries, deadline)

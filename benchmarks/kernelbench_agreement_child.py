@@ -3,11 +3,12 @@
     python benchmarks/kernelbench_agreement_child.py build|eval JOB.json RESULT.json
 
 GPU machine only. ``build`` runs KernelBench's precompile of one candidate, ``eval`` its
-``eval_kernel_against_ref``; each writes one JSON record. KernelBench is imported from the checkout the job
-names (``src/`` put on ``sys.path``); nothing of it is copied here. Its package ``__init__`` imports
-``kernelbench.utils``, which imports the LLM clients ``openai`` and ``litellm`` (and ``dotenv``) at module
-level for its generation scripts; evaluation never calls them, so stand-ins take their place (``dotenv``
-only where it is not installed).
+``eval_kernel_against_ref`` with the job's backend (``cuda`` or ``triton``) and precision (``fp32``, ``bf16``,
+``fp16``: KernelBench's ``precision`` dtype, also used for its reference timing); each writes one JSON record.
+KernelBench is imported from the checkout the job names (``src/`` put on ``sys.path``); nothing of it is
+copied here. Its package ``__init__`` imports ``kernelbench.utils``, which imports the LLM clients ``openai``
+and ``litellm`` (and ``dotenv``) at module level for its generation scripts; evaluation never calls them, so
+stand-ins take their place (``dotenv`` only where it is not installed).
 """
 
 from __future__ import annotations
@@ -59,6 +60,18 @@ def import_kernelbench(kernelbench: str):
     return kb_eval, kb_utils, kb_timing
 
 
+#: The job's precision name -> the dtype KernelBench's eval and timing take.
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def precision_dtype(name: str):
+    """``bf16`` -> ``torch.bfloat16`` (an unknown name is an error, not a silent fp32)."""
+    import torch
+    if name not in DTYPES:
+        raise ValueError(f"precision {name!r} is not one of {', '.join(DTYPES)}")
+    return getattr(torch, DTYPES[name])
+
+
 def _plain(value: Any) -> Any:
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items()}
@@ -97,12 +110,13 @@ def child_eval(job: dict[str, Any]) -> dict[str, Any]:
     kb_utils.set_gpu_arch(job["gpu_arch"])
     ref_src, src = Path(job["problem"]).read_text(), Path(job["candidate"]).read_text()
     device = torch.device("cuda:0")
+    dtype = precision_dtype(job.get("precision", "fp32"))
     try:
         res = kb_eval.eval_kernel_against_ref(
             original_model_src=ref_src, custom_model_src=src, seed_num=job["seed"],
             num_correct_trials=job["trials"], num_perf_trials=job["timed"], measure_performance=True,
             timing_method="cuda_event", verbose=False, build_dir=job["build_dir"], device=device,
-            backend="cuda", precision=torch.float32)
+            backend=job.get("backend", "cuda"), precision=dtype)
     except Exception as exc:  # noqa: BLE001 - KernelBench's evaluate_single_sample records these the same way
         kind = "cuda_error" if "CUDA error" in str(exc) else "other_error"
         return {"status": "result", "compiled": False, "correctness": False,
@@ -110,13 +124,14 @@ def child_eval(job: dict[str, Any]) -> dict[str, Any]:
     if res is None:
         return {"status": "none", "error": "eval_kernel_against_ref returned None (a lock-file error while building)"}
     ref_ms = getattr(res, "ref_runtime", -1.0)  # older KernelBench results have no reference timing
-    rec = {"status": "result", "compiled": res.compiled, "correctness": res.correctness, "runtime": res.runtime,
-           "ref_runtime": ref_ms, "runtime_stats": _plain(res.runtime_stats),
-           "ref_runtime_stats": _plain(getattr(res, "ref_runtime_stats", {})), "metadata": _plain(res.metadata),
+    rec = {"status": "result", "backend": job.get("backend", "cuda"), "precision": job.get("precision", "fp32"),
+           "compiled": res.compiled, "correctness": res.correctness, "runtime": res.runtime, "ref_runtime": ref_ms,
+           "runtime_stats": _plain(res.runtime_stats), "metadata": _plain(res.metadata),
+           "ref_runtime_stats": _plain(getattr(res, "ref_runtime_stats", {})),
            "ref_timing_from": "eval_kernel_against_ref" if ref_ms and ref_ms > 0 else None}
     if res.correctness and not (ref_ms and ref_ms > 0):
         stats = kb_timing.measure_ref_program_time(Path(job["problem"]).stem, ref_src, num_trials=job["timed"],
-                                                   device=device, precision=torch.float32)
+                                                   device=device, precision=dtype)
         if stats:
             rec.update(ref_runtime=stats["mean"], ref_runtime_stats=_plain(stats),
                        ref_timing_from="measure_ref_program_time")

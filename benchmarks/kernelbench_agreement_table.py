@@ -24,6 +24,11 @@ from kforge.manifest import manifest_rows  # noqa: E402  (torch-free: the packag
 
 #: KernelBench's error classes, as this table names them ("" for a correct candidate).
 COMPILE, RUNTIME, MISMATCH, TIMEOUT, CRASH, ERROR = "compile", "runtime", "mismatch", "timeout", "crash", "error"
+#: The backends both harnesses take a candidate in: a CUDA extension built by ``load_inline``, or Triton kernels
+#: (KernelBench imports a Triton candidate from a file of its own, as ``@triton.jit`` needs the source).
+BACKENDS = ("cuda", "triton")
+#: The precisions KernelBench's ``eval_kernel_against_ref`` takes (its ``precision`` dtype) and ``kforge eval`` too.
+PRECISIONS = ("fp32", "bf16", "fp16")
 
 
 class AgreementInputError(ValueError):
@@ -44,6 +49,8 @@ class Entry:
     """The candidate program (absolute)."""
     source: str
     """Where it came from (the manifest's ``source`` column, else the candidate's folder name)."""
+    backend: str = "cuda"
+    """How both harnesses load it: ``cuda`` or ``triton`` (the manifest's ``backend`` column, else ``--backend``)."""
 
 
 def entry_key(name: str, problem: Path) -> str:
@@ -53,12 +60,13 @@ def entry_key(name: str, problem: Path) -> str:
     return f"{stem}-{digest}"
 
 
-def read_manifest(path: str | Path, kernelbench: str | Path) -> list[Entry]:
-    """Entries of a CSV (header row) or JSONL manifest of ``problem,candidate[,source]``.
+def read_manifest(path: str | Path, kernelbench: str | Path, backend: str = "cuda") -> list[Entry]:
+    """Entries of a CSV (header row) or JSONL manifest of ``problem,candidate[,source][,backend]``.
 
     A relative problem is looked up in the KernelBench checkout first, then beside the manifest; a
-    relative candidate is taken from the manifest's folder. Missing files and a candidate listed twice
-    are errors: each row must be one candidate the two harnesses can both be given.
+    relative candidate is taken from the manifest's folder; a row without a backend takes ``backend``.
+    Missing files, an unknown backend and a candidate listed twice are errors: each row must be one
+    candidate the two harnesses can both be given.
     """
     p = Path(path).expanduser()
     if not p.is_file():
@@ -66,7 +74,7 @@ def read_manifest(path: str | Path, kernelbench: str | Path) -> list[Entry]:
     root = Path(kernelbench).expanduser()
     entries: list[Entry] = []
     seen: dict[Path, int] = {}
-    for n, rec in manifest_rows(p, AgreementInputError, "problem,candidate[,source]"):
+    for n, rec in manifest_rows(p, AgreementInputError, "problem,candidate[,source][,backend]"):
         prob, cand = rec.get("problem", ""), rec.get("candidate", "")
         if not prob or not cand:
             raise AgreementInputError(f"{path}:{n}: every row needs a problem and a candidate")
@@ -82,22 +90,25 @@ def read_manifest(path: str | Path, kernelbench: str | Path) -> list[Entry]:
         if candidate in seen:
             raise AgreementInputError(f"{path}:{n}: candidate {cand} is listed twice (first on line {seen[candidate]})")
         seen[candidate] = n
+        row_backend = rec.get("backend") or backend
+        if row_backend not in BACKENDS:
+            raise AgreementInputError(f"{path}:{n}: backend {row_backend!r} is neither of {', '.join(BACKENDS)}")
         problem = problem.resolve()
         entries.append(Entry(entry_key(cand, problem), cand, problem, candidate,
-                             rec.get("source") or candidate.parent.name))
+                             rec.get("source") or candidate.parent.name, row_backend))
     if not entries:
         raise AgreementInputError(f"{path}: the manifest lists no candidates")
     return entries
 
 
 def write_kforge_manifest(entries: Iterable[Entry], path: Path) -> Path:
-    """The manifest handed to ``kforge eval --manifest``: absolute paths, backend cuda."""
+    """The manifest handed to ``kforge eval --manifest``: absolute paths and each entry's backend."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["problem", "candidate", "backend"])
         for e in entries:
-            w.writerow([str(e.problem), str(e.candidate), "cuda"])
+            w.writerow([str(e.problem), str(e.candidate), e.backend])
     return path
 
 
@@ -241,17 +252,25 @@ class Summary:
     """Rows one harness has not answered yet (a run cut off; rerun with the same --out)."""
     both_correct: int = 0
     both_not: int = 0
+    precision: str = "fp32"
+    """The precision both harnesses judged at (KernelBench's ``precision``, ``kforge eval --precision``)."""
+    by_source: dict[str, list[int]] = field(default_factory=dict)
+    """Per source: [candidates, compared, agreed]."""
 
 
-def summarize(rows: list[AgreementRow]) -> Summary:
-    s = Summary(0, 0)
+def summarize(rows: list[AgreementRow], precision: str = "fp32") -> Summary:
+    s = Summary(0, 0, precision=precision)
     for r in rows:
+        counts = s.by_source.setdefault(r.entry.source, [0, 0, 0])
+        counts[0] += 1
         if r.agree is None:
             s.pending.append(r)
             continue
         s.compared += 1
+        counts[1] += 1
         if r.agree:
             s.agreed += 1
+            counts[2] += 1
             s.both_correct += r.kernelbench.correct
             s.both_not += not r.kernelbench.correct
         else:
@@ -259,7 +278,7 @@ def summarize(rows: list[AgreementRow]) -> Summary:
     return s
 
 
-COLUMNS = ("candidate", "source", "kernelbench", "kb_error", "kforge_kernelbench", "kforge_kforge",
+COLUMNS = ("candidate", "source", "backend", "kernelbench", "kb_error", "kforge_kernelbench", "kforge_kforge",
            "kb_speedup", "kforge_speedup", "agree")
 
 
@@ -269,7 +288,7 @@ def _speed(v: float | None) -> str:
 
 def cells(r: AgreementRow) -> dict[str, str]:
     kb, kf = r.kernelbench, r.kforge
-    return {"candidate": r.entry.name, "source": r.entry.source,
+    return {"candidate": r.entry.name, "source": r.entry.source, "backend": r.entry.backend,
             "kernelbench": ("correct" if kb.correct else "not correct") if kb else "pending",
             "kb_error": kb.error_class if kb else "",
             "kforge_kernelbench": kf.state if kf else "pending",
@@ -284,12 +303,12 @@ def render_text(rows: list[AgreementRow]) -> str:
     return "\n".join("  ".join(t[c].ljust(widths[c]) for c in COLUMNS).rstrip() for t in table)
 
 
-def render_csv(rows: list[AgreementRow]) -> str:
+def render_csv(rows: list[AgreementRow], precision: str = "fp32") -> str:
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=[*COLUMNS, "kb_message", "kforge_message"], lineterminator="\n")
+    w = csv.DictWriter(buf, fieldnames=[*COLUMNS, "precision", "kb_message", "kforge_message"], lineterminator="\n")
     w.writeheader()
     for r in rows:
-        w.writerow({**cells(r), "kb_message": r.kernelbench.message if r.kernelbench else "",
+        w.writerow({**cells(r), "precision": precision, "kb_message": r.kernelbench.message if r.kernelbench else "",
                     "kforge_message": r.kforge.message if r.kforge else ""})
     return buf.getvalue()
 
@@ -300,9 +319,11 @@ def _md(text: str, limit: int = 160) -> str:
 
 
 def summary_lines(s: Summary) -> list[str]:
-    lines = [f"agreement: {s.agreed}/{s.compared} candidates "
+    lines = [f"agreement at {s.precision}: {s.agreed}/{s.compared} candidates "
              f"({s.both_correct} correct in both, {s.both_not} not correct in both); "
              f"{len(s.disagreements)} disagree; {len(s.pending)} pending"]
+    lines += [f"  {src}: {agreed}/{compared} agree of {n} candidates"
+              for src, (n, compared, agreed) in s.by_source.items()]
     for r in s.disagreements:
         lines.append(f"  DISAGREE {r.entry.name} [{r.entry.source}]: KernelBench {r.kernelbench.label}"
                      f"{' - ' + _md(r.kernelbench.message, 200) if r.kernelbench.message else ''}; "
@@ -315,10 +336,11 @@ def summary_lines(s: Summary) -> list[str]:
 
 
 def render_markdown(rows: list[AgreementRow], s: Summary) -> str:
-    out = ["# KernelBench's harness vs kforge under `--rules kernelbench`", "",
+    out = [f"# KernelBench's harness vs kforge under `--rules kernelbench`, precision {s.precision}", "",
            "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     out += ["| " + " | ".join(_md(v) for v in cells(r).values()) + " |" for r in rows]
-    out += ["", *summary_lines(s)[:1], ""]
+    head = summary_lines(s)[:1 + len(s.by_source)]
+    out += ["", head[0], "", *("- " + line.strip() for line in head[1:]), ""]
     if s.disagreements:
         out += ["## Disagreements", "",
                 "| candidate | source | KernelBench | kforge (kernelbench rules) | kforge (kforge rules) |",

@@ -11,6 +11,7 @@ import csv
 import importlib.util
 import io
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -74,6 +75,7 @@ def test_manifest_resolves_problems_in_the_checkout_then_beside_the_manifest(tre
     assert [e.candidate for e in entries] == [(corpus / n).resolve() for n in ("a/relu.py", "a/square.py", "b/relu.py")]
     assert [e.source for e in entries] == ["model-a", "a", "b"]  # no source: the candidate's folder
     assert [e.name for e in entries] == ["a/relu.py", "a/square.py", "b/relu.py"]
+    assert [e.backend for e in entries] == ["cuda"] * 3  # no backend column: --backend's default
     keys = [e.key for e in entries]
     assert len(set(keys)) == 3 and all("/" not in k for k in keys)
     assert keys == [e.key for e in table.read_manifest(m, kb)]  # stable across runs: resuming joins on it
@@ -95,6 +97,8 @@ def test_manifest_jsonl_reads_like_csv(tree):
       ["old/1_Square.py", "a/relu.py"]], "listed twice (first on line 2)"),
     ([["problem", "candidate"], ["", "a/relu.py"]], "needs a problem and a candidate"),
     ([["problem", "candidate"]], "lists no candidates"),
+    ([["problem", "candidate", "backend"], ["KernelBench/level1/19_ReLU.py", "a/relu.py", "tilelang"]],
+     "backend 'tilelang' is neither of cuda, triton"),
 ])
 def test_bad_manifests_are_named_errors(tree, rows, message):
     kb, corpus = tree
@@ -104,13 +108,14 @@ def test_bad_manifests_are_named_errors(tree, rows, message):
 
 def test_the_generated_kforge_manifest_is_one_kforge_eval_reads(tree, tmp_path):
     kb, corpus = tree
-    entries = table.read_manifest(_csv(corpus / "m.csv", [["problem", "candidate"],
-                                                          ["KernelBench/level1/19_ReLU.py", "a/relu.py"],
-                                                          ["old/1_Square.py", "b/relu.py"]]), kb)
+    rows = [["problem", "candidate", "backend"], ["KernelBench/level1/19_ReLU.py", "a/relu.py", ""],
+            ["old/1_Square.py", "b/relu.py", "cuda"]]
+    entries = table.read_manifest(_csv(corpus / "m.csv", rows), kb, "triton")
+    assert [e.backend for e in entries] == ["triton", "cuda"]  # the row's own backend wins over --backend
     path = table.write_kforge_manifest(entries, tmp_path / "out" / "kforge_manifest.csv")
     jobs = kforge_read_manifest(path, "cpu")
     assert [(j.candidate, Path(j.problem), j.backend) for j in jobs] == \
-        [(e.candidate, e.problem, "cuda") for e in entries]
+        [(e.candidate, e.problem, b) for e, b in zip(entries, ("triton", "cuda"))]
 
 
 # Records shaped as the child writes them from KernelBench's KernelExecResult (runtimes in ms).
@@ -187,19 +192,24 @@ def test_join_counts_agreement_lists_every_disagreement_and_what_is_pending(tree
     assert [r.entry.name for r in s.disagreements] == ["b/relu.py"]
     assert [r.entry.name for r in s.pending] == ["c3.py", "c4.py"]
     lines = table.summary_lines(s)
-    assert lines[0].startswith("agreement: 2/3 candidates") and "1 disagree; 2 pending" in lines[0]
-    assert "DISAGREE b/relu.py [s]: KernelBench correct" in lines[1] and "numerical_mismatch" in lines[1]
-    assert "no kforge verdict" in lines[2] and "no KernelBench verdict" in lines[3]
+    assert lines[0].startswith("agreement at fp32: 2/3 candidates") and "1 disagree; 2 pending" in lines[0]
+    assert lines[1] == "  s: 2/3 agree of 5 candidates"  # by source: all five rows came from source "s"
+    assert "DISAGREE b/relu.py [s]: KernelBench correct" in lines[2] and "numerical_mismatch" in lines[2]
+    assert "no kforge verdict" in lines[3] and "no KernelBench verdict" in lines[4]
 
     text = table.render_text(rows).splitlines()
     assert text[0].split() == list(table.COLUMNS) and len(text) == 6
-    assert text[1].split() == ["a/relu.py", "s", "correct", "correct", "correct", "2.00", "1.90", "yes"]
-    parsed = list(csv.DictReader(io.StringIO(table.render_csv(rows))))
+    assert text[1].split() == ["a/relu.py", "s", "cuda", "correct", "correct", "correct", "2.00", "1.90", "yes"]
+    parsed = list(csv.DictReader(io.StringIO(table.render_csv(rows, "bf16"))))
     assert [p["agree"] for p in parsed] == ["yes", "yes", "NO", "", ""]
+    assert {p["precision"] for p in parsed} == {"bf16"}
     assert parsed[1]["kb_error"] == "mismatch" and "0.031250" in parsed[1]["kb_message"]
     assert parsed[3]["kforge_kernelbench"] == "pending" and parsed[4]["kernelbench"] == "pending"
     md = table.render_markdown(rows, s)
+    assert md.startswith("# KernelBench's harness vs kforge under `--rules kernelbench`, precision fp32")
+    assert "\n- s: 2/3 agree of 5 candidates\n" in md
     assert "## Disagreements" in md and md.count("\n| b/relu.py |") == 2  # in the table and among the disagreements
+    assert table.summarize(rows, "bf16").precision == "bf16"
 
 
 def test_read_jsonl_keeps_the_last_row_and_skips_a_cut_off_line(tmp_path):
@@ -296,7 +306,7 @@ def test_report_alone_writes_the_table_and_says_what_is_left(tree, tmp_path, cap
                          "--steps", "report"])
     printed = capsys.readouterr().out
     assert rc == 0
-    assert "agreement: 1/1 candidates" in printed and "2 pending" in printed
+    assert "agreement at fp32: 1/1 candidates" in printed and "2 pending" in printed
     assert printed.rstrip().endswith("not finished: run the same command again to go on")
     assert (out / "agreement.md").read_text().count("| pending |") == 2
     assert len(list(csv.DictReader((out / "agreement.csv").open()))) == 3
@@ -323,3 +333,134 @@ def test_kforge_is_asked_for_kernelbench_rules_on_cuda(tmp_path):
     for part in ("--rules kernelbench", "--backend cuda", "--size default", "--trials 5", "--jobs 3",
                  f"--manifest {tmp_path / 'm.csv'}", f"--out {tmp_path / 'rows.jsonl'}", "--no-compile-ref"):
         assert part in joined
+
+
+def test_precision_and_backend_reach_kforge_eval(tmp_path):
+    args = agreement.parse_args(["--kernelbench", "x", "--manifest", "y", "--out", "z", "--precision", "bf16",
+                                 "--backend", "triton"])
+    joined = " ".join(agreement.kforge_command(args, tmp_path / "m.csv", tmp_path / "rows.jsonl"))
+    assert "--precision bf16" in joined and "--backend triton" in joined and "--rules kernelbench" in joined
+    fp32 = agreement.parse_args(["--kernelbench", "x", "--manifest", "y", "--out", "z"])
+    assert "--precision" not in agreement.kforge_command(fp32, tmp_path / "m.csv", tmp_path / "r.jsonl")
+    with pytest.raises(SystemExit):
+        agreement.parse_args(["--kernelbench", "x", "--manifest", "y", "--out", "z", "--precision", "fp8"])
+
+
+FAKE_EVAL = textwrap.dedent("""
+    import json, os
+    from . import timing
+    def set_seed(seed):
+        pass
+    def get_error_name(exc):
+        return type(exc).__name__
+    class Result:
+        compiled, correctness, runtime, runtime_stats, metadata = True, True, 0.5, {}, {"correctness_trials": "(5 / 5)"}
+    def eval_kernel_against_ref(**kw):
+        with open(os.environ["FAKE_KB_CALLS"], "a") as fh:
+            fh.write(json.dumps({"fn": "eval", "backend": kw["backend"], "precision": str(kw["precision"])}) + "\\n")
+        return Result()
+""")
+FAKE_TIMING = textwrap.dedent("""
+    import json, os
+    def measure_ref_program_time(name, src, num_trials, device, precision):
+        with open(os.environ["FAKE_KB_CALLS"], "a") as fh:
+            fh.write(json.dumps({"fn": "ref_time", "precision": str(precision)}) + "\\n")
+        return {"mean": 1.0}
+""")
+
+
+def test_the_child_hands_backend_and_precision_to_kernelbench(tree, tmp_path):
+    """Job file -> child -> KernelBench's eval and reference timing, with a KernelBench that records its calls."""
+    kb, corpus = tree
+    src = tmp_path / "KB2" / "src" / "kernelbench"
+    src.mkdir(parents=True)
+    (src / "__init__.py").write_text("from . import utils\n")
+    (src / "utils.py").write_text(FAKE_UTILS)
+    (src / "eval.py").write_text(FAKE_EVAL)
+    (src / "timing.py").write_text(FAKE_TIMING)
+    rows = [["problem", "candidate", "backend"], ["KernelBench/level1/19_ReLU.py", "a/relu.py", "triton"]]
+    entries = table.read_manifest(_csv(corpus / "m.csv", rows), kb)
+    args = agreement.parse_args(["--kernelbench", str(tmp_path / "KB2"), "--manifest", "m", "--out",
+                                 str(tmp_path / "out"), "--precision", "bf16"])
+    key, argv, result, _log = agreement._make_job("kernelbench", args, entries[0])
+    calls = tmp_path / "calls.jsonl"
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "FAKE_KB_CALLS": str(calls)})
+    assert out.returncode == 0, out.stderr
+    rec = json.loads(result.read_text())
+    assert (rec["backend"], rec["precision"], rec["ref_runtime"], rec["ref_timing_from"]) == \
+        ("triton", "bf16", 1.0, "measure_ref_program_time")
+    assert [json.loads(line) for line in calls.read_text().splitlines()] == [
+        {"fn": "eval", "backend": "triton", "precision": "torch.bfloat16"},
+        {"fn": "ref_time", "precision": "torch.bfloat16"}]
+
+
+def test_only_cuda_candidates_are_precompiled(tree, tmp_path, capsys):
+    kb, corpus = tree
+    rows = [["problem", "candidate", "backend"], ["KernelBench/level1/19_ReLU.py", "a/relu.py", "triton"],
+            ["KernelBench/level1/19_ReLU.py", "b/relu.py", "cuda"]]
+    entries = table.read_manifest(_csv(corpus / "m.csv", rows), kb)
+    args = agreement.parse_args(["--kernelbench", str(kb), "--manifest", "m", "--out", str(tmp_path / "out")])
+    left = agreement.step_children("build", args, entries, agreement.Deadline(-1))  # past its deadline: starts none
+    assert left == [entries[1].key]
+    assert "[build] 1 to do" in capsys.readouterr().out
+
+
+def test_an_out_folder_keeps_one_precision(tree, tmp_path, capsys):
+    kb, corpus = tree
+    _csv(corpus / "m.csv", [["problem", "candidate"], ["KernelBench/level1/19_ReLU.py", "a/relu.py"]])
+    base = ["--kernelbench", str(kb), "--manifest", str(corpus / "m.csv"), "--out", str(tmp_path / "o"),
+            "--steps", "report"]
+    assert agreement.main(base + ["--precision", "bf16"]) == 0
+    assert "agreement at bf16" in capsys.readouterr().out
+    assert agreement.main(base) == 2  # fp32 into a bf16 folder
+    assert "holds verdicts at precision bf16, not fp32" in capsys.readouterr().err
+    assert agreement.main(base + ["--precision", "bf16"]) == 0
+
+
+def test_triton_candidates_need_triton_where_kernelbench_runs(tmp_path, monkeypatch):
+    (tmp_path / "src" / "kernelbench").mkdir(parents=True)
+    (tmp_path / "src" / "kernelbench" / "eval.py").write_text("")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(agreement.importlib.util, "find_spec", lambda name: None if name == "triton" else real(name))
+    lacking = agreement.missing_requirements(tmp_path, ["kernelbench"], frozenset({"triton"}))
+    assert any("need triton: pip install triton" in line for line in lacking)
+    assert not any("triton" in line for line in agreement.missing_requirements(tmp_path, ["kernelbench"]))
+    report_only = agreement.missing_requirements(tmp_path, ["report"], frozenset({"triton"}))
+    assert not any("triton" in line for line in report_only)
+
+
+def test_the_device_script_runs_both_samples_and_prints_both_tables(tree, tmp_path):
+    """benchmarks/device_agreement.sh on a machine without a GPU: every judging step says why it cannot run,
+    and the report steps still write and print a table per precision (the plumbing the device run relies on)."""
+    kb, corpus = tree
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "KernelBench").symlink_to(kb)
+    relu = "KernelBench/level1/19_ReLU.py"
+    for run, rows in (("corpus", [["problem", "candidate", "backend"], [relu, "r.py", "cuda"]]),
+                      ("bf16", [["problem", "candidate"], [relu, "r.py"]])):
+        (data / run).mkdir()
+        (data / run / "r.py").write_text(CAND)
+        _csv(data / run / "manifest.csv", rows)
+    shims = tmp_path / "bin"  # python3 is this interpreter; no nvidia-smi
+    shims.mkdir()
+    (shims / "python3").symlink_to(sys.executable)
+    env = {**os.environ, "PATH": f"{shims}:/usr/bin:/bin", "BUDGET": "20", "JOBS": "1",
+           "COPY_TO": str(tmp_path / "back"),
+           "PYTHONPATH": os.pathsep.join([str(BENCH.parent), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run(["bash", str(BENCH / "device_agreement.sh"), str(data), str(tmp_path / "res")],
+                         cwd=BENCH.parent, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    res = tmp_path / "res"
+    for precision in ("bf16", "fp32"):
+        assert json.loads((res / precision / agreement.RUN_FILE).read_text()) == {"precision": precision}
+        assert f"precision {precision}" in (res / precision / "agreement.md").read_text()
+        assert f"# KernelBench's harness vs kforge under `--rules kernelbench`, precision {precision}" in out.stdout
+    logs = res / "logs"
+    assert "no nvidia-smi here" in (logs / "kforge_bf16.log").read_text()
+    assert "no nvidia-smi here" in (logs / "kb_fp32.log").read_text()
+    assert "1 candidates (1 cuda, 0 triton)" in (logs / "report_fp32.log").read_text()
+    back = tmp_path / "back"  # COPY_TO: tables, rows and logs, no build folders
+    assert (back / "bf16" / "agreement.md").is_file() and (back / "fp32" / "agreement.csv").is_file()
+    assert (back / "logs" / "kforge_fp32.log").is_file() and not (back / "fp32" / "build").exists()
