@@ -230,8 +230,8 @@ class Harness:
             mod = import_candidate()
         except BaseException as exc:  # noqa: BLE001 - SystemExit from a candidate is its error too
             raise self._fail_exception(exc, "while importing the candidate") from None
-        if not hasattr(mod, "ModelNew"):
-            raise HarnessVerdict("generation_failure", "the program defines no `ModelNew`")
+        if not hasattr(mod, "ModelNew"):  # as KernelBench reads it: whatever the executed program bound to the name
+            raise HarnessVerdict("generation_failure", "the program, once executed, binds no `ModelNew`")
         try:
             model = self._construct(mod.ModelNew)
         except BaseException as exc:  # noqa: BLE001

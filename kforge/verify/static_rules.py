@@ -18,6 +18,7 @@ from ..sandbox.settings import ASSIGNABLE
 from .findings import Finding, rule
 from .static_ast import aliases_of as _aliases, dotted as _dotted, functions as _functions, imports as _imports, \
     line_of as _line, literal, strings as _strings
+from .static_model import model_classes, model_methods
 
 # Modules whose attributes a candidate must never assign (timers, the harness, torch itself).
 PROTECTED = {"torch", "time", "kforge", "triton", "numpy", "builtins", "sys", "os", "gc", "math", "importlib",
@@ -271,8 +272,9 @@ def _kernel_not_called(tree: ast.Module, source: str, backend: Backend, problem:
     if not kernels:
         return []
     funcs = {f.name: f for f in _functions(tree)}
-    model = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ModelNew"), None)
-    start = [f for f in (model.body if model else []) if isinstance(f, ast.FunctionDef) and f.name == "forward"]
+    if not model_classes(tree):
+        return []  # ModelNew names a class the source does not define (an import, type()): the run measures it
+    start = model_methods(tree, "forward")  # ModelNew's forward, however the program binds ModelNew
     seen, todo = set(), list(start)
     while todo:
         fn = todo.pop()
