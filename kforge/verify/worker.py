@@ -330,7 +330,9 @@ class _Run(Trials):
         if cfg.compile_ref:
             phase("compile reference")
             try:
-                compiled = torch.compile(self.ref_model, mode=cfg.compile_mode)
+                # Compiled and called in the harness's context: a candidate's torch._inductor.config stays its own.
+                isolated = self.settings.isolated
+                compiled = isolated(isolated(torch.compile)(self.ref_model, mode=cfg.compile_mode))
                 with Swap(self.settings, "default"):
                     for _ in range(max(1, cfg.timing.warmup)):
                         compiled(*inputs)
