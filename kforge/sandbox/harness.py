@@ -232,6 +232,7 @@ class Harness:
             raise self._fail_exception(exc, "while importing the candidate") from None
         if not hasattr(mod, "ModelNew"):  # as KernelBench reads it: whatever the executed program bound to the name
             raise HarnessVerdict("generation_failure", "the program, once executed, binds no `ModelNew`")
+        self.model_new = mod.ModelNew  # what the program bound to the name: a stateful problem's trials build it again
         try:
             model = self._construct(mod.ModelNew)
         except BaseException as exc:  # noqa: BLE001

@@ -51,7 +51,9 @@ class ProblemAudit(Message):
     """The problem on its own on one device (`kforge.verify.audit`); cached on disk per problem and device."""
 
     flags: list[str]
-    """``stochastic``, ``degenerate``, ``launch_bound``."""
+    """``stochastic``, ``degenerate``, ``launch_bound``, ``stateful``."""
+    state: list[str] = field(default_factory=list)
+    """The module attributes the reference's forward reassigns (a ``stateful`` problem's state)."""
     constant_draws: list[int] = field(default_factory=list)
     """Of the draws made to test for a degenerate problem: how many gave a constant output, and of how many."""
     ref_ms: float = 0.0

@@ -27,13 +27,14 @@ from .attribution import CANDIDATE, REFERENCE, attribute, replayed
 from .compare import Mismatch, as_outputs, check_degenerate, check_structure, compare_tensor
 from .config import VerifyConfig
 from .protocol import WorkFacet
+from .stateful import FreshModels
 from .verdict import Attribution, Work
 
 MEASURED_TRIALS = 2
 """Correctness trials that also measure (one profiled, one traced); more run when fewer are asked for."""
 
 
-class Trials(Harness):
+class Trials(FreshModels, Harness):
     """The correctness part of a verification run (`kforge.verify.worker` adds timing)."""
 
     WATCHED = Harness.WATCHED + tuple(("kforge.verify.compare", f) for f in
@@ -75,6 +76,7 @@ class Trials(Harness):
         self.judge()
 
     def trial(self, model, trial: int, mode: str | None = None) -> None:
+        model = self.fresh_for_trial(model, f"trial {trial}")  # a stateful problem's models: fresh, one call each
         seed = self.draw()
         inputs = self.inputs(seed)
         rng_seed = self.draw() if "stochastic" in self.flags else None

@@ -32,6 +32,7 @@ from ..sandbox.settings import Swap
 from ..sandbox.writeguard import install_write_guard
 from .compare import as_outputs
 from .protocol import AuditRequest, AuditResult, BuildRequest, BuildResult, ProblemAudit, RunRequest, RunResult
+from .stateful import note as stateful_note
 from .timing import Sampler
 from .trials import Trials
 from .verdict import Evidence
@@ -182,6 +183,8 @@ class _Run(Trials):
             if "stochastic" in self.flags:
                 self.notes.append("the reference is stochastic: torch's RNG is seeded alike before the reference "
                                   "and the candidate, so a candidate drawing from it in the same order can match")
+            if self.audit.state:
+                self.notes.append(stateful_note(self.audit.state))
         phase("load")
         model = self.load_candidate()
         phase("correctness")
@@ -297,14 +300,15 @@ class _Run(Trials):
                     for dst, src in zip(sets[i], self.inputs(self.draw())):
                         if isinstance(dst, torch.Tensor):
                             dst.copy_(src)
-                    return self.reference(self._clone(sets[i]), rng_seed), self._clone(sets[i])
+                    return self.recheck_reference(self._clone(sets[i]), rng_seed), self._clone(sets[i])
                 expected, snapshot = _oom_guard(torch, "reference", refill)
             for label, prog, numerics in programs:
                 dev_ms, host_ms, out = run(label, prog, numerics, sets[i], rng_seed)
                 sampler.add(label, dev_ms, host_ms)
                 if label == "cand" and recheck:
+                    where = f"timing round {rounds}, fresh inputs"
                     _oom_guard(torch, "comparison", lambda: self._check(
-                        as_outputs(out), expected, sets[i], snapshot, f"timing round {rounds}, fresh inputs"))
+                        self.recheck_outputs(out, snapshot, rng_seed, where), expected, sets[i], snapshot, where))
                 _poison(torch, out, protected)
                 del out
             rounds += 1
