@@ -30,6 +30,8 @@ from typing import Any, Callable
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from .deadcode import Signer
+
 #: Operator namespaces that are PyTorch's own; an operator from any other was registered by the candidate.
 TORCH_NAMESPACES = frozenset({"aten", "prims", "prim", "_c10d_functional", "c10d", "profiler", "_ops", "quantized",
                               "rngprims", "higher_order", "inductor", "_dynamo", "debugprims", "mkldnn", "_quantized"})
@@ -79,6 +81,9 @@ class Dataflow(TorchDispatchMode):
         kernels had and left as it was: whether the kernel wrote it cannot be told."""
         self.notes: list[str] = []
         """Why `reaches` could not tell, when it could not."""
+        self.results = Signer(torch)
+        """Signatures of what the candidate's kernels wrote or returned (`kforge.verify.deadcode`): a result no output
+        derives from is compared with what the reference itself discards."""
 
     # -- fingerprints -----------------------------------------------------------------------------
     def fingerprint(self, t) -> tuple[int, ...]:
@@ -192,23 +197,25 @@ class Dataflow(TorchDispatchMode):
         with _disable_current_modes():
             self.sync()
             for k, (t, fp) in list(before.items()) + list(pointees.items()):
-                self._after_kernel(k, self.fingerprint(t) != inside.get(k, fp))
+                self._after_kernel(k, self.fingerprint(t) != inside.get(k, fp), t)
             for t in self._tensors(out):
                 k = _key(t)
                 self._remember(t)
                 if k in inside:  # a PyTorch operator inside produced it: keep what it derived from...
-                    self._after_kernel(k, self.fingerprint(t) != inside[k])  # ...unless a kernel wrote it after
+                    self._after_kernel(k, self.fingerprint(t) != inside[k], t)  # ...unless a kernel wrote it after
                 elif k in before:  # an argument handed back
-                    self._after_kernel(k, self.fingerprint(t) != before[k][1])
+                    self._after_kernel(k, self.fingerprint(t) != before[k][1], t)
                 else:  # memory no operator we saw produced: the candidate's own
                     self.derived[k] = True
+                    self.results.add(t)
         return out
 
-    def _after_kernel(self, k: tuple[str, int], changed: bool) -> None:
+    def _after_kernel(self, k: tuple[str, int], changed: bool, t) -> None:
         """Memory a candidate's call had: changed, it derives from its kernels; left holding a fill, whether a
         kernel wrote that same constant cannot be told."""
         if changed:
             self.derived[k], self.filled[k] = True, False
+            self.results.add(t)
         elif self.filled.get(k, False):
             self.unsure[k] = True
 

@@ -53,6 +53,8 @@ class Trials(FreshModels, Harness):
         """Whose code did the work, from `judge`."""
         self.build_log: str | None = None
         """The compiler's log of an extension whose failed build the candidate caught."""
+        self._mirrored: str | None = None
+        """What the candidate's discarded kernel results mirror of the reference's own dead code (`deadcode`)."""
 
     # -- the trials -----------------------------------------------------------------------------------
     def correctness(self, model) -> None:
@@ -212,7 +214,17 @@ class Trials(FreshModels, Harness):
         else:
             self._flow = flow.reaches(outs)
             self.attribution.notes.extend(flow.notes)
+            if self._flow is False and not flow.results.overflow:  # a decoy, or the reference's dead code mirrored?
+                self._mirrored = self._dead_code_mirrored(flow.results.read(), seed, rng_seed)
         return outs
+
+    def _dead_code_mirrored(self, results, seed: int, rng_seed: int | None) -> str | None:
+        from .deadcode import mirrored
+        try:
+            return mirrored(self, results, seed, rng_seed)
+        except Exception as exc:  # noqa: BLE001 - not measured: the decoy finding stands
+            self.attribution.notes.append(f"the reference's dead code could not be traced ({first_line(exc)})")
+            return None
 
     # -- whose code did the work ----------------------------------------------------------------------
     def judge(self) -> None:
@@ -240,6 +252,11 @@ class Trials(FreshModels, Harness):
         if ran is False:
             return _work(Work.NONE, "kernel_not_run", "the candidate's own kernels did not run in its forward, so "
                          "PyTorch computed the answer. " + self._who())
+        if a.output_from_kernel is False and self._mirrored:  # no decoy: the reference throws the same value away
+            return _work(Work.NONE, "kernel_result_discarded", "no output derives from what the candidate's kernels "
+                         f"computed ({self._mirrored}), and none of the reference's derives from the same values, "
+                         "which it computes and discards too: no decoy, but PyTorch computed the answer. "
+                         + self._who())
         if a.output_from_kernel is False:
             return _work(Work.BYPASSED, "output_not_from_kernel", "no output derives from what the candidate's "
                          "kernels wrote: PyTorch computed the answer (a kernel on a dummy tensor, a result thrown "
