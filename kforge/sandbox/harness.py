@@ -21,6 +21,8 @@ from typing import Any, Protocol
 
 from ..backends import WorkerContext, from_spec
 from ..backends.clocks import l2_flush_bytes
+from .budget import BudgetSpent
+from .progress import candidate_code
 from .protocol import ProgramRequest
 from .writeguard import WriteGuard, install_write_guard
 
@@ -203,7 +205,9 @@ class Harness:
     def _clone(self, inputs: list[Any]) -> list[Any]:
         return [x.clone() if isinstance(x, self.torch.Tensor) else x for x in inputs]
 
-    def _fail_exception(self, exc: BaseException, where: str) -> HarnessVerdict:
+    def _fail_exception(self, exc: BaseException, where: str) -> HarnessVerdict | BudgetSpent:
+        if isinstance(exc, BudgetSpent):  # the harness's own phase ran out of time, not the candidate's failure
+            return exc
         from ..backends.build import CompilationError
         refused = self.writes.finding() if self.writes is not None else None
         if refused:  # the candidate failed because it was refused a write: that write is the verdict
@@ -275,8 +279,9 @@ class Harness:
 
     def _call(self, model, inputs, where: str):
         try:
-            out = model(*inputs)
-            self.clock.sync()
+            with candidate_code():
+                out = model(*inputs)
+                self.clock.sync()
             return out
         except BaseException as exc:  # noqa: BLE001
             raise self._fail_exception(exc, where) from None

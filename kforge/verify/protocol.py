@@ -122,6 +122,21 @@ class RunResult(Message):
 
 
 @dataclass(frozen=True, kw_only=True)
+class RunProgress(Message):
+    """What a run had established when it last reported (the ``run`` milestone, `kforge.sandbox.progress`): read
+    when it was stopped at its time limit in kforge's own measuring, after its correctness trials passed."""
+
+    trials: int = 0
+    """Correctness trials the candidate had passed."""
+    audit: ProblemAudit | None = None
+    notes: list[str] = field(default_factory=list)
+    runtime: TimingStats | None = None
+    ref: TimingStats | None = None
+    compile_ref: TimingStats | None = None
+    ref_strict: TimingStats | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class RunRequest(ProgramRequest):
     KIND: ClassVar[str] = "run"
     RESULT: ClassVar[type[Message]] = RunResult

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..sandbox.progress import candidate_code
 from .compare import as_outputs
 
 STATEFUL = "stateful"
@@ -55,7 +56,8 @@ class FreshModels:
     def fresh_candidate(self, where: str):
         """A new candidate model from the weight seed, with the reference's weights, as the first was built."""
         try:
-            model = self._construct(self.model_new)
+            with candidate_code():
+                model = self._construct(self.model_new)
         except BaseException as exc:  # noqa: BLE001 - its construction is its own, as at load
             raise self._fail_exception(exc, f"while constructing ModelNew again ({where})") from None
         self._share_weights(model)

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import contextlib
 
+from ..sandbox.budget import BudgetSpent
 from ..sandbox.harness import Harness, HarnessVerdict, first_line, tail
+from ..sandbox.progress import candidate_code
 from ..sandbox.protocol import ProgramRequest
 from ..sandbox.settings import Swap
 from .attribution import CANDIDATE, REFERENCE, attribute, replayed
@@ -192,10 +194,10 @@ class Trials(FreshModels, Harness):
         try:
             if rng_seed is not None:
                 self.torch.random.manual_seed(rng_seed)
-            with flow:
+            with flow, candidate_code():
                 out = model(*cand_in)
                 self.clock.sync()
-        except HarnessVerdict:
+        except (HarnessVerdict, BudgetSpent):  # a verdict, or the attribution's budget spent: not the tracing's fault
             raise
         except BaseException as exc:  # noqa: BLE001 - maybe the tracing's fault: judge an untraced call
             self.attribution.notes.append(f"the dataflow could not be traced ({type(exc).__name__}: "

@@ -19,6 +19,9 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+from ..sandbox.harness import HarnessVerdict
+from ..sandbox.settings import Swap
+
 REPEATS = 8
 """Re-timed calls of each program before an accusation."""
 MIN_GAP_MS = 0.05
@@ -83,3 +86,23 @@ def message(cand: Gap, ref: Gap, repeats: int = REPEATS) -> str:
     return (f"the candidate's work is not on the timed stream: events see {cand.event_ms:.4f} ms, the host waits at "
             f"least {cand.host_min_ms:.4f} ms for the device in each of {repeats} calls re-timed with the device "
             f"settled (the reference, timed beside it: {ref.event_ms:.4f} vs at least {ref.host_min_ms:.4f} ms)")
+
+
+def check(run, sampler, own_streams: bool, model, inputs) -> None:
+    """``run`` (`kforge.verify.worker`'s, after its timing rounds) accuses the candidate only if a suspicion from the
+    rounds persists when re-timed beside the reference, settled; else a note says the gap was the host's."""
+    cand = Gap(sampler.samples["cand"], sampler.host["cand"])
+    ref = Gap(sampler.samples["ref"], sampler.host["ref"])
+    if not suspicious(cand, ref, own_streams):
+        return
+    with Swap(run.settings, "default"):  # warm the reference's default numerics (cuDNN's algorithms) once
+        run.ref_model(*inputs)
+
+    def baseline():
+        with Swap(run.settings, "default"):
+            return run.ref_model(*inputs)
+    cand, ref = retime(run.clock, lambda: model(*inputs), baseline)
+    if persistent(cand, ref):
+        raise HarnessVerdict("cheat_detected", message(cand, ref), rule="unsynchronized_work")
+    run.notes.append(f"events and host time disagreed while timing; re-timed settled {REPEATS} times beside the "
+                     "reference, the gap did not persist (a busy host): no unsynchronized work")

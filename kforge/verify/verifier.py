@@ -20,11 +20,12 @@ from ..problems import Problem, ProblemError
 from ..sandbox.gpus import arch_of
 from ..sandbox.harness import PROBLEM_ERROR
 from ..sandbox.pool import WorkerLost, WorkerPool
-from ..sandbox.protocol import Reply, Request
+from ..sandbox.protocol import ProtocolError, Reply, Request
 from .compile_ref import CompileRefs, KeptRef
 from .conclude import Facts, Subject, conclude
 from .config import VerifyConfig
-from .protocol import AuditRequest, BuildRequest, BuildResult, ProblemAudit, RunRequest, RunResult, WorkFacet
+from .protocol import (AuditRequest, BuildRequest, BuildResult, ProblemAudit, RunProgress, RunRequest, RunResult,
+                       WorkFacet)
 from .roofline import roofline
 from .static import StaticConfig, check
 from .static_rules import own_streams
@@ -167,7 +168,8 @@ class Verifier:
                                build=info)
         clock("run")
         if reply.result is None:
-            return replace(self._no_result(reply, cfg), build=info)
+            established = self._established(backend, reply, cfg, soft, findings)
+            return replace(established or self._no_result(reply, cfg), build=info)
         facts = self._ran(problem, backend, reply, reply.result, known, ref_key, soft, findings, info)
         clock("after")
         return facts
@@ -211,6 +213,33 @@ class Verifier:
             return built, Facts.ended(State.COMPILATION_FAILURE, "the candidate does not build",
                                       evidence=Evidence(compiler_log=r.compile_error), build=info)
         return built, None
+
+    def _established(self, backend: Backend, reply: Reply, cfg: VerifyConfig, soft: list[dict[str, Any]],
+                     findings: list) -> Facts | None:
+        """A run stopped at its time limit in kforge's own measuring (timing, attribution), after its correctness
+        trials passed and not in candidate code: judged from what it had established, never as the candidate's
+        timeout (`kforge.verify.phases`). None when that is not the case."""
+        p = reply.progress
+        if not reply.timed_out or p is None or p.in_candidate or "run" not in p.milestones:
+            return None
+        try:
+            ran = RunProgress.from_wire(p.milestones["run"])
+        except ProtocolError:
+            return None
+        if ran.trials <= 0:
+            return None
+        missing = (["its timings"] if ran.runtime is None else []) + ["whose code did the work"]
+        note = (f"the run reached its time limit ({cfg.timeout_s:g} s) during {reply.phase or 'its measuring'}, "
+                f"kforge's own measuring, after the correctness trials passed: {' and '.join(missing)} "
+                f"{'were' if len(missing) > 1 else 'was'} not measured (verify.timeout_s, verify.timing.limit_s, "
+                "verify.attribution_budget_s)")
+        facets = Facets(outcome=State.CORRECT.value, **({} if not soft else _unmeasured(soft[0]).to_wire()))
+        evidence = Evidence(notes=[*ran.notes, note], findings=[f.to_dict() for f in findings],
+                            output_tail=reply.output_tail or None)
+        return Facts(facets, f"matches the reference on {ran.trials} trials", evidence,
+                     device=self.pool.device_info(reply.slot, backend.spec()).device, trials=ran.trials,
+                     runtime=ran.runtime, ref=ran.ref, compile_ref=ran.compile_ref, ref_strict=ran.ref_strict,
+                     problem_flags=list(ran.audit.flags) if ran.audit else [])
 
     @staticmethod
     def _no_result(reply: Reply, cfg: VerifyConfig) -> Facts:

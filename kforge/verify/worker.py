@@ -24,6 +24,8 @@ from typing import Any
 
 from ..backends import WorkerContext, from_spec
 from ..cachefile import read_json, write_json
+from ..sandbox.budget import BudgetSpent, budget, spent
+from ..sandbox.progress import candidate_code
 from ..sandbox.protocol import ProtocolError
 from ..sandbox.harness import (PROBLEM_ERROR, HarnessVerdict, first_line, import_candidate, import_file, phase,
                                phase_times, tail)
@@ -31,6 +33,7 @@ from ..sandbox.quiet import take_quiet_lock
 from ..sandbox.settings import Swap
 from ..sandbox.writeguard import install_write_guard
 from .compare import as_outputs
+from .phases import OwnPhases
 from .protocol import AuditRequest, AuditResult, BuildRequest, BuildResult, ProblemAudit, RunRequest, RunResult
 from .stateful import note as stateful_note
 from .timing import Sampler
@@ -139,7 +142,7 @@ class _Ended:
         return cls(v.state, v.message, v.extra.get("rule"), dict(v.extra.get("evidence") or {}))
 
 
-class _Run(Trials):
+class _Run(OwnPhases, Trials):
     """One verification: the problem audit (cached), correctness trials with attribution, then timing."""
 
     def execute(self) -> RunResult:
@@ -171,6 +174,7 @@ class _Run(Trials):
 
     def _execute(self) -> _Ended:
         cfg = self.cfg
+        self.begin()  # kforge's own phases keep within the run's time limit (`kforge.verify.phases`)
         phase("setup")
         self.setup(flush_l2=cfg.timing.flush_l2, failed_builds=getattr(self.req, "failed_builds", None))
         phase("reference")
@@ -189,13 +193,15 @@ class _Run(Trials):
         model = self.load_candidate()
         phase("correctness")
         self.correctness(model)
+        self.report()
         if cfg.skip_timing:
             phase("attribution")
-            self.measured(model)
+            self.measured_within_budget(model)
             return _Ended("correct", f"matches the reference on {self.trials_done} trials (timing skipped)")
-        timed = self._time(model)
+        timed = self._time_within_budget(model)
+        self.report(timed.timings)
         phase("attribution")
-        self.measured(model)
+        self.measured_within_budget(model)
         timed.message = timed.message.replace(f"on {self.cfg.trials} trials", f"on {self.trials_done} trials")
         return timed
 
@@ -221,6 +227,22 @@ class _Run(Trials):
         return found
 
     # -- timing ------------------------------------------------------------------------------------
+    def _time_within_budget(self, model) -> _Ended:
+        """Timing within its budget (`kforge.verify.phases`); cut short, it reports what its rounds measured."""
+        try:
+            with self.timing_budget() as b:
+                return self._time(model)
+        except BudgetSpent as exc:
+            if not spent(exc, b):
+                raise
+            if exc.hung:  # its own call had run far longer than its others: the candidate hangs, not kforge
+                raise HarnessVerdict("timeout", f"a call of the candidate's forward had run {exc.running_s:.1f} s when "
+                                     f"the timing phase's budget ({b.seconds:.3g} s) was spent; none before took over "
+                                     f"{exc.longest_s:.2f} s") from None
+        self.trip("after timing")
+        message, timings = self.cut_short(b)
+        return _Ended("correct", message, timings=timings)
+
     def _time(self, model) -> _Ended:
         torch = self.torch
         phase("waiting for the device")  # the zygote's next child may be making its context on this GPU
@@ -267,7 +289,8 @@ class _Run(Trials):
                 if rng_seed is not None:
                     torch.random.manual_seed(rng_seed)
                 try:  # the clock flushes L2 itself, right before the start event
-                    return clock.time(lambda: prog(*inputs), settled=label == "cand" and own_streams)
+                    with candidate_code() if label == "cand" else contextlib.nullcontext():
+                        return clock.time(lambda: prog(*inputs), settled=label == "cand" and own_streams)
                 except BaseException as exc:  # noqa: BLE001
                     if _is_oom(torch, exc):
                         raise _OutOfMemory("candidate" if label == "cand" else "reference") from None
@@ -284,7 +307,7 @@ class _Run(Trials):
         self.trip("during warm-up")
         self.tripwire.rebaseline_threads()  # torch.compile may have started worker threads of its own
         protected = self._protected_ptrs(sets, model)
-        sampler = Sampler([p[0] for p in programs], tcfg, clock.now)
+        sampler = self._sampler = Sampler([p[0] for p in programs], tcfg, clock.now, self.rounds_deadline(clock.now))
         every = max(1, tcfg.recheck_every)
         while True:
             i = rounds % len(sets)
@@ -334,14 +357,20 @@ class _Run(Trials):
         if cfg.compile_ref:
             phase("compile reference")
             try:
-                # Compiled and called in the harness's context: a candidate's torch._inductor.config stays its own.
-                isolated = self.settings.isolated
-                compiled = isolated(isolated(torch.compile)(self.ref_model, mode=cfg.compile_mode))
-                with Swap(self.settings, "default"):
-                    for _ in range(max(1, cfg.timing.warmup)):
-                        compiled(*inputs)
-                    self.clock.sync()
+                with budget("compile reference", self.compile_budget_s()) as within:
+                    # Compiled and called in the harness's context: a candidate's torch._inductor.config stays its own.
+                    isolated = self.settings.isolated
+                    compiled = isolated(isolated(torch.compile)(self.ref_model, mode=cfg.compile_mode))
+                    with Swap(self.settings, "default"):
+                        for _ in range(max(1, cfg.timing.warmup)):
+                            compiled(*inputs)
+                        self.clock.sync()
                 programs.append(("compile", compiled, "default"))
+            except BudgetSpent as exc:
+                if not spent(exc, within):
+                    raise
+                self.notes.append(f"torch.compile of the reference did not finish within its share of the timing "
+                                  f"phase's budget ({within.seconds:.3g} s): no compile baseline")
             except Exception as exc:  # noqa: BLE001 - a baseline failing is a note, not the candidate's fault
                 self.notes.append(f"torch.compile of the reference failed: {first_line(exc)}")
             phase("timing")
@@ -349,29 +378,10 @@ class _Run(Trials):
         return programs
 
     def _check_unsynchronized(self, sampler, own_streams: bool, model, inputs) -> None:
-        """Event time far below host time (with a full device synchronize) means work left the timed stream; the
-        rounds only raise the suspicion, and the candidate is accused only if re-timing it beside the reference,
-        settled, shows the gap in every call (`kforge.verify.unsync`: a busy host cannot fake it)."""
-        if self.device.type != "cuda":
-            return
-        from . import unsync
-        cand = unsync.Gap(sampler.samples["cand"], sampler.host["cand"])
-        ref = unsync.Gap(sampler.samples["ref"], sampler.host["ref"])
-        if not unsync.suspicious(cand, ref, own_streams):
-            return
-        with Swap(self.settings, "default"):  # warm the reference's default numerics (cuDNN's algorithms) once
-            self.ref_model(*inputs)
-        cand, ref = unsync.retime(self.clock, lambda: model(*inputs), self._baseline(inputs))
-        if unsync.persistent(cand, ref):
-            raise HarnessVerdict("cheat_detected", unsync.message(cand, ref), rule="unsynchronized_work")
-        self.notes.append(f"events and host time disagreed while timing; re-timed settled {unsync.REPEATS} times "
-                          f"beside the reference, the gap did not persist (a busy host): no unsynchronized work")
-
-    def _baseline(self, inputs):
-        def call():
-            with Swap(self.settings, "default"):
-                return self.ref_model(*inputs)
-        return call
+        """Work off the timed stream, judged from a gap that persists when re-timed (`kforge.verify.unsync`)."""
+        if self.device.type == "cuda":
+            from .unsync import check
+            check(self, sampler, own_streams, model, inputs)
 
     def _protected_ptrs(self, sets, model) -> set[int]:
         torch = self.torch
