@@ -32,6 +32,7 @@ from ..backends import BackendSpec
 from ..errors import KforgeError
 from . import dispatch
 from .ceilings import CeilingCache
+from .devices import DeviceCache, slot_key
 from .env import scrubbed_env
 from .gpus import detect_gpus, mps_control_pipe
 from .protocol import CeilingsRequest, DeviceInfo, ProbeRequest, Reply, Request
@@ -346,13 +347,23 @@ class WorkerPool:
         with self._lock:
             return {z.label: z.preload for z in self._all if z.alive()}
 
+    def known_device_info(self, kind: str) -> DeviceInfo | None:
+        """A slot's device as far as it is known without asking its worker (this pool's probe, or the disk's)."""
+        return self._info.get(kind) or DeviceCache(Path(self.build_cache).parent / "devices.json").get(slot_key(kind))
+
     def device_info(self, kind: str, backend_spec: BackendSpec) -> DeviceInfo:
-        """Name, capability etc. of a slot's device (probed once in a child, cached)."""
+        """Name, capability etc. of a slot's device: probed once in a child, kept for the pool and on disk
+        (`kforge.sandbox.devices`), so later pools know it without waiting for the slot's worker."""
         with self._once(kind):
             if kind not in self._info:
-                reply = self.request(kind, ProbeRequest(backend=backend_spec), {}, timeout=120)
-                self._info[kind] = reply.result or DeviceInfo(device=kind, error=reply.error or reply.output_tail
-                                                              or "the probe failed")
+                disk, key = DeviceCache(Path(self.build_cache).parent / "devices.json"), slot_key(kind)
+                known = disk.get(key)
+                if known is None:
+                    reply = self.request(kind, ProbeRequest(backend=backend_spec), {}, timeout=120)
+                    known = reply.result or DeviceInfo(device=kind, error=reply.error or reply.output_tail
+                                                       or "the probe failed")
+                    disk.put(key, known)
+                self._info[kind] = known
         return self._info[kind]
 
     def ceilings(self, kind: str, backend_spec: BackendSpec, fresh: bool = False) -> dict[str, Any] | None:

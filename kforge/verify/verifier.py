@@ -21,6 +21,7 @@ from ..sandbox.gpus import arch_of
 from ..sandbox.harness import PROBLEM_ERROR
 from ..sandbox.pool import WorkerLost, WorkerPool
 from ..sandbox.protocol import ProtocolError, Reply, Request
+from .build_memo import BuildMemo
 from .compile_ref import CompileRefs, KeptRef
 from .conclude import Facts, Subject, conclude
 from .config import VerifyConfig
@@ -60,6 +61,7 @@ class Verifier:
         self._own_pool = pool is None
         self.pool = pool or WorkerPool()
         self.compile_refs = CompileRefs(Path(self.pool.build_cache).parent / "compile_ref")
+        self.build_memo = BuildMemo(Path(self.pool.build_cache).parent / "build_memo")
         self._lock = threading.Lock()
         self.time_s: dict[str, float] = {}
         """Seconds spent, over all calls, in each section of a verification as the caller sees it:
@@ -103,15 +105,31 @@ class Verifier:
         facts = self._facts(problem, candidate, backend, cfg)
         return conclude(facts, cfg, Subject(problem.key, backend.name, candidate.hash, time.monotonic() - start))
 
-    def start_workers(self, *backends: Backend | str) -> threading.Thread:
+    def start_workers(self, *backends: Backend | str, build: bool = True, devices: bool = True) -> threading.Thread:
         """Boot the build workers and every device worker of these backends in the background, all at once;
         the first requests wait for them as they would otherwise, and a device's no longer waits for the
-        build's (each worker imports torch and its compiler stack)."""
-        devices = {k for b in backends for k in self.device_kinds(get_backend(b))}
-        kinds = ["build"] + sorted(devices)
+        build's (each worker imports torch and its compiler stack). ``build=False`` leaves the build workers
+        to start on first use (a verification whose build is remembered needs none: `builds_known`)."""
+        found = {k for b in backends for k in self.device_kinds(get_backend(b))} if devices else set()
+        kinds = (["build"] if build else []) + sorted(found)
         thread = threading.Thread(target=self.pool.start, args=(kinds,), daemon=True, name="kforge-boot")
         thread.start()
         return thread
+
+    def build_known(self, problem: Problem, candidate: Candidate, backend: Backend | str) -> bool:
+        """Whether verifying this program will skip its build phase (built cleanly before: `BuildMemo`), as far as
+        can be told without waiting for a worker (the device's arch must be known from an earlier probe)."""
+        backend = get_backend(backend)
+        if candidate.source is None:
+            return True
+        kinds = self.device_kinds(backend)
+        infos = [self.pool.known_device_info(k) for k in kinds]
+        if backend.device == "cuda" and not all(infos):
+            return False
+        archs = sorted({arch_of(i.capability) for i in infos if i and i.capability}) if backend.device == "cuda" else []
+        request = BuildRequest(backend=backend.spec(), arch=";".join(archs) or None)
+        files = {"problem.py": problem.source, "candidate.py": candidate.source}
+        return self.build_memo.get(self.build_memo.key(request, files)) is not None
 
     def audit(self, problem: Problem, backend: Backend | str) -> ProblemAudit:
         """The problem's audit on this backend's device (cached on disk per problem, size and device):
@@ -190,7 +208,12 @@ class Verifier:
     def _build(self, request: BuildRequest, files: dict[str, str], evidence: Evidence,
                cfg: VerifyConfig) -> tuple[dict[str, Any], Facts | None]:
         """The build phase in a CPU worker: what it built (with the ``failed_builds`` the run is to fail at
-        once), and the facts when it ends the verification."""
+        once), and the facts when it ends the verification. A program built cleanly before skips it
+        (`kforge.verify.build_memo`)."""
+        key = self.build_memo.key(request, files)
+        if (known := self.build_memo.get(key)) is not None:
+            info = {"built": [], "cached": known.cached, "seconds": 0.0, "remembered": True}
+            return dict(info, failed_builds={}), None
         try:
             reply = self._request_retrying(["build"], request, files, cfg.build_timeout_s)
         except WorkerLost as exc:
@@ -212,6 +235,8 @@ class Verifier:
         if r.compile_error:
             return built, Facts.ended(State.COMPILATION_FAILURE, "the candidate does not build",
                                       evidence=Evidence(compiler_log=r.compile_error), build=info)
+        if not reply.forged and not reply.error:
+            self.build_memo.put(key, r)
         return built, None
 
     def _established(self, backend: Backend, reply: Reply, cfg: VerifyConfig, soft: list[dict[str, Any]],
