@@ -13,6 +13,18 @@ from ..problems import resolve_problem
 from .common import UsageError, add_verify_options, backend_of, parse_set, read_candidate_file, verify_config
 
 log = logging.getLogger(__name__)
+RESIDENT_IDLE_S = 600.0
+"""How long resident workers wait for the next `kforge verify` (`kforge.sandbox.resident`)."""
+
+
+def _resident_default() -> float | None:
+    value = os.environ.get("KFORGE_RESIDENT", "")
+    if value in ("", "0"):
+        return None
+    try:
+        return float(value) if float(value) > 1 else RESIDENT_IDLE_S  # KFORGE_RESIDENT=1: the default idle time
+    except ValueError:
+        return RESIDENT_IDLE_S
 
 
 def add_parser(sub) -> None:
@@ -26,6 +38,10 @@ def add_parser(sub) -> None:
     v.add_argument("--set", action="append", metavar="NAME=VALUE", help="override a module constant (repeatable)")
     v.add_argument("--json", action="store_true", help="print the verdict as one JSON object")
     v.add_argument("-v", "--verbose", action="store_true", help="also print where the time went (stderr)")
+    v.add_argument("--resident", nargs="?", type=float, const=RESIDENT_IDLE_S, default=_resident_default(),
+                   metavar="SECONDS", help="keep the workers for the next `kforge verify` (their torch imported, their "
+                   f"CUDA context made) until SECONDS pass with none (default {RESIDENT_IDLE_S:g}; KFORGE_RESIDENT=1 "
+                   "does the same for every call)")
     v.set_defaults(func=cmd_verify)
 
 
@@ -36,7 +52,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     problem, candidate = _inputs(args, backend)  # usage errors first, before any worker starts
     started = time.monotonic()
     try:
-        with WorkerPool(build_workers=1, light=True) as pool, Verifier(verify_config(args), pool=pool) as verifier:
+        with WorkerPool(build_workers=1, light=True, resident=args.resident or 0.0) as pool, \
+                Verifier(verify_config(args), pool=pool) as verifier:
             # The device worker first: it imports torch (seconds), and everything below (the static checks, the
             # build, or knowing it is not needed) happens while it does.
             booting = [verifier.start_workers(backend, build=False)]

@@ -35,7 +35,7 @@ import sys
 import time
 import traceback
 
-from . import dispatch, progress
+from . import dispatch, progress, resident
 from .quiet import QUIET_LOCK_ENV, take_quiet_lock
 
 OUTPUT_TAIL = 6000
@@ -394,8 +394,17 @@ def main() -> None:
     if _keeps_spare():
         os.environ[QUIET_LOCK_ENV] = os.path.abspath(f".quiet-{os.getpid()}.lock")
         _spare = _Child(warm=True)  # the first request finds its context made
-    proto.write(json.dumps({"ready": True, "pid": os.getpid(), "preload": list(PRELOAD_LEVELS[level])}) + "\n")
-    for line in sys.stdin:
+    hello = json.dumps({"ready": True, "pid": os.getpid(), "preload": list(PRELOAD_LEVELS[level])}) + "\n"
+    if os.environ.get(resident.SOCKET_ENV):  # a resident worker: pools connect to it (`kforge.sandbox.resident`)
+        resident.serve(os.environ[resident.SOCKET_ENV], float(os.environ.get(resident.IDLE_ENV, "600")), hello, _serve)
+        return
+    proto.write(hello)
+    _serve(sys.stdin, proto)
+
+
+def _serve(lines, out) -> None:
+    """One request per line in, one reply per line out, until the caller closes its end."""
+    for line in lines:
         line = line.strip()
         if not line:
             continue
@@ -404,7 +413,8 @@ def main() -> None:
             reply = run_forked(request)
         except Exception:  # noqa: BLE001 - keep serving
             reply = {"error": traceback.format_exc()[-OUTPUT_TAIL:]}
-        proto.write(json.dumps(reply, default=str) + "\n")
+        out.write(json.dumps(reply, default=str) + "\n")
+        out.flush()
 
 
 if __name__ == "__main__":
