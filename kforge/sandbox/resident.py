@@ -108,8 +108,8 @@ def _connect(path: Path) -> socket.socket | None:
 def connect(label: str, env: dict[str, str], idle_s: float, start_timeout: float, make):
     """A pool's side: the resident worker for this slot, started if there is none; None when there is one but it
     serves another pool, or none can be had (the pool then starts a private worker). ``make(sock, log_path,
-    timeout)`` wraps a connected socket as the pool's worker handle, or raises `WorkerLost`."""
-    from .pool import WorkerLost
+    timeout)`` wraps a connected socket as the pool's worker handle, or raises (the pool's ``WorkerLost``, a
+    RuntimeError) when no greeting comes."""
     base = directory()
     if base is None:
         return None
@@ -121,7 +121,7 @@ def connect(label: str, env: dict[str, str], idle_s: float, start_timeout: float
         if sock is not None:
             try:
                 return make(sock, log, BUSY_WAIT_S)
-            except WorkerLost:  # no greeting: it serves another pool
+            except RuntimeError:  # no greeting: it serves another pool
                 return None
         with open(log, "ab") as out:
             proc = subprocess.Popen([sys.executable, "-m", "kforge.sandbox.zygote"], env={
