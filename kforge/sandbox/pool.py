@@ -39,6 +39,10 @@ from .protocol import CeilingsRequest, DeviceInfo, ProbeRequest, Reply, Request
 from .zygote import LIGHT_LEVEL, PRELOAD_ENV, SPARE_ENV
 
 
+ZYGOTE = [sys.executable, "-m", "kforge.sandbox.zygote"]
+"""The command that starts a worker process."""
+
+
 class WorkerLost(KforgeError, RuntimeError):
     """The slot's process died while serving a request (it has been replaced); ``kind`` names the slot."""
 
@@ -53,7 +57,7 @@ class WorkerProcess:
         self.label = label
         self.log_path = root / f"{label}.log"
         self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "kforge.sandbox.zygote"], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen(ZYGOTE, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self._log, env=env, cwd=str(root),
                                      start_new_session=True)
         self._buf = b""
@@ -256,8 +260,8 @@ class WorkerPool:
         env = dict(self._env(kind), **dispatch.to_env(dispatch.registered()))  # the request kinds known by now
         z = None
         if self.resident > 0:
-            z = resident.connect(label, env, self.resident, 300.0, lambda sock, log, t: ResidentWorker(label, sock, log,
-                                                                                                     t))
+            z = resident.connect(ZYGOTE, label, env, self.resident, 300.0,
+                                 lambda sock, log, t: ResidentWorker(label, sock, log, t))
         z = z or WorkerProcess(label, env, self.root)
         self._add_time(kind, "start", time.monotonic() - started)
         with self._lock:

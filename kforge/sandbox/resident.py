@@ -105,8 +105,8 @@ def _connect(path: Path) -> socket.socket | None:
         return None
 
 
-def connect(label: str, env: dict[str, str], idle_s: float, start_timeout: float, make):
-    """A pool's side: the resident worker for this slot, started if there is none; None when there is one but it
+def connect(command: list[str], label: str, env: dict[str, str], idle_s: float, start_timeout: float, make):
+    """A pool's side: the resident worker for this slot, started (``command``, the zygote's) if there is none; None when there is one but it
     serves another pool, or none can be had (the pool then starts a private worker). ``make(sock, log_path,
     timeout)`` wraps a connected socket as the pool's worker handle, or raises (the pool's ``WorkerLost``, a
     RuntimeError) when no greeting comes."""
@@ -124,7 +124,7 @@ def connect(label: str, env: dict[str, str], idle_s: float, start_timeout: float
             except RuntimeError:  # no greeting: it serves another pool
                 return None
         with open(log, "ab") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "kforge.sandbox.zygote"], env={
+            proc = subprocess.Popen(command, env={
                 **env, SOCKET_ENV: str(path), IDLE_ENV: str(idle_s)}, cwd=str(base), stdin=subprocess.DEVNULL,
                 stdout=out, stderr=out, start_new_session=True)
         deadline = time.monotonic() + start_timeout
