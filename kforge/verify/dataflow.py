@@ -197,25 +197,33 @@ class Dataflow(TorchDispatchMode):
         with _disable_current_modes():
             self.sync()
             for k, (t, fp) in list(before.items()) + list(pointees.items()):
-                self._after_kernel(k, self.fingerprint(t) != inside.get(k, fp), t)
+                now = self.fingerprint(t)
+                self._after_kernel(k, now != inside.get(k, fp))
+                self._result(k, t, now != fp)
             for t in self._tensors(out):
                 k = _key(t)
                 self._remember(t)
                 if k in inside:  # a PyTorch operator inside produced it: keep what it derived from...
-                    self._after_kernel(k, self.fingerprint(t) != inside[k], t)  # ...unless a kernel wrote it after
+                    self._after_kernel(k, self.fingerprint(t) != inside[k])  # ...unless a kernel wrote it after
+                    self._result(k, t, True)
                 elif k in before:  # an argument handed back
-                    self._after_kernel(k, self.fingerprint(t) != before[k][1], t)
+                    self._after_kernel(k, self.fingerprint(t) != before[k][1])
                 else:  # memory no operator we saw produced: the candidate's own
                     self.derived[k] = True
-                    self.results.add(t)
+                    self._result(k, t, True)
         return out
 
-    def _after_kernel(self, k: tuple[str, int], changed: bool, t) -> None:
+    def _result(self, k: tuple[str, int], t, changed: bool) -> None:
+        """A value the candidate's call left (memory it changed, or handed back new) that derives from its kernels
+        (their own writes, or, as under Triton's interpreter, PyTorch operators copying them in): its signature."""
+        if changed and self.derived.get(k, False):
+            self.results.add(t)
+
+    def _after_kernel(self, k: tuple[str, int], changed: bool) -> None:
         """Memory a candidate's call had: changed, it derives from its kernels; left holding a fill, whether a
         kernel wrote that same constant cannot be told."""
         if changed:
             self.derived[k], self.filled[k] = True, False
-            self.results.add(t)
         elif self.filled.get(k, False):
             self.unsure[k] = True
 
