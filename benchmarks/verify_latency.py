@@ -19,6 +19,17 @@ For each built-in problem that has a hand-written (oracle) kernel for the backen
            timing phase's adaptive rounds do not blur; both as a share of the verification with it off
 The machine-wide caches (the precompiled torch header, inductor's cache for the torch.compile
 reference) are warmed once first, as they are after the first problem of any sweep.
+
+With ``--kernelbench DIR`` (a KernelBench checkout with ``src/kernelbench/eval.py``), the one-shot path is also
+measured, kforge and KernelBench side by side, each verification a fresh process as a user runs it:
+  kforge       ``kforge verify PROBLEM CANDIDATE --json -v`` (its workers start, verify, and exit), cold (a
+               fresh kforge cache: the torch header, the build, the audit and the compile reference all made
+               anew), cached (the same command again), and cached with ``--resident`` (workers left by the
+               call before: no torch import, the CUDA context made)
+  KernelBench  its ``eval_kernel_against_ref`` (5 correctness trials, 100 timed, seed 42) in a fresh process
+               (benchmarks/kernelbench_agreement_child.py), cold (a fresh build directory) and warm (the same
+               again); CUDA candidates only (its child runs the cuda backend)
+``--oneshot-only`` measures only that.
 """
 
 from __future__ import annotations
@@ -28,6 +39,7 @@ import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -75,7 +87,22 @@ def main() -> None:
     ap.add_argument("--size", default="gpu", help="problem size preset (default gpu; cpu for the cpu backend)")
     ap.add_argument("--skip", default="", help="comma list out of cold,retimed,attribution to leave out")
     ap.add_argument("--pairs", type=int, default=3, help="attribution on/off verification pairs per problem")
+    ap.add_argument("--kernelbench", metavar="DIR", help="a KernelBench checkout: also time the one-shot path, "
+                    "kforge's and KernelBench's, side by side")
+    ap.add_argument("--oneshot-only", action="store_true", help="with --kernelbench: only the one-shot comparison")
+    ap.add_argument("--gpu-arch", default="Hopper", help="KernelBench's set_gpu_arch name (H100/H200: Hopper)")
+    ap.add_argument("--repeats", type=int, default=2, help="cached/warm one-shot runs per side (the median is shown)")
     args = ap.parse_args()
+    if args.kernelbench and not (Path(args.kernelbench) / "src" / "kernelbench" / "eval.py").is_file():
+        ap.error(f"{args.kernelbench}/src/kernelbench/eval.py is missing: --kernelbench must be a KernelBench checkout")
+    if args.oneshot_only:
+        if not args.kernelbench:
+            ap.error("--oneshot-only needs --kernelbench DIR")
+        oneshot_rows = oneshot(args, Path(tempfile.mkdtemp(prefix="kforge-oneshot-")))
+        print_oneshot(oneshot_rows)
+        if args.json:
+            Path(args.json).write_text(json.dumps({"oneshot": oneshot_rows}, indent=1))
+        return
 
     work = Path(tempfile.mkdtemp(prefix="kforge-latency-"))
     triton_cache = work / "triton-cache"
@@ -158,8 +185,98 @@ def main() -> None:
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     print_table(rows)
+    oneshot_rows = oneshot(args, work / "oneshot") if args.kernelbench else []
+    if oneshot_rows:
+        print_oneshot(oneshot_rows)
     if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1))
+        Path(args.json).write_text(json.dumps({"rows": rows, "oneshot": oneshot_rows} if oneshot_rows else rows,
+                                              indent=1))
+
+
+def _timed_process(argv: list[str], env: dict[str, str] | None = None, timeout: float = 1800):
+    """(wall seconds, completed process) of one fresh process, as a user's one-shot command runs."""
+    t0 = time.monotonic()
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
+    return time.monotonic() - t0, proc
+
+
+def _kforge_oneshot(problem: Path, cand: Path, backend: str, size: str, cache: Path,
+                    *extra: str) -> tuple[float, dict]:
+    env = dict(os.environ, KFORGE_CACHE_DIR=str(cache))
+    seconds, proc = _timed_process([sys.executable, "-m", "kforge.cli", "verify", str(problem), str(cand),
+                                    "--backend", backend, "--size", size, "--json", "-v", *extra], env)
+    try:
+        verdict = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        verdict = {"state": "error", "message": (proc.stderr or proc.stdout)[-500:]}
+    verdict["where"] = proc.stderr[proc.stderr.find("where the"):] if "where the" in proc.stderr else ""
+    return seconds, verdict
+
+
+def _kernelbench_oneshot(args, problem: Path, cand: Path, build: Path, out: Path) -> tuple[float, dict]:
+    job = {"kernelbench": str(Path(args.kernelbench).resolve()), "problem": str(problem), "candidate": str(cand),
+           "build_dir": str(build), "gpu_arch": [args.gpu_arch], "seed": 42, "trials": 5, "timed": 100}
+    job_file, result = out / "kb.job.json", out / "kb.result.json"
+    job_file.write_text(json.dumps(job))
+    result.unlink(missing_ok=True)
+    child = Path(__file__).resolve().parent / "kernelbench_agreement_child.py"
+    seconds, proc = _timed_process([sys.executable, str(child), "eval", str(job_file), str(result)])
+    rec = json.loads(result.read_text()) if result.is_file() else {"error": (proc.stderr or proc.stdout)[-500:]}
+    return seconds, rec
+
+
+def oneshot(args, work: Path) -> list[dict]:
+    """One fresh process per verification, kforge's CLI and KernelBench's harness, cold and cached/warm."""
+    rows = []
+    names = [n for n in args.problems.split(",") if n]
+    for bname in args.backends.split(","):
+        for p in load_builtin(names=names or None, size=args.size):
+            sol = builtin_solution_path(p, bname)
+            if sol is None:
+                continue
+            here = work / bname / p.name
+            here.mkdir(parents=True, exist_ok=True)
+            problem, cand = here / "problem.py", here / "candidate.py"
+            problem.write_text(p.source)
+            cand.write_text(sol.read_text())
+            row: dict = {"backend": bname, "problem": p.key}
+            row["kforge_cold_s"], cold = _kforge_oneshot(problem, cand, bname, args.size, here / "kforge-cache")
+            cached = [_kforge_oneshot(problem, cand, bname, args.size, here / "kforge-cache")
+                      for _ in range(max(1, args.repeats))]
+            row.update(kforge_state=cached[-1][1].get("state"), kforge_cold_state=cold.get("state"),
+                       kforge_cached_s=statistics.median(s for s, _ in cached),
+                       kforge_cached_runs_s=[s for s, _ in cached], kforge_where=cached[-1][1]["where"])
+            # With resident workers (`kforge verify --resident`): the first call leaves them, the next ones use them.
+            resident = [_kforge_oneshot(problem, cand, bname, args.size, here / "kforge-cache", "--resident", "120")
+                        for _ in range(1 + max(1, args.repeats))][1:]
+            row.update(kforge_resident_s=statistics.median(s for s, _ in resident),
+                       kforge_resident_runs_s=[s for s, _ in resident], kforge_resident_where=resident[-1][1]["where"])
+            if bname == "cuda":
+                row["kernelbench_cold_s"], kb = _kernelbench_oneshot(args, problem, cand, here / "kb-build", here)
+                warm = [_kernelbench_oneshot(args, problem, cand, here / "kb-build", here)
+                        for _ in range(max(1, args.repeats))]
+                row.update(kernelbench_warm_s=statistics.median(s for s, _ in warm),
+                           kernelbench_warm_runs_s=[s for s, _ in warm],
+                           kernelbench_correct=warm[-1][1].get("correctness"), kernelbench_error=kb.get("error"))
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    return rows
+
+
+def print_oneshot(rows: list[dict]) -> None:
+    def f(x):
+        return f"{x:.1f}" if isinstance(x, (int, float)) else "-"
+    print("\n| backend | problem | kforge state | kforge cold s | kforge cached s | kforge cached, resident s | "
+          "KernelBench correct | KernelBench cold s | KernelBench warm s |")
+    print("|---|---|---|---:|---:|---:|---|---:|---:|")
+    for r in rows:
+        print(f"| {r['backend']} | {r['problem']} | {r.get('kforge_state')} | {f(r.get('kforge_cold_s'))} | "
+              f"{f(r.get('kforge_cached_s'))} | {f(r.get('kforge_resident_s'))} | {r.get('kernelbench_correct', '-')} | "
+              f"{f(r.get('kernelbench_cold_s'))} | {f(r.get('kernelbench_warm_s'))} |")
+    for r in rows:
+        for what, key in (("cached", "kforge_where"), ("cached, resident workers", "kforge_resident_where")):
+            if r.get(key):
+                print(f"\n{r['backend']} {r['problem']}, kforge {what}:\n{r[key].rstrip()}")
 
 
 def print_table(rows: list[dict]) -> None:

@@ -9,7 +9,11 @@ from dataclasses import dataclass
 
 _FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[ \t]*([\w+#.\-]*)[^\n]*\n(.*?)(?:^[ \t]*\1[ \t]*$|\Z)",
                     re.DOTALL | re.MULTILINE)
-_MODELNEW = re.compile(r"^\s*class\s+ModelNew\b", re.MULTILINE)
+# A binding of ModelNew in text that does not parse (the build reports the syntax error): a class or function of
+# that name, an assignment to it, or an import naming it.
+_MODELNEW = re.compile(r"^\s*(?:(?:class|def)\s+ModelNew\b|ModelNew\s*(?::[^=\n]*)?=(?!=)"
+                       r"|(?:from|import)\b.*\bModelNew\b)", re.MULTILINE)
+MODEL_NAME = "ModelNew"
 _PY_LANGS = {"", "python", "py", "python3", "python3.10", "py3"}
 
 
@@ -30,9 +34,9 @@ class Candidate:
 
     @classmethod
     def from_source(cls, source: str) -> "Candidate":
-        """A program given directly (a .py file); it must still define ``ModelNew``."""
-        if not _MODELNEW.search(source or ""):
-            return cls(None, reply=source, error="the program defines no `class ModelNew`")
+        """A program given directly (a .py file); it must still bind ``ModelNew`` (`binds_model_new`)."""
+        if not binds_model_new(source or ""):
+            return cls(None, reply=source, error=NO_BINDING)
         return cls(source)
 
     @classmethod
@@ -40,6 +44,79 @@ class Candidate:
         """Extract the program from a model reply (see `extract_code`)."""
         source, error = extract_code(reply or "")
         return cls(source, reply=reply, error=error)
+
+
+NO_BINDING = ("the program binds no `ModelNew`: define `class ModelNew(nn.Module)`, or bind the name to your model "
+              "class (`ModelNew = MyModel`)")
+
+
+_TRY = (ast.Try, ast.TryStar) if hasattr(ast, "TryStar") else (ast.Try,)
+
+
+def module_level(body: list[ast.stmt]):
+    """The statements that run at module level: the body, and the bodies of its ifs, trys, withs and loops (never
+    a function's or a class's)."""
+    for node in body:
+        yield node
+        if isinstance(node, (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith)):
+            yield from module_level(node.body + getattr(node, "orelse", []))
+        elif isinstance(node, _TRY):
+            yield from module_level(node.body + node.orelse + node.finalbody
+                                     + [s for h in node.handlers for s in h.body])
+        elif isinstance(node, ast.Match):
+            yield from module_level([s for case in node.cases for s in case.body])
+
+
+def _names(target: ast.AST) -> list[str]:
+    """The names an assignment target binds (``a, (b, *c) = ...`` binds a, b and c; ``globals()["a"] = ...`` binds
+    a, which the static rules then judge as introspection)."""
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Call) \
+            and isinstance(target.value.func, ast.Name) and target.value.func.id == "globals" \
+            and isinstance(target.slice, ast.Constant) and isinstance(target.slice.value, str):
+        return [target.slice.value]
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [n for t in target.elts for n in _names(t)]
+    if isinstance(target, ast.Starred):
+        return _names(target.value)
+    return []
+
+
+def module_bindings(tree: ast.Module, name: str = MODEL_NAME) -> list[ast.AST]:
+    """Every module-level statement that binds ``name``, in source order: a class or function of that name, an
+    assignment (plain, annotated with a value, a walrus, a ``for`` or ``with`` target) or an import. That is what
+    KernelBench reads: it executes the program and takes ``ModelNew`` from its namespace, however it got there."""
+    found = []
+    for node in module_level(tree.body):
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            found.append(node)
+        elif isinstance(node, ast.Assign) and any(name in _names(t) for t in node.targets):
+            found.append(node)
+        elif isinstance(node, ast.AnnAssign) and node.value is not None and name in _names(node.target):
+            found.append(node)
+        elif isinstance(node, (ast.For, ast.AsyncFor)) and name in _names(node.target):
+            found.append(node)
+        elif isinstance(node, (ast.With, ast.AsyncWith)) and any(
+                i.optional_vars is not None and name in _names(i.optional_vars) for i in node.items):
+            found.append(node)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+                (a.asname or a.name.split(".")[0]) == name for a in node.names):
+            found.append(node)
+        elif isinstance(node, ast.Expr) and any(isinstance(n, ast.NamedExpr) and n.target.id == name
+                                                for n in ast.walk(node.value)):
+            found.append(node)
+    return found
+
+
+def binds_model_new(source: str) -> bool:
+    """Whether the program binds ``ModelNew`` at module level (`module_bindings`); a program that does not parse
+    is judged by its text, and its syntax error is left to the build, which reports it."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return bool(_MODELNEW.search(source))
+    return bool(module_bindings(tree))
 
 
 def code_blocks(text: str) -> list[tuple[str, str, bool]]:
@@ -54,26 +131,27 @@ def code_blocks(text: str) -> list[tuple[str, str, bool]]:
 
 
 def extract_code(reply: str) -> tuple[str | None, str | None]:
-    """Pick the program from a reply: the last fenced Python block that defines ``ModelNew``.
+    """Pick the program from a reply: the last fenced Python block that binds ``ModelNew`` (`binds_model_new`).
 
-    Falls back to the whole reply when it is itself a Python program defining ``ModelNew``.
+    Falls back to the whole reply when it is itself a Python program binding ``ModelNew``.
     Returns (source, None) or (None, reason) — the reason becomes a ``generation_failure`` message.
     """
     if not reply or not reply.strip():
         return None, "the reply is empty"
     blocks = code_blocks(reply)
-    with_model = [(lang, code, closed) for lang, code, closed in blocks if _MODELNEW.search(code)]
+    with_model = [(lang, code, closed) for lang, code, closed in blocks if binds_model_new(code)]
     python_like = [b for b in with_model if b[0] in _PY_LANGS]
     chosen = (python_like or with_model)[-1] if with_model else None
     if chosen:
         return chosen[1], None
-    if not blocks and _MODELNEW.search(reply):
+    if not blocks:
         try:
-            ast.parse(reply)
-            return reply, None
-        except SyntaxError:
+            if module_bindings(ast.parse(reply)):
+                return reply, None
+        except (SyntaxError, ValueError):
             pass
     if blocks:
-        return None, (f"the reply has {len(blocks)} code block(s) but none defines `class ModelNew`; "
-                      "put the whole program, including ModelNew, in one ```python block")
+        return None, (f"the reply has {len(blocks)} code block(s) but none binds `ModelNew` (a "
+                      "`class ModelNew`, or `ModelNew = YourModel`); put the whole program, including ModelNew, in one "
+                      "```python block")
     return None, "the reply contains no code block; answer with the whole program in one ```python block"

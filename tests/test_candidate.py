@@ -24,10 +24,60 @@ def test_no_code_is_a_generation_failure_with_reason():
     c = Candidate.from_reply("I cannot help with that.")
     assert c.source is None and "no code block" in c.error
     c = Candidate.from_reply("```python\nprint('hi')\n```")
-    assert c.source is None and "none defines `class ModelNew`" in c.error
+    assert c.source is None and "none binds `ModelNew`" in c.error
     assert Candidate.from_reply("").error == "the reply is empty"
 
 
 def test_bare_program_reply_and_source():
     assert Candidate.from_reply(PROGRAM).source == PROGRAM
     assert Candidate.from_source("x = 1").source is None
+
+
+ALIASED = '''
+import torch.nn as nn
+
+
+class FusedRelu(nn.Module):
+    def forward(self, x):
+        return x.clamp_min(0)
+
+
+ModelNew = FusedRelu
+'''
+
+
+def test_modelnew_bound_any_way_python_allows_is_a_program():
+    """KernelBench executes the program and takes `ModelNew` from its namespace: every binding counts."""
+    bindings = [
+        "ModelNew = FusedRelu",
+        "ModelNew: type = FusedRelu",
+        "from my_kernels import FusedRelu as ModelNew",
+        "import fused_relu as ModelNew",
+        "def ModelNew(*args):\n    return FusedRelu(*args)",
+        "if FAST:\n    ModelNew = FusedRelu\nelse:\n    ModelNew = Model",
+        "try:\n    ModelNew = build()\nexcept ImportError:\n    ModelNew = FusedRelu",
+        "Model, ModelNew = Model, FusedRelu",
+        "(ModelNew := FusedRelu)",
+        'globals()["ModelNew"] = FusedRelu',
+    ]
+    for b in bindings:
+        assert Candidate.from_source(ALIASED.replace("ModelNew = FusedRelu", b)).source, b
+        assert extract_code(f"```python\n{ALIASED.replace('ModelNew = FusedRelu', b)}```")[0], b
+
+
+def test_a_program_binding_nothing_says_so():
+    for source in ("class Model2(torch.nn.Module):\n    pass\n",
+                   "def f():\n    ModelNew = 1\n",  # a function's local, not the module's
+                   "class Outer:\n    ModelNew = 1\n",
+                   "x = ModelNew\n", "if ModelNew == 1:\n    pass\n"):
+        c = Candidate.from_source(source)
+        assert c.source is None and "binds no `ModelNew`" in c.error, source
+    c = Candidate.from_reply("```python\nclass FusedRelu:\n    pass\n```")
+    assert c.source is None and "none binds `ModelNew`" in c.error
+
+
+def test_a_program_that_does_not_parse_is_judged_by_its_text():
+    """The build reports the syntax error; it must get there."""
+    assert Candidate.from_source("ModelNew = FusedRelu(\n").source
+    assert Candidate.from_source("class ModelNew(nn.Module:\n    pass\n").source
+    assert Candidate.from_source("x = (\n").source is None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 
@@ -12,6 +13,18 @@ from ..problems import resolve_problem
 from .common import UsageError, add_verify_options, backend_of, parse_set, read_candidate_file, verify_config
 
 log = logging.getLogger(__name__)
+RESIDENT_IDLE_S = 600.0
+"""How long resident workers wait for the next `kforge verify` (`kforge.sandbox.resident`)."""
+
+
+def _resident_default() -> float | None:
+    value = os.environ.get("KFORGE_RESIDENT", "")
+    if value in ("", "0"):
+        return None
+    try:
+        return float(value) if float(value) > 1 else RESIDENT_IDLE_S  # KFORGE_RESIDENT=1: the default idle time
+    except ValueError:
+        return RESIDENT_IDLE_S
 
 
 def add_parser(sub) -> None:
@@ -25,29 +38,33 @@ def add_parser(sub) -> None:
     v.add_argument("--set", action="append", metavar="NAME=VALUE", help="override a module constant (repeatable)")
     v.add_argument("--json", action="store_true", help="print the verdict as one JSON object")
     v.add_argument("-v", "--verbose", action="store_true", help="also print where the time went (stderr)")
+    v.add_argument("--resident", nargs="?", type=float, const=RESIDENT_IDLE_S, default=_resident_default(),
+                   metavar="SECONDS", help="keep the workers for the next `kforge verify` (their torch imported, their "
+                   f"CUDA context made) until SECONDS pass with none (default {RESIDENT_IDLE_S:g}; KFORGE_RESIDENT=1 "
+                   "does the same for every call)")
     v.set_defaults(func=cmd_verify)
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from ..job.firstrun import PCH_NOTICE, pch_pending
     from ..verify import BackendUnavailable, Verifier, WorkerPool
+    age = _process_age()
     backend = backend_of(args.backend, args.device)
-    size = args.size or __import__("kforge.problems", fromlist=["default_size"]).default_size(backend.device)
-    problem = resolve_problem(args.problem, size=size, overrides=parse_set(args.set))
-    candidate = read_candidate_file(args.candidate)
-    cfg = verify_config(args)
-    if not args.json:
-        log.info("verifying %s (%s size) on %s ...", problem.key, problem.size, backend.describe())
+    problem, candidate = _inputs(args, backend)  # usage errors first, before any worker starts
     started = time.monotonic()
     try:
-        with WorkerPool(build_workers=1, light=True) as pool, Verifier(cfg, pool=pool) as verifier:
-            if candidate.source and pch_pending(backend, verifier.pool.build_cache, candidate.source):
-                log.info("kforge: %s", PCH_NOTICE)
-            # One verification needs one build worker and a device worker: start both now, side by side,
-            # instead of the device's after the build (each imports torch and its compiler stack).
-            booting = verifier.start_workers(backend)
+        with WorkerPool(build_workers=1, light=True, resident=args.resident or 0.0) as pool, \
+                Verifier(verify_config(args), pool=pool) as verifier:
+            # The device worker first: it imports torch (seconds), and everything below (the static checks, the
+            # build, or knowing it is not needed) happens while it does.
+            booting = [verifier.start_workers(backend, build=False)]
+            if not args.json:
+                log.info("verifying %s (%s size) on %s ...", problem.key, problem.size, backend.describe())
+            if not verifier.build_known(problem, candidate, backend):  # a program built before needs no build worker
+                booting.append(verifier.start_workers(backend, devices=False))
+                _pch_notice(backend, pool, candidate)
             verdict = verifier.verify(problem, candidate, backend)
-            booting.join()
+            for thread in booting:
+                thread.join()
     except BackendUnavailable as exc:
         raise UsageError(str(exc)) from None
     if args.json:
@@ -55,20 +72,46 @@ def cmd_verify(args: argparse.Namespace) -> int:
     else:
         print(verdict.summary())
     if args.verbose:
-        print(_where_the_time_went(verifier, verdict, time.monotonic() - started), file=sys.stderr)
+        print(_where_the_time_went(verifier, verdict, time.monotonic() - started, age), file=sys.stderr)
     return 0
 
 
-def _where_the_time_went(verifier, verdict, total: float) -> str:
-    """One verification's wall time by step: worker start-up, waiting, build, run phases."""
-    lines = [f"where the {total:.1f} s went:"]
+def _inputs(args: argparse.Namespace, backend):
+    from ..problems import default_size
+    problem = resolve_problem(args.problem, size=args.size or default_size(backend.device),
+                              overrides=parse_set(args.set))
+    return problem, read_candidate_file(args.candidate)
+
+
+def _pch_notice(backend, pool, candidate) -> None:
+    from ..job.firstrun import PCH_NOTICE, pch_pending
+    if candidate.source and pch_pending(backend, pool.build_cache, candidate.source):
+        log.info("kforge: %s", PCH_NOTICE)
+
+
+def _process_age() -> float | None:
+    """Seconds since this process started (Linux), so `-v` can say what Python and kforge's imports took."""
+    try:
+        ticks = int(open("/proc/self/stat").read().rsplit(")", 1)[1].split()[19])
+        uptime = float(open("/proc/uptime").read().split()[0])
+        return uptime - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _where_the_time_went(verifier, verdict, total: float, age: float | None = None) -> str:
+    """One verification's wall time by step: start-up, worker start-up, waiting, build, run phases."""
+    lines = [f"where the {total:.1f} s went" + (f" (and {age:.2f} s of Python and kforge's imports before):"
+                                                  if age is not None else ":")]
     for kind, t in sorted(verifier.pool.time_s.items()):
         lines.append(f"  worker {kind:8} started in {t['start']:.2f} s, requests waited {t['wait']:.2f} s, "
                      f"served in {t['serve']:.2f} s")
     lines.append("  verifier: " + ", ".join(f"{k} {v:.2f} s" for k, v in verifier.time_s.items()))
     if verdict.build:
-        lines.append(f"  build: {verdict.build.get('seconds', 0):.2f} s (built {len(verdict.build.get('built', []))}, "
-                     f"cached {len(verdict.build.get('cached', []))})")
+        b = verdict.build
+        how = "remembered: built cleanly before, no build worker" if b.get("remembered") else \
+            f"built {len(b.get('built', []))}, cached {len(b.get('cached', []))}"
+        lines.append(f"  build: {b.get('seconds', 0):.2f} s ({how})")
     if verdict.phases:
         lines.append("  run: " + ", ".join(f"{k} {v:.2f} s" for k, v in verdict.phases.items()))
     return "\n".join(lines)

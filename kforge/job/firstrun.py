@@ -52,10 +52,9 @@ def pch_pending(backend, build_cache: str | os.PathLike, source: str | None = No
     torch, this compiler and the flags the build will likely use (`expected_cflags`)."""
     if backend.name not in COMPILED or not backend.options.get("pch", True) or not sys.platform.startswith("linux"):
         return False
-    import torch
-
     from ..backends.build import PCH_STAMP, compiler_line, pch_stamp
-    want = pch_stamp(torch.__version__, compiler_line(), expected_cflags(backend, source))
+    from ..sandbox.devices import torch_version  # from torch's package metadata: importing torch costs seconds
+    want = pch_stamp(torch_version() or "", compiler_line(), expected_cflags(backend, source))
     for stamp in (Path(build_cache) / "pch").glob(f"*/{PCH_STAMP}"):
         try:
             have = json.loads(stamp.read_text())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -26,6 +27,25 @@ def detect_gpus() -> list[int]:
         if all(w.isdigit() for w in wanted):
             indices = [int(w) for w in wanted if int(w) in indices]
     return indices
+
+
+@functools.cache
+def gpu_identities() -> dict[int, str]:
+    """nvidia-smi's index -> ``UUID|driver version`` of each GPU (what identifies a device without touching it)."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return {}
+    try:
+        out = subprocess.run([smi, "--query-gpu=index,uuid,driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    found = {}
+    for line in out.stdout.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 3 and parts[0].isdigit() and parts[1].startswith("GPU-"):
+            found[int(parts[0])] = f"{parts[1]}|{parts[2]}"
+    return found
 
 
 def mps_control_pipe() -> str | None:

@@ -22,6 +22,8 @@ from typing import Any, Protocol
 from ..backends import WorkerContext, from_spec
 from ..backends.clocks import l2_flush_bytes
 from ..precision import get_precision
+from .budget import BudgetSpent
+from .progress import candidate_code
 from .protocol import ProgramRequest
 from .writeguard import WriteGuard, install_write_guard
 
@@ -184,10 +186,7 @@ class Harness:
             with torch.device(self.device):
                 self.init_inputs = [self.cast(x) for x in self.ref_mod.get_init_inputs()]
             step = "Model(*get_init_inputs())"
-            self.ref_model = self._construct(self.ref_mod.Model)
-            # The kforge rules' reference at a reduced precision: the same rounded weights, held in float32.
-            self.ref_exact = (self._construct(self.ref_mod.Model).to(dtype=torch.float32)
-                              if self.precision.reduced and hasattr(self.ref_model, "to") else self.ref_model)
+            self.build_references()
             step = "get_inputs()"
             self.inputs(self.draw())  # before any candidate code: a failure here is the problem's alone
         except Exception as exc:  # noqa: BLE001
@@ -210,6 +209,13 @@ class Harness:
         return model.to(self.device, dtype=self.storage) if self.precision.reduced or self.cast_all \
             else model.to(self.device)
 
+    def build_references(self) -> None:
+        """The reference model in the precision (``ref_model``) and the kforge rules' one (``ref_exact``): at a
+        reduced precision the same rounded weights held in float32, else the same model."""
+        self.ref_model = self._construct(self.ref_mod.Model)
+        self.ref_exact = (self._construct(self.ref_mod.Model).to(dtype=self.torch.float32)
+                          if self.precision.reduced and hasattr(self.ref_model, "to") else self.ref_model)
+
     def cast(self, x: Any) -> Any:
         """An input as the precision has it: floating tensors in its dtype (every tensor, under KernelBench's
         rules, which cast integer and boolean inputs too)."""
@@ -228,7 +234,9 @@ class Harness:
     def _clone(self, inputs: list[Any]) -> list[Any]:
         return [x.clone() if isinstance(x, self.torch.Tensor) else x for x in inputs]
 
-    def _fail_exception(self, exc: BaseException, where: str) -> HarnessVerdict:
+    def _fail_exception(self, exc: BaseException, where: str) -> HarnessVerdict | BudgetSpent:
+        if isinstance(exc, BudgetSpent):  # the harness's own phase ran out of time, not the candidate's failure
+            return exc
         from ..backends.build import CompilationError
         refused = self.writes.finding() if self.writes is not None else None
         if refused:  # the candidate failed because it was refused a write: that write is the verdict
@@ -260,8 +268,9 @@ class Harness:
             mod = import_candidate()
         except BaseException as exc:  # noqa: BLE001 - SystemExit from a candidate is its error too
             raise self._fail_exception(exc, "while importing the candidate") from None
-        if not hasattr(mod, "ModelNew"):
-            raise HarnessVerdict("generation_failure", "the program defines no `ModelNew`")
+        if not hasattr(mod, "ModelNew"):  # as KernelBench reads it: whatever the executed program bound to the name
+            raise HarnessVerdict("generation_failure", "the program, once executed, binds no `ModelNew`")
+        self.model_new = mod.ModelNew  # what the program bound to the name: a stateful problem's trials build it again
         try:
             model = self._construct(mod.ModelNew)
         except BaseException as exc:  # noqa: BLE001
@@ -304,8 +313,9 @@ class Harness:
 
     def _call(self, model, inputs, where: str):
         try:
-            out = model(*inputs)
-            self.clock.sync()
+            with candidate_code():
+                out = model(*inputs)
+                self.clock.sync()
             return out
         except BaseException as exc:  # noqa: BLE001
             raise self._fail_exception(exc, where) from None

@@ -30,12 +30,17 @@ from typing import Any, Iterator
 from .. import cache_dir
 from ..backends import BackendSpec
 from ..errors import KforgeError
-from . import dispatch
+from . import dispatch, resident
 from .ceilings import CeilingCache
+from .devices import DeviceCache, slot_key
 from .env import scrubbed_env
 from .gpus import detect_gpus, mps_control_pipe
 from .protocol import CeilingsRequest, DeviceInfo, ProbeRequest, Reply, Request
 from .zygote import LIGHT_LEVEL, PRELOAD_ENV, SPARE_ENV
+
+
+ZYGOTE = [sys.executable, "-m", "kforge.sandbox.zygote"]
+"""The command that starts a worker process."""
 
 
 class WorkerLost(KforgeError, RuntimeError):
@@ -52,17 +57,30 @@ class WorkerProcess:
         self.label = label
         self.log_path = root / f"{label}.log"
         self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "kforge.sandbox.zygote"], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen(ZYGOTE, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self._log, env=env, cwd=str(root),
                                      start_new_session=True)
         self._buf = b""
         self.kind = ""
-        ready = self._read_line(start_timeout)
+        self._handshake(start_timeout)
+
+    def _handshake(self, timeout: float) -> None:
+        """Read the worker's first line, which says it is ready and what it preloaded."""
+        ready = self._read_line(timeout)
         hello = json.loads(ready) if ready else {}
         if not hello.get("ready"):
             self.close()
-            raise WorkerLost(f"worker {label} did not start: {self.log_tail()}")
+            raise WorkerLost(f"worker {self.label} did not start: {self.log_tail()}")
         self.preload: list[str] = hello.get("preload", [])  # modules its children start with
+        self.pid: int | None = hello.get("pid")
+        """The worker's process (a resident worker outlives the pool that started it)."""
+
+    def _fd(self) -> int:
+        return self.proc.stdout.fileno()
+
+    def _send(self, data: bytes) -> None:
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
 
     def log_tail(self, n: int = 3000) -> str:
         try:
@@ -71,7 +89,7 @@ class WorkerProcess:
             return ""
 
     def _read_line(self, timeout: float) -> str | None:
-        fd = self.proc.stdout.fileno()
+        fd = self._fd()
         deadline = time.monotonic() + timeout
         while b"\n" not in self._buf:
             left = deadline - time.monotonic()
@@ -83,15 +101,14 @@ class WorkerProcess:
                 if not data:
                     return None
                 self._buf += data
-            elif self.proc.poll() is not None:
+            elif not self.alive():
                 return None
         line, self._buf = self._buf.split(b"\n", 1)
         return line.decode()
 
     def request(self, payload: dict[str, Any], timeout: float) -> dict[str, Any]:
         try:
-            self.proc.stdin.write((json.dumps(payload) + "\n").encode())
-            self.proc.stdin.flush()
+            self._send((json.dumps(payload) + "\n").encode())
         except (BrokenPipeError, OSError):
             raise WorkerLost(f"worker {self.label} is gone: {self.log_tail()}") from None
         # The zygote enforces the timeout itself; the margin covers killing and reaping.
@@ -118,12 +135,35 @@ class WorkerProcess:
         self._log.close()
 
 
+class ResidentWorker(WorkerProcess):
+    """The pool's handle on a resident worker (`kforge.sandbox.resident`): the same line protocol over a Unix socket;
+    closing it leaves the worker running for the next pool."""
+
+    def __init__(self, label: str, sock, log_path: Path, timeout: float):
+        self.label, self.log_path, self._sock = label, log_path, sock
+        self._buf = b""
+        self.kind = ""
+        self._handshake(timeout)
+
+    def _fd(self) -> int:
+        return self._sock.fileno()
+
+    def _send(self, data: bytes) -> None:
+        self._sock.sendall(data)
+
+    def alive(self) -> bool:
+        return self._sock.fileno() >= 0
+
+    def close(self) -> None:
+        self._sock.close()
+
+
 class WorkerPool:
     """Slots by kind: ``build`` (CPU, no GPU visible), ``cpu`` (runs CPU candidates), ``cuda:N``."""
 
     def __init__(self, *, gpus: list[int] | None = None, build_workers: int | None = None, cpu_workers: int = 1,
                  root: str | os.PathLike | None = None, build_cache: str | os.PathLike | None = None,
-                 keep_workdirs: bool = False, spare: bool = True, light: bool = False):
+                 keep_workdirs: bool = False, spare: bool = True, light: bool = False, resident: float = 0.0):
         cpus = os.cpu_count() or 2
         self.build_workers = build_workers or max(1, min(4, cpus // 4))
         self.cpu_workers = cpu_workers
@@ -139,6 +179,9 @@ class WorkerPool:
         """Workers import torch and its extension builder only, not the compiler stack (dynamo, inductor,
         Triton): they start seconds sooner, and each child imports what it needs. For one verification
         (``kforge verify``); a sweep forks many children and wants them preloaded."""
+        self.resident = resident
+        """Seconds a worker outlives the pool waiting for the next one (`kforge.sandbox.resident`; 0: none does).
+        For one-shot commands: ``kforge verify --resident``."""
         self._lock = threading.Lock()
         self._returned = threading.Condition(self._lock)
         self._free: dict[str, list[tuple[str, WorkerProcess | None]]] = {}
@@ -215,7 +258,11 @@ class WorkerPool:
     def _spawn(self, kind: str, label: str) -> WorkerProcess:
         started = time.monotonic()
         env = dict(self._env(kind), **dispatch.to_env(dispatch.registered()))  # the request kinds known by now
-        z = WorkerProcess(label, env, self.root)
+        z = None
+        if self.resident > 0:
+            z = resident.connect(ZYGOTE, label, env, self.resident, 300.0,
+                                 lambda sock, log, t: ResidentWorker(label, sock, log, t))
+        z = z or WorkerProcess(label, env, self.root)
         self._add_time(kind, "start", time.monotonic() - started)
         with self._lock:
             self._all.append(z)
@@ -346,13 +393,23 @@ class WorkerPool:
         with self._lock:
             return {z.label: z.preload for z in self._all if z.alive()}
 
+    def known_device_info(self, kind: str) -> DeviceInfo | None:
+        """A slot's device as far as it is known without asking its worker (this pool's probe, or the disk's)."""
+        return self._info.get(kind) or DeviceCache(Path(self.build_cache).parent / "devices.json").get(slot_key(kind))
+
     def device_info(self, kind: str, backend_spec: BackendSpec) -> DeviceInfo:
-        """Name, capability etc. of a slot's device (probed once in a child, cached)."""
+        """Name, capability etc. of a slot's device: probed once in a child, kept for the pool and on disk
+        (`kforge.sandbox.devices`), so later pools know it without waiting for the slot's worker."""
         with self._once(kind):
             if kind not in self._info:
-                reply = self.request(kind, ProbeRequest(backend=backend_spec), {}, timeout=120)
-                self._info[kind] = reply.result or DeviceInfo(device=kind, error=reply.error or reply.output_tail
-                                                              or "the probe failed")
+                disk, key = DeviceCache(Path(self.build_cache).parent / "devices.json"), slot_key(kind)
+                known = disk.get(key)
+                if known is None:
+                    reply = self.request(kind, ProbeRequest(backend=backend_spec), {}, timeout=120)
+                    known = reply.result or DeviceInfo(device=kind, error=reply.error or reply.output_tail
+                                                       or "the probe failed")
+                    disk.put(key, known)
+                self._info[kind] = known
         return self._info[kind]
 
     def ceilings(self, kind: str, backend_spec: BackendSpec, fresh: bool = False) -> dict[str, Any] | None:

@@ -175,6 +175,16 @@ class Request(Message):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Progress(Message):
+    """What a child reported as it went (`kforge.sandbox.progress`): read when it was stopped at its timeout."""
+
+    in_candidate: bool = False
+    """Candidate code was running when the child last reported (a call its handler marked)."""
+    milestones: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """What the handler had established, by name; the handler's layer reads its own (`RunProgress`, ...)."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Reply(Generic[R]):
     """How a child's work on one request ended, and its result. Made by the pool from the zygote's line."""
 
@@ -194,6 +204,8 @@ class Reply(Generic[R]):
     """The child process that served it."""
     forged: str | None = None
     """Something other than the harness wrote into the reply pipe (`kforge.sandbox.zygote`)."""
+    progress: Progress | None = None
+    """What the child had established when it stopped reporting (`kforge.sandbox.progress`)."""
     error: str | None = None
     """The handler raised (or the worker failed): its traceback's tail."""
     result: R | None = None
@@ -277,5 +289,5 @@ class ProgramRequest(Request):
     """TORCH_CUDA_ARCH_LIST for builds (CUDA only)."""
 
 
-__all__ = ["Ceilings", "CeilingsRequest", "DeviceInfo", "Message", "ProbeRequest", "ProgramRequest",
+__all__ = ["Ceilings", "CeilingsRequest", "DeviceInfo", "Message", "ProbeRequest", "ProgramRequest", "Progress",
            "ProtocolError", "Reply", "Request", "decode", "encode"]

@@ -16,11 +16,19 @@ Three states matter:
 
 Numerics flags a candidate loosens (TF32, reduced-precision reductions) are still caught by the
 tripwire; tightening them is harmless and allowed.
+
+Two more of a candidate's settings are kept from its baselines: deterministic algorithms (slower kernels for
+some operators) are switched off around every timed baseline, and torch's configuration modules
+(``torch._inductor.config``, ``torch._dynamo.config``: a candidate tunes its own ``torch.compile`` there) are
+invisible to the compile reference, which is compiled and called in the harness's own context
+(`Settings.isolated`): those modules keep every value in a ``contextvars.ContextVar``, so a context copied before
+any candidate code ran holds the harness's configuration, whatever the candidate sets afterwards.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import contextvars
+from typing import Any, Callable
 
 #: Flags that change the numerics of matrix products and convolutions: (module path, attribute).
 NUMERICS = (("torch.backends.cuda.matmul", "allow_tf32"), ("torch.backends.cudnn", "allow_tf32"),
@@ -55,6 +63,18 @@ class Settings:
         """As PyTorch started (the zygote never changes them): the numerics references are timed with."""
         self.strict: dict[str, Any] = {}
         """The harness's own state once `use_strict` ran: strict numerics, default neutral settings."""
+        self._context = contextvars.copy_context()
+        """The harness's context, copied before any candidate code runs: its library configuration."""
+
+    def isolated(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` called in the harness's own context: torch's configuration modules read their values there, so
+        what a candidate assigned in them (for its own compiled code) does not reach the compile reference.
+        Values a module that was first imported later holds are its defaults, as the harness never sets any."""
+        context = self._context
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return context.run(fn, *args, **kwargs)
+        return call
 
     def read(self) -> dict[str, Any]:
         torch, out = self.torch, {}
@@ -130,6 +150,7 @@ class Swap:
     def __enter__(self) -> "Swap":
         s = self.settings
         self._saved = s.read()
+        self._deterministic = None
         if self.numerics == "kernelbench":
             state = dict(self._saved)
             for path, attr in NUMERICS:
@@ -147,8 +168,26 @@ class Swap:
                 state[key] = s.defaults[key]
             elif self.numerics in ("exact", "tf32"):
                 state[key] = self.numerics == "tf32" and (path, attr) in TF32
+        if self.numerics in ("default", "tf32"):
+            # A timed baseline runs as PyTorch runs by default: a candidate's deterministic mode would slow it down.
+            torch = s.torch
+            if torch.are_deterministic_algorithms_enabled():
+                self._deterministic = torch.is_deterministic_algorithms_warn_only_enabled()
+                _set_deterministic(torch, False, False)
         s.apply(state)
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.settings.apply(self._saved or {})
+        if self._deterministic is not None:
+            _set_deterministic(self.settings.torch, True, self._deterministic)
+
+
+def _set_deterministic(torch, mode: bool, warn_only: bool) -> None:
+    """``torch.use_deterministic_algorithms`` without its import of inductor's config (see the harness's
+    ``_deterministic``): only code compiled later reads inductor's flag."""
+    setter = getattr(torch._C, "_set_deterministic_algorithms", None)
+    if setter is None:
+        torch.use_deterministic_algorithms(mode, warn_only=warn_only)
+    else:
+        setter(mode, warn_only=warn_only)

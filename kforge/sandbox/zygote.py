@@ -35,7 +35,7 @@ import sys
 import time
 import traceback
 
-from . import dispatch
+from . import dispatch, progress, resident
 from .quiet import QUIET_LOCK_ENV, take_quiet_lock
 
 OUTPUT_TAIL = 6000
@@ -119,6 +119,7 @@ def _child(request: dict, wfd: int) -> None:
     """Runs in the forked child; never returns."""
     code = 0
     nonce = request.pop("nonce", None)  # before any candidate code runs: see the module's docstring
+    progress.connect(wfd, nonce)  # progress records go into the same pipe, with the same nonce
     try:
         os.chdir(request["workdir"])
         out = os.open("output.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -343,27 +344,38 @@ def run_forked(request: dict) -> dict:
         reply["signal"] = signal.Signals(os.WTERMSIG(status)).name
     elif status is not None and os.WIFEXITED(status):
         reply["exit_code"] = os.WEXITSTATUS(status)
-    if chunks and not timed_out:
-        reply.update(_answer(b"".join(chunks), nonce))
+    if chunks:  # a child stopped at its timeout still says what it had established (`kforge.sandbox.progress`)
+        reply.update(_answer(b"".join(chunks), nonce, timed_out))
     return reply
 
 
-def _answer(data: bytes, nonce: str) -> dict:
-    """The child's answer, checked: one JSON object carrying ``nonce``, or ``forged`` / ``error``."""
-    text, answers = data.decode("utf-8", "replace").strip(), []
+def _answer(data: bytes, nonce: str, timed_out: bool = False) -> dict:
+    """The child's answer, checked: its progress records and one JSON object, all carrying ``nonce``; or ``forged``
+    / ``error``. A child that timed out has no answer, only its progress."""
+    text, objects = data.decode("utf-8", "replace").strip(), []
     decoder, pos = json.JSONDecoder(), 0
     try:
         while pos < len(text):
             obj, end = decoder.raw_decode(text, pos)
-            answers.append(obj)
+            objects.append(obj)
             pos = len(text) - len(text[end:].lstrip())
     except ValueError:
-        if not answers:
-            return {"error": "the worker wrote an unreadable result"}
-        answers.append(None)  # something after an answer that is not one: not the harness's doing
-    if len(answers) == 1 and isinstance(answers[0], dict) and answers[0].pop("nonce", None) == nonce:
-        return answers[0]
-    return {"forged": f"{len(answers)} answer(s) in the reply pipe, not the one the harness writes"}
+        if not objects:
+            return {} if timed_out else {"error": "the worker wrote an unreadable result"}
+        objects.append(None)  # something after an answer that is not one: not the harness's doing
+    records, answers, strangers = [], [], 0
+    for obj in objects:
+        if isinstance(obj, dict) and obj.get("nonce") == nonce:
+            obj.pop("nonce")
+            (records if set(obj) == {"progress"} and isinstance(obj["progress"], dict) else answers).append(obj)
+        else:
+            strangers += 1
+    out: dict = {"progress": progress.merge([r["progress"] for r in records])} if records else {}
+    if strangers or len(answers) > 1:
+        out["forged"] = f"{len(answers) + strangers} answer(s) in the reply pipe, not the one the harness writes"
+    elif answers and not timed_out:  # none: the child died or was stopped before answering (its status says which)
+        out.update(answers[0])
+    return out
 
 
 def main() -> None:
@@ -382,8 +394,17 @@ def main() -> None:
     if _keeps_spare():
         os.environ[QUIET_LOCK_ENV] = os.path.abspath(f".quiet-{os.getpid()}.lock")
         _spare = _Child(warm=True)  # the first request finds its context made
-    proto.write(json.dumps({"ready": True, "pid": os.getpid(), "preload": list(PRELOAD_LEVELS[level])}) + "\n")
-    for line in sys.stdin:
+    hello = json.dumps({"ready": True, "pid": os.getpid(), "preload": list(PRELOAD_LEVELS[level])}) + "\n"
+    if os.environ.get(resident.SOCKET_ENV):  # a resident worker: pools connect to it (`kforge.sandbox.resident`)
+        resident.serve(os.environ[resident.SOCKET_ENV], float(os.environ.get(resident.IDLE_ENV, "600")), hello, _serve)
+        return
+    proto.write(hello)
+    _serve(sys.stdin, proto)
+
+
+def _serve(lines, out) -> None:
+    """One request per line in, one reply per line out, until the caller closes its end."""
+    for line in lines:
         line = line.strip()
         if not line:
             continue
@@ -392,7 +413,8 @@ def main() -> None:
             reply = run_forked(request)
         except Exception:  # noqa: BLE001 - keep serving
             reply = {"error": traceback.format_exc()[-OUTPUT_TAIL:]}
-        proto.write(json.dumps(reply, default=str) + "\n")
+        out.write(json.dumps(reply, default=str) + "\n")
+        out.flush()
 
 
 if __name__ == "__main__":

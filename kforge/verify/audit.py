@@ -11,6 +11,9 @@ its result can be cached from there). It answers:
   value below zero is all zeros on most draws and not on others, and was not flagged while the audit asked
   for every draw to be constant. Tables list such problems apart.
 * ``launch_bound``: the reference runs under 20 microseconds.
+* ``stateful``: the reference's forward reassigns a module attribute (a hidden state it keeps between calls:
+  `kforge.verify.stateful`). The draws above then run on fresh reference instances, one call each, so the state
+  is not mistaken for randomness or a constant.
 * memory: bytes of one input set, of the outputs, of parameters, and the peak of one forward.
 * FLOPs (``torch.utils.flop_counter``; matrix products and convolutions only) and the fewest bytes a
   forward moves (inputs and parameters read once, outputs written once), for problems that declare none.
@@ -25,11 +28,12 @@ from pathlib import Path
 
 from .compare import Mismatch, as_outputs, compare_tensor, is_constant
 from .protocol import ProblemAudit
+from .stateful import STATEFUL, held_tensors, reassigned
 
 LAUNCH_BOUND_MS = 0.02
 DRAWS = 5
 """Input draws the degenerate test runs the reference on."""
-VERSION = 2
+VERSION = 3
 """Of the audit's answers: an audit cached by an older version is run again."""
 
 
@@ -76,8 +80,12 @@ def run(h) -> ProblemAudit:
     tolerance = lambda dt: h.cfg.tolerance(dt, h.problem.tolerance)  # noqa: E731
     cuda = h.device.type == "cuda"
 
+    state: list[str] = []
+
     def forward(inputs):
-        out = [o.clone() if isinstance(o, torch.Tensor) else o for o in as_outputs(model(*inputs))]
+        # A stateful reference answers from its history: each draw then gets a fresh instance, called once.
+        m = h._construct(h.ref_mod.Model) if state else model
+        out = [o.clone() if isinstance(o, torch.Tensor) else o for o in as_outputs(m(*inputs))]
         h.clock.sync()
         return out
 
@@ -89,8 +97,13 @@ def run(h) -> ProblemAudit:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
             base = torch.cuda.memory_allocated()
+        held = held_tensors(torch, model)
         first = forward([x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
         peak = (torch.cuda.max_memory_allocated() - base) if cuda else None
+        state[:] = reassigned(held, held_tensors(torch, model))
+        del held
+        if state:
+            flags.append(STATEFUL)
         second = forward([x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
         stochastic = not _same(torch, second, first, tolerance)
         del second
@@ -122,6 +135,6 @@ def run(h) -> ProblemAudit:
         except Exception:  # noqa: BLE001 - an operator the counter cannot trace: no FLOPs, still bytes
             pass
     in_bytes, out_bytes, param_bytes = _nbytes(torch, inputs), _nbytes(torch, first), _nbytes(torch, params)
-    return ProblemAudit(flags=flags, constant_draws=[constant, DRAWS], ref_ms=round(ref_ms, 6), flops=flops,
+    return ProblemAudit(flags=flags, state=state, constant_draws=[constant, DRAWS], ref_ms=round(ref_ms, 6), flops=flops,
                         bytes=float(in_bytes + param_bytes + out_bytes), out_bytes=float(out_bytes),
                         input_bytes=in_bytes, param_bytes=param_bytes, peak_bytes=peak, device=h.device_name())

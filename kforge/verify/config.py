@@ -58,6 +58,10 @@ class TimingConfig(StrictConfig):
     """Stop once every program's median has this relative standard error or less."""
     budget_s: float = 10.0
     """Stop after this many seconds of timing even if the medians are not that stable."""
+    limit_s: float = 60.0
+    """The whole timing phase (warm-up, compiling the compile reference, rounds) stops here whatever the round count,
+    and its spread is reported; less where the run's ``timeout_s`` leaves less (kforge's own time, never the
+    candidate's timeout)."""
     input_sets: int = 3
     """Input sets rotated between rounds, so no cache carries one round's data into the next."""
     recheck_every: int = 4
@@ -78,7 +82,9 @@ class VerifyConfig(StrictConfig):
     rtol: float | None = None
     """Relative tolerance override (None: the dtype default, or the problem's own)."""
     timeout_s: float = 300.0
-    """Wall-clock limit for the run phase (loading, correctness, timing); the process group is killed."""
+    """Wall-clock limit for the run phase (loading, correctness, timing); the process group is killed. kforge's own
+    phases keep within it (``timing.limit_s``, ``attribution_budget_s``); a run stopped in them after its correctness
+    trials passed is judged from what it established, not charged with a timeout."""
     build_timeout_s: float = 900.0
     """Wall-clock limit for the build phase (compiling the candidate's extensions)."""
     compile_ref: bool = True
@@ -103,6 +109,9 @@ class VerifyConfig(StrictConfig):
     attribution: bool = True
     """Measure what ran in the candidate's forward (one profiled and one traced correctness trial) and judge by
     it: its own kernels ran, an output derives from them, it does not re-run the reference in PyTorch."""
+    attribution_budget_s: float = 60.0
+    """Seconds the measured trials (profile, dataflow, the reference's dead code) may take together; when spent the
+    work is judged from what was measured, with a note (less where the run's ``timeout_s`` leaves less)."""
     min_kernel_share: float = 0.0
     """Also demand this share of the forward's device time in the candidate's own kernels (0: off, and 0.9 under
     the ``strict`` rules; the ``verify=strict`` preset asks for 0.9). Library calls (cuBLAS, cuDNN) count against

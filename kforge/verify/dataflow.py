@@ -38,6 +38,8 @@ from typing import Any, Callable, Hashable, Sequence
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from .deadcode import Signer
+
 #: Operator namespaces that are PyTorch's own; an operator from any other was registered by the candidate.
 TORCH_NAMESPACES = frozenset({"aten", "prims", "prim", "_c10d_functional", "c10d", "profiler", "_ops", "quantized",
                               "rngprims", "higher_order", "inductor", "_dynamo", "debugprims", "mkldnn", "_quantized"})
@@ -93,6 +95,9 @@ class Dataflow(TorchDispatchMode):
         """Digests of host memory written from such derived memory, for tensors copied from it."""
         self.escaped = False
         """Whether some write went where nothing follows it (an OpenCL image, say): then no output is judged."""
+        self.results = Signer(torch)
+        """Signatures of what the candidate's kernels wrote or returned (`kforge.verify.deadcode`): a result no output
+        derives from is compared with what the reference itself discards."""
 
     # -- fingerprints -----------------------------------------------------------------------------
     def fingerprint(self, t) -> tuple[int, ...]:
@@ -210,22 +215,32 @@ class Dataflow(TorchDispatchMode):
         with _disable_current_modes():
             self.sync()
             for k, (t, fp) in list(before.items()) + list(pointees.items()):
-                self._after_kernel(k, self.fingerprint(t) != inside.get(k, fp))
+                now = self.fingerprint(t)
+                self._after_kernel(k, now != inside.get(k, fp))
+                self._result(k, t, now != fp)
             for t in self._tensors(out):
                 k = _key(t)
                 self._remember(t)
                 if k in inside:  # a PyTorch operator inside produced it: keep what it derived from...
                     self._after_kernel(k, self.fingerprint(t) != inside[k])  # ...unless a kernel wrote it after
+                    self._result(k, t, True)
                 elif k in before:  # an argument handed back
                     self._after_kernel(k, self.fingerprint(t) != before[k][1])
                 else:  # memory no operator we saw produced: the candidate's own
                     self.derived[k] = True
+                    self._result(k, t, True)
             for m, fp in buffers:
                 if m.fingerprint() != fp:
                     self.opaque[m.key] = True
                     if getattr(m, "host", None) is not None:  # over host memory: it holds what the kernel wrote
                         self._set_host(m.host, True)
         return out
+
+    def _result(self, k: tuple[str, int], t, changed: bool) -> None:
+        """A value the candidate's call left (memory it changed, or handed back new) that derives from its kernels
+        (their own writes, or, as under Triton's interpreter, PyTorch operators copying them in): its signature."""
+        if changed and self.derived.get(k, False):
+            self.results.add(t)
 
     # -- memory outside PyTorch (OpenCL buffers) ------------------------------------------------------
     def library_call(self, run: Callable[[], Any], memories: Sequence[Any]) -> Any:

@@ -51,7 +51,9 @@ class ProblemAudit(Message):
     """The problem on its own on one device (`kforge.verify.audit`); cached on disk per problem and device."""
 
     flags: list[str]
-    """``stochastic``, ``degenerate``, ``launch_bound``."""
+    """``stochastic``, ``degenerate``, ``launch_bound``, ``stateful``."""
+    state: list[str] = field(default_factory=list)
+    """The module attributes the reference's forward reassigns (a ``stateful`` problem's state)."""
     constant_draws: list[int] = field(default_factory=list)
     """Of the draws made to test for a degenerate problem: how many gave a constant output, and of how many."""
     ref_ms: float = 0.0
@@ -141,6 +143,23 @@ class RunResult(Message):
     def __post_init__(self) -> None:
         if self.state not in STATES and self.state != PROBLEM_ERROR:
             raise ValueError(f"state must be one of {', '.join(STATES)} or {PROBLEM_ERROR}, not {self.state!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunProgress(Message):
+    """What a run had established when it last reported (the ``run`` milestone, `kforge.sandbox.progress`): read
+    when it was stopped at its time limit in kforge's own measuring, after its correctness trials passed."""
+
+    trials: int = 0
+    """Correctness trials the candidate had passed."""
+    audit: ProblemAudit | None = None
+    notes: list[str] = field(default_factory=list)
+    runtime: TimingStats | None = None
+    ref: TimingStats | None = None
+    compile_ref: TimingStats | None = None
+    ref_strict: TimingStats | None = None
+    mismatch: dict[str, Outcome] = field(default_factory=dict)
+    """Numerics views (`kforge.verify.numerics`) whose outputs had failed by then, with their first mismatch."""
 
 
 @dataclass(frozen=True, kw_only=True)

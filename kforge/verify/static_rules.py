@@ -18,6 +18,7 @@ from ..sandbox.settings import ASSIGNABLE
 from .findings import Finding, rule
 from .static_ast import aliases_of as _aliases, dotted as _dotted, functions as _functions, imports as _imports, \
     line_of as _line, literal, strings as _strings
+from .static_model import model_classes, model_methods
 
 # Modules whose attributes a candidate must never assign (timers, the harness, torch itself).
 PROTECTED = {"torch", "time", "kforge", "triton", "numpy", "builtins", "sys", "os", "gc", "math", "importlib",
@@ -116,6 +117,18 @@ def _kernel_names(tree: ast.Module, aliases: dict[str, str]) -> set[str]:
     return kernels
 
 
+# Library configuration modules: what a program assigns there configures the library for its own code (its own
+# torch.compile: `torch._inductor.config.coordinate_descent_tuning = True`); the compile reference is compiled and
+# run with the harness's configuration (`kforge.sandbox.settings.Settings.isolated`), so it cannot reach a baseline.
+CONFIG_MODULES = ("torch._inductor.config", "torch._dynamo.config", "torch._functorch.config", "torch.compiler.config",
+                  "torch.fx.experimental._config", "torch._export.config")
+
+
+def library_config(owner: str | None) -> bool:
+    """Whether ``owner`` (a dotted name) is a library configuration module or a section of one."""
+    return bool(owner) and any(owner == m or owner.startswith(m + ".") for m in CONFIG_MODULES)
+
+
 _NOT_TORCH = ("math", "numpy", "triton", "builtins", "cutlass", "tilelang")  # the kernel DSLs' math is the kernel's
 
 
@@ -207,11 +220,14 @@ def _monkey_patch(tree: ast.Module, source: str, backend: Backend, problem: Prob
         for t in targets:
             if isinstance(t, ast.Attribute) and _dotted(t, aliases) in ASSIGNABLE:
                 continue  # speed settings are allowed; numerics flags are judged at run time (tripwire)
+            if isinstance(t, ast.Attribute) and library_config(_dotted(t.value, aliases)):
+                continue  # the library's configuration, for the candidate's own compiled code (CONFIG_MODULES)
             if isinstance(t, ast.Attribute) and protected(_dotted(t.value, aliases)):
                 if _backend_flag(t, node, aliases):  # e.g. cudnn.fastest = True: a flag torch does not read
-                    out.append(Finding("monkey_patch", f"sets {_dotted(t, aliases)} to a constant: not a setting "
-                                       "PyTorch reads, so it changes nothing (numerics flags are checked at run "
-                                       "time)", _line(node), severity="warn"))
+                    out.append(Finding("monkey_patch", f"sets {_dotted(t, aliases)} to a constant: a library setting "
+                                       "(or one no PyTorch release reads); the references run with the harness's "
+                                       "own settings, and numerics flags are checked at run time", _line(node),
+                                       severity="warn"))
                     continue
                 out.append(Finding("monkey_patch", f"assigns {_dotted(t, aliases)}: patching torch, timers or the "
                                    "harness is not allowed", _line(node)))
@@ -311,8 +327,9 @@ def _kernel_not_called(tree: ast.Module, source: str, backend: Backend, problem:
     if not kernels:
         return []
     funcs = {f.name: f for f in _functions(tree)}
-    model = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ModelNew"), None)
-    start = [f for f in (model.body if model else []) if isinstance(f, ast.FunctionDef) and f.name == "forward"]
+    if not model_classes(tree):
+        return []  # ModelNew names a class the source does not define (an import, type()): the run measures it
+    start = model_methods(tree, "forward")  # ModelNew's forward, however the program binds ModelNew
     seen, todo = set(), list(start)
     while todo:
         fn = todo.pop()

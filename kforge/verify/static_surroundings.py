@@ -17,6 +17,7 @@ import re
 
 from ..backends import Backend
 from ..problems import Problem
+from ..sandbox.env import is_secret
 from .findings import Finding, rule
 from .static_ast import aliases_of, dotted, imports, line_of, literal, strings
 from .static_rules import SETTINGS_ENV
@@ -44,6 +45,12 @@ RAW_MEMORY = {"from_address", "from_buffer", "from_buffer_copy", "in_dll"}
 # Looking at the machine around the candidate: directory listings and what files say.
 SURROUNDINGS = {"os.listdir", "os.walk", "os.scandir", "os.environb", "glob.glob", "glob.iglob"}
 ENVIRONMENT = {"os.environ", "os.getenv", "os.putenv", "os.unsetenv"}
+# Variables that tell a grader's process apart (kforge's own, a test runner's, a CI's, those kforge's GPU workers
+# set): reading one is how a program would behave differently when graded. Reading any other variable by name
+# (TORCH_EXTENSIONS_VERBOSE for load_inline's verbosity, DEBUG, a kernel's own tuning knob) changes what the
+# program does for everyone alike, so it is allowed; credentials are denied too (they are not there to read).
+GRADER_ENV = re.compile(r"KFORGE|PYTEST|KERNELBENCH|GRADER|^CI$|^GITHUB_|^BUILDKITE|^JENKINS|^GITLAB_CI|"
+                        r"^PYTORCH_NVML_BASED_CUDA_CHECK$", re.I)
 CPP_ENV = re.compile(r"\bgetenv\s*\(|\benviron\b")
 # Raw descriptor writes and abrupt exits: the worker's reply pipe is a descriptor of the candidate's process.
 OS_DESCRIPTORS = {"write", "writev", "pwrite", "pwritev", "fdopen", "dup", "dup2", "_exit", "sendfile"}
@@ -120,25 +127,44 @@ def _introspection(tree: ast.Module, source: str, backend: Backend, problem: Pro
     return out
 
 
-def _env_keys(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> list | None:
-    """The variable names one use of ``os.environ``/``os.getenv`` touches, if they are literals; else None."""
+def _env_keys(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> tuple[list | None, bool]:
+    """The variable names one use of ``os.environ``/``os.getenv`` touches (None unless they are literals), and
+    whether it only reads them."""
     parent = parents.get(node)
     if isinstance(parent, ast.Subscript) and parent.value is node:  # os.environ["X"], read or written
-        return [literal(parent.slice)]
+        return [literal(parent.slice)], isinstance(parent.ctx, ast.Load)
     if isinstance(parent, ast.Call) and parent.func is node:  # os.getenv("X"), os.putenv("X", v)
-        return [literal(parent.args[0])] if parent.args else None
+        name = (dotted(node, {}) or "").rsplit(".", 1)[-1]
+        return ([literal(parent.args[0])] if parent.args else None), name in ("getenv", "os.getenv")
     if isinstance(parent, ast.Attribute) and isinstance(call := parents.get(parent), ast.Call) and call.func is parent:
         if parent.attr == "update":  # os.environ.update({"X": v}) or update(X=v)
             keys = [k.arg for k in call.keywords]
             for arg in call.args:
                 if not isinstance(arg, ast.Dict):
-                    return None
+                    return None, False
                 keys += [literal(k) for k in arg.keys]
-            return keys
-        return [literal(call.args[0])] if call.args else None  # .get("X"), .setdefault("X", v), .pop("X")
+            return keys, False
+        # .get("X") reads; .setdefault("X", v) and .pop("X") write
+        return ([literal(call.args[0])] if call.args else None), parent.attr == "get"
     if isinstance(parent, ast.Compare) and node in parent.comparators:  # "X" in os.environ
-        return [literal(parent.left)]
-    return None
+        return [literal(parent.left)], True
+    return None, False
+
+
+def _env_denied(d: str, keys: list | None, reads: bool) -> str | None:
+    """Why a use of the environment is denied (None: it is fine). Writes are held to the build and neutral
+    runtime settings (they can reach the reference's process-wide state); reads to any literal name that is no
+    grader's signature and no credential (`GRADER_ENV`). A computed name, or the whole environment, is denied."""
+    if keys is None or any(not isinstance(k, str) for k in keys):
+        return (f"uses {d} by a computed name, or all of it: a candidate must not look at its surroundings (reading "
+                "a build or logging setting by its name is allowed)")
+    if reads:
+        bad = [k for k in keys if GRADER_ENV.search(k) or is_secret(k)]
+        return (f"reads {d} ({', '.join(bad)}): a variable that tells the grader apart, or a credential (reading a "
+                "build or logging setting by its name is allowed)") if bad else None
+    bad = [k for k in keys if k not in SETTINGS_ENV]
+    return (f"writes {d} ({', '.join(bad)}): only build settings and neutral runtime ones may be set "
+            "(TORCH_CUDA_ARCH_LIST, MAX_JOBS, CUDA_MODULE_LOADING, ...)") if bad else None
 
 
 def _open_mode(call: ast.Call) -> str | None:
@@ -158,12 +184,8 @@ def _environment(tree: ast.Module, source: str, backend: Backend, problem: Probl
     for node in ast.walk(tree):
         d = dotted(node, aliases) if isinstance(node, (ast.Attribute, ast.Name)) else None
         if d in ENVIRONMENT:
-            keys = _env_keys(node, parents)
-            if keys is None or any(k not in SETTINGS_ENV for k in keys):
-                named = f" ({', '.join(map(str, keys))})" if keys else ""
-                out.append(Finding("environment", f"reads {d}{named}: a candidate must not look at its surroundings "
-                                   "(build settings and neutral runtime ones excepted: TORCH_CUDA_ARCH_LIST, "
-                                   "MAX_JOBS, CUDA_MODULE_LOADING, ...)", line_of(node)))
+            if why := _env_denied(d, *_env_keys(node, parents)):
+                out.append(Finding("environment", why, line_of(node)))
         elif d in SURROUNDINGS:
             out.append(Finding("environment", f"reads {d}: a candidate must not look at its surroundings",
                                line_of(node)))

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import contextlib
 
+from ..sandbox.budget import BudgetSpent
 from ..sandbox.harness import Harness, HarnessVerdict, first_line, tail
+from ..sandbox.progress import candidate_code
 from ..sandbox.protocol import ProgramRequest
 from .attribution import CANDIDATE, REFERENCE, attribute, replayed
 from .compare import as_outputs
@@ -28,13 +30,14 @@ from .config import VerifyConfig
 from .numerics import NumericsChecks, Refs
 from .variants import VariantChecks
 from .protocol import WorkFacet
+from .stateful import FreshModels
 from .verdict import Attribution, Work
 
 MEASURED_TRIALS = 2
 """Correctness trials that also measure (one profiled, one traced); more run when fewer are asked for."""
 
 
-class Trials(NumericsChecks, VariantChecks, Harness):
+class Trials(NumericsChecks, VariantChecks, FreshModels, Harness):
     """The correctness part of a verification run (`kforge.verify.worker` adds timing)."""
 
     WATCHED = Harness.WATCHED + tuple(("kforge.verify.compare", f) for f in
@@ -55,6 +58,8 @@ class Trials(NumericsChecks, VariantChecks, Harness):
         """The compiler's log of an extension whose failed build the candidate caught."""
         self.audit = None
         """The problem's audit (`kforge.verify.protocol.ProblemAudit`), once the run has it."""
+        self._mirrored: str | None = None
+        """What the candidate's discarded kernel results mirror of the reference's own dead code (`deadcode`)."""
 
     # -- the trials -----------------------------------------------------------------------------------
     def correctness(self, model) -> None:
@@ -78,6 +83,7 @@ class Trials(NumericsChecks, VariantChecks, Harness):
         self.judge()
 
     def trial(self, model, trial: int, mode: str | None = None) -> None:
+        model = self.fresh_for_trial(model, f"trial {trial}")  # a stateful problem's models: fresh, one call each
         seed = self.draw()
         inputs = self.inputs(seed)
         rng_seed = self.draw() if "stochastic" in self.flags else None
@@ -86,7 +92,9 @@ class Trials(NumericsChecks, VariantChecks, Harness):
         # Every other trial poisons it, and those catch outputs left unwritten.
         with self._poisoned_allocations() if mode != "profile" else contextlib.nullcontext():
             cand_in = self._clone(inputs)  # before the reference runs: it may change its inputs
-            kb_in = self._clone(inputs) if mode is None and self.candidate_numerics_differ else None
+            # A stateful model is called once a trial (`stateful`): its kernelbench view reads that one call.
+            kb_in = self._clone(inputs) if mode is None and self.candidate_numerics_differ and not self.stateful \
+                else None
             if mode == "profile":
                 refs, outs = self._profiled(model, inputs, cand_in, rng_seed, where)
             else:
@@ -167,10 +175,10 @@ class Trials(NumericsChecks, VariantChecks, Harness):
         try:
             if rng_seed is not None:
                 self.torch.random.manual_seed(rng_seed)
-            with flow:
+            with flow, candidate_code():
                 out = model(*cand_in)
                 self.clock.sync()
-        except HarnessVerdict:
+        except (HarnessVerdict, BudgetSpent):  # a verdict, or the attribution's budget spent: not the tracing's fault
             raise
         except BaseException as exc:  # noqa: BLE001 - maybe the tracing's fault: judge an untraced call
             self.attribution.notes.append(f"the dataflow could not be traced ({type(exc).__name__}: "
@@ -189,7 +197,17 @@ class Trials(NumericsChecks, VariantChecks, Harness):
         else:
             self._flow = flow.reaches(outs)
             self.attribution.notes.extend(flow.notes)
+            if self._flow is False and not flow.results.overflow:  # a decoy, or the reference's dead code mirrored?
+                self._mirrored = self._dead_code_mirrored(flow.results.read(), seed, rng_seed)
         return outs
+
+    def _dead_code_mirrored(self, results, seed: int, rng_seed: int | None) -> str | None:
+        from .deadcode import mirrored
+        try:
+            return mirrored(self, results, seed, rng_seed)
+        except Exception as exc:  # noqa: BLE001 - not measured: the decoy finding stands
+            self.attribution.notes.append(f"the reference's dead code could not be traced ({first_line(exc)})")
+            return None
 
     # -- whose code did the work ----------------------------------------------------------------------
     def judge(self) -> None:
@@ -217,6 +235,11 @@ class Trials(NumericsChecks, VariantChecks, Harness):
         if ran is False:
             return _work(Work.NONE, "kernel_not_run", "the candidate's own kernels did not run in its forward, so "
                          "PyTorch computed the answer. " + self._who())
+        if a.output_from_kernel is False and self._mirrored:  # no decoy: the reference throws the same value away
+            return _work(Work.NONE, "kernel_result_discarded", "no output derives from what the candidate's kernels "
+                         f"computed ({self._mirrored}), and none of the reference's derives from the same values, "
+                         "which it computes and discards too: no decoy, but PyTorch computed the answer. "
+                         + self._who())
         if a.output_from_kernel is False:
             return _work(Work.BYPASSED, "output_not_from_kernel", "no output derives from what the candidate's "
                          "kernels wrote: PyTorch computed the answer (a kernel on a dummy tensor, a result thrown "

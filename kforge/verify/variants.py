@@ -107,9 +107,7 @@ class VariantChecks:
         torch.random.manual_seed(self.weight_seed)
         with torch.device(self.device):
             self.init_inputs = [self.cast(x) for x in self.ref_mod.get_init_inputs()]
-        self.ref_model = self._construct(self.ref_mod.Model)
-        self.ref_exact = (self._construct(self.ref_mod.Model).to(dtype=torch.float32)
-                          if self.precision.reduced and hasattr(self.ref_model, "to") else self.ref_model)
+        self.build_references()
         inputs = self.inputs(self.draw())
         rng_seed = self.draw() if "stochastic" in self.flags else None
         return inputs, self.reference(self._clone(inputs), rng_seed), rng_seed

@@ -20,13 +20,14 @@ from ..problems import Problem, ProblemError
 from ..sandbox.gpus import arch_of
 from ..sandbox.harness import PROBLEM_ERROR
 from ..sandbox.pool import WorkerLost, WorkerPool
-from ..sandbox.protocol import Reply, Request
+from ..sandbox.protocol import ProtocolError, Reply, Request
+from .build_memo import BuildMemo
 from .compile_ref import CompileRefs, KeptRef
 from .conclude import Facts, Subject, conclude
 from .config import VerifyConfig
 from ..precision import get_precision
-from .protocol import (AuditRequest, BuildRequest, BuildResult, Outcome, ProblemAudit, RunRequest, RunResult,
-                       VariantsRequest, WorkFacet)
+from .protocol import (AuditRequest, BuildRequest, BuildResult, Outcome, ProblemAudit, RunProgress, RunRequest,
+                       RunResult, VariantsRequest, WorkFacet)
 from .roofline import roofline
 from .static import StaticConfig, check
 from .static_rules import own_streams
@@ -62,6 +63,7 @@ class Verifier:
         self._own_pool = pool is None
         self.pool = pool or WorkerPool()
         self.compile_refs = CompileRefs(Path(self.pool.build_cache).parent / "compile_ref")
+        self.build_memo = BuildMemo(Path(self.pool.build_cache).parent / "build_memo")
         self._lock = threading.Lock()
         self.time_s: dict[str, float] = {}
         """Seconds spent, over all calls, in each section of a verification as the caller sees it:
@@ -105,15 +107,31 @@ class Verifier:
         facts = self._facts(problem, candidate, backend, cfg)
         return conclude(facts, cfg, Subject(problem.key, backend.name, candidate.hash, time.monotonic() - start))
 
-    def start_workers(self, *backends: Backend | str) -> threading.Thread:
+    def start_workers(self, *backends: Backend | str, build: bool = True, devices: bool = True) -> threading.Thread:
         """Boot the build workers and every device worker of these backends in the background, all at once;
         the first requests wait for them as they would otherwise, and a device's no longer waits for the
-        build's (each worker imports torch and its compiler stack)."""
-        devices = {k for b in backends for k in self.device_kinds(get_backend(b))}
-        kinds = ["build"] + sorted(devices)
+        build's (each worker imports torch and its compiler stack). ``build=False`` leaves the build workers
+        to start on first use (a verification whose build is remembered needs none: `builds_known`)."""
+        found = {k for b in backends for k in self.device_kinds(get_backend(b))} if devices else set()
+        kinds = (["build"] if build else []) + sorted(found)
         thread = threading.Thread(target=self.pool.start, args=(kinds,), daemon=True, name="kforge-boot")
         thread.start()
         return thread
+
+    def build_known(self, problem: Problem, candidate: Candidate, backend: Backend | str) -> bool:
+        """Whether verifying this program will skip its build phase (built cleanly before: `BuildMemo`), as far as
+        can be told without waiting for a worker (the device's arch must be known from an earlier probe)."""
+        backend = get_backend(backend)
+        if candidate.source is None:
+            return True
+        kinds = self.device_kinds(backend)
+        infos = [self.pool.known_device_info(k) for k in kinds]
+        if backend.device == "cuda" and not all(infos):
+            return False
+        archs = sorted({arch_of(i.capability) for i in infos if i and i.capability}) if backend.device == "cuda" else []
+        request = BuildRequest(backend=backend.spec(), arch=";".join(archs) or None)
+        files = {"problem.py": problem.source, "candidate.py": candidate.source}
+        return self.build_memo.get(self.build_memo.key(request, files)) is not None
 
     def audit(self, problem: Problem, backend: Backend | str) -> ProblemAudit:
         """The problem's audit on this backend's device (cached on disk per problem, size and device):
@@ -170,7 +188,8 @@ class Verifier:
                                build=info)
         clock("run")
         if reply.result is None:
-            return replace(self._no_result(reply, cfg), build=info)
+            established = self._established(backend, reply, cfg, soft, findings)
+            return replace(established or self._no_result(reply, cfg), build=info)
         facts = self._ran(problem, backend, reply, reply.result, known, ref_key, soft, findings, info, cfg)
         shapes = shape_variants(problem, problem.variants) if cfg.variants else []
         if shapes and facts.facets.outcome == State.CORRECT.value:
@@ -217,7 +236,12 @@ class Verifier:
     def _build(self, request: BuildRequest, files: dict[str, str], evidence: Evidence,
                cfg: VerifyConfig) -> tuple[dict[str, Any], Facts | None]:
         """The build phase in a CPU worker: what it built (with the ``failed_builds`` the run is to fail at
-        once), and the facts when it ends the verification."""
+        once), and the facts when it ends the verification. A program built cleanly before skips it
+        (`kforge.verify.build_memo`)."""
+        key = self.build_memo.key(request, files)
+        if (known := self.build_memo.get(key)) is not None:
+            info = {"built": [], "cached": known.cached, "seconds": 0.0, "remembered": True}
+            return dict(info, failed_builds={}), None
         try:
             reply = self._request_retrying(["build"], request, files, cfg.build_timeout_s)
         except WorkerLost as exc:
@@ -239,7 +263,41 @@ class Verifier:
         if r.compile_error:
             return built, Facts.ended(State.COMPILATION_FAILURE, "the candidate does not build",
                                       evidence=Evidence(compiler_log=r.compile_error), build=info)
+        if not reply.forged and not reply.error:
+            self.build_memo.put(key, r)
         return built, None
+
+    def _established(self, backend: Backend, reply: Reply, cfg: VerifyConfig, soft: list[dict[str, Any]],
+                     findings: list) -> Facts | None:
+        """A run stopped at its time limit in kforge's own measuring (timing, attribution), after its correctness
+        trials passed and not in candidate code: judged from what it had established, never as the candidate's
+        timeout (`kforge.verify.phases`). None when that is not the case."""
+        p = reply.progress
+        if not reply.timed_out or p is None or p.in_candidate or "run" not in p.milestones:
+            return None
+        try:
+            ran = RunProgress.from_wire(p.milestones["run"])
+        except ProtocolError:
+            return None
+        if ran.trials <= 0:
+            return None
+        missing = (["its timings"] if ran.runtime is None else []) + ["whose code did the work"]
+        note = (f"the run reached its time limit ({cfg.timeout_s:g} s) during {reply.phase or 'its measuring'}, "
+                f"kforge's own measuring, after the correctness trials passed: {' and '.join(missing)} "
+                f"{'were' if len(missing) > 1 else 'was'} not measured (verify.timeout_s, verify.timing.limit_s, "
+                "verify.attribution_budget_s)")
+        kforge, kb = ran.mismatch.get("kforge"), ran.mismatch.get("kernelbench")
+        views = {"kb_outcome": (kb.state if kb else State.CORRECT.value), "kb_rule": kb.rule if kb else None,
+                 "kb_message": kb.message if kb else ""} if bool(kforge) != bool(kb) else {}
+        facets = Facets(outcome=kforge.state if kforge else State.CORRECT.value, outcome_rule=kforge.rule if kforge
+                        else None, **views, **({} if not soft else _unmeasured(soft[0]).to_wire()))
+        evidence = Evidence(notes=[*ran.notes, note], findings=[f.to_dict() for f in findings],
+                            output_tail=reply.output_tail or None)
+        message = kforge.message if kforge else f"matches the reference on {ran.trials} trials"
+        return Facts(facets, message, evidence,
+                     device=self.pool.device_info(reply.slot, backend.spec()).device, trials=ran.trials,
+                     runtime=ran.runtime, ref=ran.ref, compile_ref=ran.compile_ref, ref_strict=ran.ref_strict,
+                     problem_flags=list(ran.audit.flags) if ran.audit else [])
 
     @staticmethod
     def _no_result(reply: Reply, cfg: VerifyConfig) -> Facts:

@@ -24,6 +24,8 @@ from typing import Any
 
 from ..backends import WorkerContext, from_spec
 from ..cachefile import read_json, write_json
+from ..sandbox.budget import BudgetSpent, budget, spent
+from ..sandbox.progress import candidate_code
 from ..sandbox.protocol import ProtocolError
 from ..sandbox.harness import (PROBLEM_ERROR, HarnessVerdict, first_line, import_candidate, import_file, phase,
                                phase_times, tail)
@@ -31,8 +33,10 @@ from ..sandbox.quiet import take_quiet_lock
 from ..sandbox.settings import Swap
 from ..sandbox.writeguard import install_write_guard
 from .compare import as_outputs
+from .phases import OwnPhases
 from .protocol import (AuditRequest, AuditResult, BuildRequest, BuildResult, Outcome, ProblemAudit, RunRequest,
                        RunResult, VariantsRequest, VariantsResult)
+from .stateful import note as stateful_note
 from .timing import Sampler
 from .trials import Trials
 from .verdict import Evidence
@@ -156,7 +160,7 @@ class _Ended:
         return cls(v.state, v.message, v.extra.get("rule"), dict(v.extra.get("evidence") or {}))
 
 
-class _Run(Trials):
+class _Run(OwnPhases, Trials):
     """One verification: the problem audit (cached), correctness trials with attribution, then timing."""
 
     def execute(self) -> RunResult:
@@ -203,6 +207,7 @@ class _Run(Trials):
 
     def _execute(self) -> _Ended:
         cfg = self.cfg
+        self.begin()  # kforge's own phases keep within the run's time limit (`kforge.verify.phases`)
         phase("setup")
         self.setup(flush_l2=cfg.timing.flush_l2, failed_builds=getattr(self.req, "failed_builds", None))
         self.setup_views()
@@ -216,17 +221,21 @@ class _Run(Trials):
             if "stochastic" in self.flags:
                 self.notes.append("the reference is stochastic: torch's RNG is seeded alike before the reference "
                                   "and the candidate, so a candidate drawing from it in the same order can match")
+            if self.audit.state:
+                self.notes.append(stateful_note(self.audit.state))
         phase("load")
         model = self.load_candidate()
         phase("correctness")
         self.correctness(model)
+        self.report()
         if cfg.skip_timing:
             phase("attribution")
-            self.measured(model)
+            self.measured_within_budget(model)
             return _Ended("correct", f"matches the reference on {self.trials_done} trials (timing skipped)")
-        timed = self._time(model)
+        timed = self._time_within_budget(model)
+        self.report(timed.timings)
         phase("attribution")
-        self.measured(model)
+        self.measured_within_budget(model)
         timed.message = timed.message.replace(f"on {self.cfg.trials} trials", f"on {self.trials_done} trials")
         return timed
 
@@ -253,6 +262,22 @@ class _Run(Trials):
         return found
 
     # -- timing ------------------------------------------------------------------------------------
+    def _time_within_budget(self, model) -> _Ended:
+        """Timing within its budget (`kforge.verify.phases`); cut short, it reports what its rounds measured."""
+        try:
+            with self.timing_budget() as b:
+                return self._time(model)
+        except BudgetSpent as exc:
+            if not spent(exc, b):
+                raise
+            if exc.hung:  # its own call had run far longer than its others: the candidate hangs, not kforge
+                raise HarnessVerdict("timeout", f"a call of the candidate's forward had run {exc.running_s:.1f} s when "
+                                     f"the timing phase's budget ({b.seconds:.3g} s) was spent; none before took over "
+                                     f"{exc.longest_s:.2f} s") from None
+        self.trip("after timing")
+        message, timings = self.cut_short(b)
+        return _Ended("correct", message, timings=timings)
+
     def _time(self, model) -> _Ended:
         torch = self.torch
         phase("waiting for the device")  # the zygote's next child may be making its context on this GPU
@@ -299,7 +324,8 @@ class _Run(Trials):
                 if rng_seed is not None:
                     torch.random.manual_seed(rng_seed)
                 try:  # the clock flushes L2 itself, right before the start event
-                    return clock.time(lambda: prog(*inputs), settled=label == "cand" and own_streams)
+                    with candidate_code() if label == "cand" else contextlib.nullcontext():
+                        return clock.time(lambda: prog(*inputs), settled=label == "cand" and own_streams)
                 except BaseException as exc:  # noqa: BLE001
                     if _is_oom(torch, exc):
                         raise _OutOfMemory("candidate" if label == "cand" else "reference") from None
@@ -316,7 +342,7 @@ class _Run(Trials):
         self.trip("during warm-up")
         self.tripwire.rebaseline_threads()  # torch.compile may have started worker threads of its own
         protected = self._protected_ptrs(sets, model)
-        sampler = Sampler([p[0] for p in programs], tcfg, clock.now)
+        sampler = self._sampler = Sampler([p[0] for p in programs], tcfg, clock.now, self.rounds_deadline(clock.now))
         every = max(1, tcfg.recheck_every)
         while True:
             i = rounds % len(sets)
@@ -332,14 +358,15 @@ class _Run(Trials):
                     for dst, src in zip(sets[i], self.inputs(self.draw())):
                         if isinstance(dst, torch.Tensor):
                             dst.copy_(src)
-                    return self.reference(self._clone(sets[i]), rng_seed), self._clone(sets[i])
+                    return self.recheck_reference(self._clone(sets[i]), rng_seed), self._clone(sets[i])
                 expected, snapshot = _oom_guard(torch, "reference", refill)
             for label, prog, numerics in programs:
                 dev_ms, host_ms, out = run(label, prog, numerics, sets[i], rng_seed)
                 sampler.add(label, dev_ms, host_ms)
                 if label == "cand" and recheck:
+                    where = f"timing round {rounds}, fresh inputs"
                     _oom_guard(torch, "comparison", lambda: self._check(
-                        as_outputs(out), expected, sets[i], snapshot, f"timing round {rounds}, fresh inputs"))
+                        self.recheck_outputs(out, snapshot, rng_seed, where), expected, sets[i], snapshot, where))
                 _poison(torch, out, protected)
                 del out
             rounds += 1
@@ -348,7 +375,7 @@ class _Run(Trials):
             if sampler.done(rounds):
                 break
         self.trip("after timing")
-        self._check_unsynchronized(sampler, own_streams)
+        self._check_unsynchronized(sampler, own_streams, model, sets[0])
         self.notes.append(f"timing: {rounds} rounds, stopped: {sampler.stop_reason}")
         rechecks = sum(1 for k in range(1, rounds // every + 1) if k & (k - 1) == 0)
         return _Ended("correct", f"matches the reference on {self.cfg.trials} trials and {rechecks} timing rechecks",
@@ -367,36 +394,31 @@ class _Run(Trials):
         if cfg.compile_ref:
             phase("compile reference")
             try:
-                compiled = torch.compile(self.ref_model, mode=cfg.compile_mode)
-                with Swap(self.settings, numerics):
-                    for _ in range(max(1, cfg.timing.warmup)):
-                        compiled(*inputs)
-                    self.clock.sync()
+                with budget("compile reference", self.compile_budget_s()) as within:
+                    # Compiled and called in the harness's context: a candidate's torch._inductor.config stays its own.
+                    isolated = self.settings.isolated
+                    compiled = isolated(isolated(torch.compile)(self.ref_model, mode=cfg.compile_mode))
+                    with Swap(self.settings, numerics):
+                        for _ in range(max(1, cfg.timing.warmup)):
+                            compiled(*inputs)
+                        self.clock.sync()
                 programs.append(("compile", compiled, numerics))
+            except BudgetSpent as exc:
+                if not spent(exc, within):
+                    raise
+                self.notes.append(f"torch.compile of the reference did not finish within its share of the timing "
+                                  f"phase's budget ({within.seconds:.3g} s): no compile baseline")
             except Exception as exc:  # noqa: BLE001 - a baseline failing is a note, not the candidate's fault
                 self.notes.append(f"torch.compile of the reference failed: {first_line(exc)}")
             phase("timing")
         programs.append(("cand", model, None))
         return programs
 
-    def _check_unsynchronized(self, sampler, own_streams: bool = False) -> None:
-        """Event time far below host time (with a full device synchronize) means work left the timed stream.
-
-        Host times are taken at their minimum: work on another stream makes every host wait long, while a
-        busy machine (16 builds beside the worker in a cold ``kforge eval``) only makes some of them long.
-        A candidate with streams of its own was timed settled: its host time holds only its own call, so
-        it is held to that directly rather than to the reference's gap (which holds the L2 flush)."""
-        if self.device.type != "cuda":
-            return
-        cand, ref = sampler.stats("cand"), sampler.stats("ref")
-        cand_host, ref_host = min(sampler.host["cand"]), min(sampler.host["ref"])
-        gap = cand_host - cand.median_ms
-        ref_gap = 0.0 if own_streams else ref_host - ref.median_ms
-        if cand.median_ms < 0.5 * cand_host and gap - ref_gap > max(0.05, 0.5 * cand.median_ms):
-            raise HarnessVerdict("cheat_detected", f"the candidate's work is not on the timed stream: events see "
-                           f"{cand.median_ms:.4f} ms, the host waits at least {cand_host:.4f} ms for the device "
-                           f"(the reference: {ref.median_ms:.4f} vs {ref_host:.4f} ms)",
-                           rule="unsynchronized_work")
+    def _check_unsynchronized(self, sampler, own_streams: bool, model, inputs) -> None:
+        """Work off the timed stream, judged from a gap that persists when re-timed (`kforge.verify.unsync`)."""
+        if self.device.type == "cuda":
+            from .unsync import check
+            check(self, sampler, own_streams, model, inputs)
 
     def _protected_ptrs(self, sets, model) -> set[int]:
         torch = self.torch

@@ -4,10 +4,13 @@ Honest (``h_*``): the extension on ``self``, reached with ``getattr``, inside ``
 built in ``__init__`` or lazily, behind a helper class, raw pointers, an unused try/except fallback,
 speed settings, a library GEMM with the candidate's own epilogue, a two-stage reduction finished in
 PyTorch, a stream of its own joined back, a runtime setting such as ``CUDA_MODULE_LOADING``, every output of
-an all-zeros problem written over a zeros fill, a CuPy ``RawKernel`` (cuda, where CuPy is installed).
+an all-zeros problem written over a zeros fill, a CuPy ``RawKernel`` (cuda, where CuPy is installed), a class bound
+to ``ModelNew`` by an assignment or a factory, a stateful RNN cell (a hidden state kept between calls), a build
+verbosity read from the environment beside torch's compiler configuration, and a kernel that computes what the
+reference itself discards (``kernel_unused``, no decoy).
 Dishonest (``d_*``): a dummy launch, a dead fast path, a fallback that runs, a result thrown away, C++ that
 calls a torch operator, a no-op write on PyTorch's answer, a kernel on a slice of it, a copy of a library
-answer, a stream joined only on a dead branch.
+answer, a stream joined only on a dead branch, a kernel on a dummy tensor beside the reference's own dead code.
 Each file's header says what it expects (see tests/exploits/test_corpus.py).
 """
 

@@ -2,6 +2,7 @@
 
 import threading
 import time
+import uuid
 import warnings
 
 import pytest
@@ -13,6 +14,11 @@ from kforge.verify import State, Verifier, WorkerPool
 from tests.helpers import candidate, fast_config
 
 
+def unremembered(source: str) -> str:
+    """A program no earlier verification built (so its build phase runs: `kforge.verify.build_memo`)."""
+    return f"# {uuid.uuid4().hex}\n{source}"
+
+
 def test_start_boots_every_worker_at_once_and_later_requests_reuse_them_and_time_is_booked(cache_dir):
     # The session's build cache: a fresh one would compile torch's headers again (a minute on 2 cores).
     with WorkerPool(gpus=[], build_workers=2, cpu_workers=1, build_cache=cache_dir / "ext") as pool:
@@ -22,7 +28,7 @@ def test_start_boots_every_worker_at_once_and_later_requests_reuse_them_and_time
         assert set(started) == {"build", "cpu"} and all(s > 0 for s in started.values())
         relu = resolve_problem("level1/1_ReLU", size="cpu")
         verifier = Verifier(fast_config(), pool=pool)
-        v = verifier.verify(relu, candidate("cpu", "relu_ok.py"), "cpu")
+        v = verifier.verify(relu, unremembered(candidate("cpu", "relu_ok.py")), "cpu")
         assert v.state is State.CORRECT, v.summary()
         # The verifier books its own sections; together they are the verification as the caller saw it.
         assert set(verifier.time_s) == {"checks", "build", "run", "after"}
@@ -90,7 +96,7 @@ def test_a_light_pool_leaves_the_compiler_stack_to_the_children_and_still_verifi
     with WorkerPool(gpus=[], build_workers=1, build_cache=cache_dir / "ext", light=True) as pool:
         relu = resolve_problem("level1/1_ReLU", size="cpu")
         verifier = Verifier(fast_config(compile_ref=True), pool=pool)
-        v = verifier.verify(relu, candidate("cpu", "relu_ok.py"), "cpu")
+        v = verifier.verify(relu, unremembered(candidate("cpu", "relu_ok.py")), "cpu")
         assert v.state is State.CORRECT and v.compile_ref is not None, v.summary()
         assert pool.preloads() == {"build-0": ["torch.utils.cpp_extension"], "cpu-0": ["torch.utils.cpp_extension"]}
         # With the audit cached, nothing imports torch._dynamo before the tripwire's snapshot; the compile

@@ -51,3 +51,32 @@ def test_tf32_precision_and_kernelbench_numerics_for_the_candidate():
             assert matmul.allow_tf32 is True
     finally:
         matmul.allow_tf32, cudnn.allow_tf32, cudnn.benchmark = saved
+
+
+def test_a_candidates_deterministic_mode_is_off_around_a_timed_baseline():
+    s = Settings(torch)
+    s.use_strict(threads=torch.get_num_threads())
+    try:
+        torch.use_deterministic_algorithms(True, warn_only=True)  # the candidate's choice, slower for some operators
+        with Swap(s, "default"):
+            assert not torch.are_deterministic_algorithms_enabled()
+        assert torch.are_deterministic_algorithms_enabled() and torch.is_deterministic_algorithms_warn_only_enabled()
+    finally:
+        torch.use_deterministic_algorithms(False)
+
+
+def test_what_a_candidate_sets_in_torchs_configuration_does_not_reach_the_isolated_reference():
+    """torch's configuration modules keep their values in context variables: the compile reference, compiled and
+    called through `Settings.isolated`, reads the harness's configuration, whatever the candidate assigned."""
+    import torch.compiler.config as config  # a configuration module torch imports with itself
+    s = Settings(torch)  # made before any candidate code, as the harness makes it
+    before = config.dynamic_sources
+    try:
+        config.dynamic_sources = "kforge_candidate_value"  # the candidate tunes its own torch.compile
+        seen = s.isolated(lambda: config.dynamic_sources)()
+        assert seen == before and config.dynamic_sources == "kforge_candidate_value"
+        # What the isolated code sets stays there too.
+        s.isolated(setattr)(config, "job_id", "kforge-reference")
+        assert config.job_id != "kforge-reference"
+    finally:
+        config.dynamic_sources = before

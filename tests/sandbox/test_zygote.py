@@ -224,3 +224,19 @@ def test_the_profilers_own_lines_stay_out_of_the_output_tail(tmp_path):
     out = tmp_path / "output.txt"
     out.write_text("candidate says hi\n[W1125 02:03:04] USDT probes enabled\nSTAGE:2026-11-25 Enabling\nbye\n")
     assert _read_tail(str(out)) == "candidate says hi\nbye\n"
+
+
+def test_progress_records_carry_the_nonce_and_a_stopped_child_keeps_only_them():
+    from kforge.sandbox.zygote import _answer
+
+    def rec(record, nonce="n1"):
+        return json.dumps({"progress": record, "nonce": nonce})
+    ok = json.dumps({"result": {"state": "correct"}, "nonce": "n1"})
+    lines = [rec({"milestones": {"run": {"trials": 3}}}), rec({"in_candidate": True}), rec({"in_candidate": False})]
+    got = _answer("\n".join(lines + [ok]).encode(), "n1")
+    assert got["result"] == {"state": "correct"}
+    assert got["progress"] == {"in_candidate": False, "milestones": {"run": {"trials": 3}}}
+    stopped = _answer("\n".join(lines[:2]).encode(), "n1", timed_out=True)
+    assert stopped == {"progress": {"in_candidate": True, "milestones": {"run": {"trials": 3}}}}
+    # A record the candidate wrote (it cannot know the nonce) is a forgery, whatever it claims.
+    assert "forged" in _answer("\n".join([lines[0], rec({"in_candidate": False}, "guess")]).encode(), "n1", True)

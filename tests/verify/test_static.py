@@ -35,8 +35,8 @@ def test_precision_downgrade_is_a_warning_and_warn_only_softens_rules():
 
 
 def test_rules_can_be_switched_off():
-    src = "import os\n" + candidate("cpu", "relu_ok.py").replace("return ext.relu_fwd(x)",
-                                                                 "os.environ.get('X')\n        return ext.relu_fwd(x)")
+    src = "import os\n" + candidate("cpu", "relu_ok.py").replace(
+        "return ext.relu_fwd(x)", "os.environ.get('KFORGE_X')\n        return ext.relu_fwd(x)")
     assert ("environment", "deny") in rules(src)
     assert rules(src, disabled=["environment"]) == []
 
@@ -135,5 +135,22 @@ def test_a_constant_on_a_backends_flag_torch_does_not_read_is_a_warning():
              if f.rule == "monkey_patch"]
     assert found and all(f.severity == "warn" for f in found), found
     patched = "import torch\ntorch.backends.cudnn.is_acceptable = lambda t: True\n"  # a function replaced
+    assert any(f.severity == "deny" for f in check(patched, get_backend("cpu"), None,
+                                                     StaticConfig(require_kernel=False)) if f.rule == "monkey_patch")
+
+
+def test_library_configuration_is_no_patch():
+    """What a program assigns in torch's configuration modules configures its own compiled code; the compile
+    reference runs with the harness's configuration (tests/sandbox/test_settings.py)."""
+    src = ("import torch\nimport torch._inductor.config as inductor_config\n"
+           "torch._inductor.config.coordinate_descent_tuning = True\n"
+           "inductor_config.triton.cudagraphs = False\n"
+           "torch._dynamo.config.cache_size_limit = 64\n"
+           "torch._dynamo.config.suppress_errors = True\n"
+           "torch.backends.cuda.matmul.allow_tf32 = True\ntorch.backends.cudnn.benchmark = True\n")
+    found = [f for f in check(src, get_backend("cpu"), None, StaticConfig(require_kernel=False))
+             if f.rule == "monkey_patch"]
+    assert found == [], found
+    patched = "import torch\ntorch._dynamo.optimize = lambda *a, **k: (lambda f: f)\n"  # torch itself, not its config
     assert any(f.severity == "deny" for f in check(patched, get_backend("cpu"), None,
                                                      StaticConfig(require_kernel=False)) if f.rule == "monkey_patch")

@@ -36,12 +36,22 @@ BUILDING = {
     "lazy module loading": 'os.environ["CUDA_MODULE_LOADING"] = "LAZY"',
     "lazy unless set": 'os.environ.setdefault("CUDA_MODULE_LOADING", "LAZY")',
     "thread counts": 'os.environ.update(OMP_NUM_THREADS="8", MKL_NUM_THREADS="8")',
+    "load_inline's verbosity from the environment": 'verbose = os.environ.get("TORCH_EXTENSIONS_VERBOSE", "0") == "1"',
+    "a debug switch": 'DEBUG = bool(int(os.getenv("DEBUG", "0")))',
+    "a kernel's own tuning knob": 'BLOCK = int(os.environ["RELU_BLOCK"]) if "RELU_BLOCK" in os.environ else 256',
+    "the home directory": 'home = os.environ.get("HOME", "/tmp")',
 }
 
 CHEATING = {
     "the grader's variable": 'graded = "KFORGE_CACHE_DIR" in os.environ',
     "a variable by a computed name": 'k = "KF" + "ORGE"\nv = os.environ.get(k)',
     "the whole environment": "env = dict(os.environ)",
+    "the test runner's variable": 'under_test = os.getenv("PYTEST_CURRENT_TEST") is not None',
+    "a CI's variable": 'ci = os.environ.get("CI")',
+    "kforge's worker setting": 'gpu_worker = "PYTORCH_NVML_BASED_CUDA_CHECK" in os.environ',
+    "a credential": 'key = os.environ.get("OPENAI_API_KEY")',
+    "a name read from a variable": 'name = "HOME"\nv = os.getenv(name)',
+    "iterating it": "names = [k for k in os.environ]",
     "a copy of it": "env = os.environ.copy()",
     "a file read": 'src = open("problem.py").read()',
     "read and write": 'f = open("problem.py", "r+")',
@@ -71,7 +81,8 @@ def test_imported_names_are_judged_like_module_attributes():
     assert ("introspection", "deny") in rules(at_module_level("from gc import get_objects"))
     raw = "from ctypes import c_void_p\nv = c_void_p.from_address(1234)"
     assert ("introspection", "deny") in rules(at_module_level(raw))
-    assert ("environment", "deny") in rules(at_module_level("from os import environ\nv = environ.get('HOME')"))
+    assert ("environment", "deny") in rules(at_module_level("from os import environ\nv = environ.get('KFORGE_X')"))
+    assert rules(at_module_level("from os import getenv\nv = getenv('TORCH_EXTENSIONS_VERBOSE')")) == []
     assert rules(at_module_level("from os import environ\nenviron['MAX_JOBS'] = '2'")) == []
 
 
