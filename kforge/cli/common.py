@@ -66,7 +66,7 @@ def verify_config(args: argparse.Namespace):
     from ..verify import VerifyConfig
     cfg = VerifyConfig(trials=args.trials, timeout_s=args.timeout, compile_ref=not args.no_compile_ref,
                        require_kernel=not args.no_kernel_check, seed=args.seed, skip_timing=args.no_timing,
-                       rules=args.rules)
+                       rules=args.rules, backward=args.backward)
     if args.atol is not None:
         cfg.atol = args.atol
     if args.rtol is not None:
@@ -90,6 +90,9 @@ def add_verify_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-kernel-check", action="store_true",
                    help="accept candidates without a kernel of their own (attribution is still reported)")
     p.add_argument("--no-timing", action="store_true", help="check correctness only (no speedups)")
+    p.add_argument("--backward", action="store_true",
+                   help="judge a training step: the outputs and every input's and parameter's gradient against "
+                        "autograd's on the reference, timed forward plus backward (docs/verification.md)")
     p.add_argument("--rules", choices=RULE_SETS, default="kforge",
                    help="the rule set that decides the state (default kforge: the candidate's own kernels must do "
                         "the work; kernelbench: what KernelBench's harness decides, matching outputs suffice; "

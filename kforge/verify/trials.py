@@ -14,6 +14,10 @@ output derives from them, they did not run (``kernel_not_run``), they ran on a d
 the output (``output_not_from_kernel``), or the forward re-ran every operator of the reference in PyTorch
 with nothing traced to the kernels (``reference_replayed``). The rule sets (`kforge.verify.rules`,
 docs/verification.md) decide what each means.
+
+In the backward mode (``verify.backward``) what the trials call is a training step (`kforge.verify.backward`):
+`program` wraps the reference and the candidate, `_compare` also judges the gradients
+(`kforge.verify.gradients`), and `judge` asks whose code did each pass's work.
 """
 
 from __future__ import annotations
@@ -23,7 +27,9 @@ import contextlib
 from ..sandbox.harness import Harness, HarnessVerdict, first_line, tail
 from ..sandbox.protocol import ProgramRequest
 from ..sandbox.settings import Swap
+from . import gradients
 from .attribution import CANDIDATE, REFERENCE, attribute, replayed
+from .backward import Backward
 from .compare import Mismatch, as_outputs, check_degenerate, check_structure, compare_tensor
 from .config import VerifyConfig
 from .protocol import WorkFacet
@@ -52,6 +58,27 @@ class Trials(Harness):
         """Whose code did the work, from `judge`."""
         self.build_log: str | None = None
         """The compiler's log of an extension whose failed build the candidate caught."""
+        self.steps: Backward | None = None
+        """The backward mode's plan (None: the forward alone is judged)."""
+
+    # -- the backward mode (kforge.verify.backward) -----------------------------------------------------
+    def load_reference(self) -> None:
+        super().load_reference()
+        if self.cfg.backward:  # before any candidate code: it takes the functions it trusts now
+            self.steps = Backward.of(self)
+
+    def program(self, module, own: bool = False):
+        """What a trial or a timed round calls: the module, or in the backward mode its training step (``own``: the
+        candidate's, whose passes are measured and checked)."""
+        return module if self.steps is None else self.steps.step(module, own)
+
+    def inputs(self, seed: int) -> list:
+        if self.steps is not None:  # the upstream gradient belongs to the input set, and is drawn with it
+            self.steps.upstream.reseed(seed)
+        return super().inputs(seed)
+
+    def _fail_exception(self, exc: BaseException, where: str) -> HarnessVerdict:
+        return super()._fail_exception(exc, self.steps.where(where) if self.steps is not None else where)
 
     # -- the trials -----------------------------------------------------------------------------------
     def correctness(self, model) -> None:
@@ -99,7 +126,7 @@ class Trials(Harness):
         with Swap(self.settings, "strict"):
             if rng_seed is not None:
                 self.torch.random.manual_seed(rng_seed)
-            outs = as_outputs(self.ref_model(*inputs))
+            outs = as_outputs(self.program(self.ref_model)(*inputs))
             self.clock.sync()
         return outs
 
@@ -130,6 +157,9 @@ class Trials(Harness):
 
     def _compare(self, outs, refs, cand_in, ref_in, where: str) -> None:
         torch = self.torch
+        if self.steps is not None:  # a training step's results: its outputs, then a gradient per input and parameter
+            gradients.integrity(self.steps.report, where)
+            (outs, grads), (refs, ref_grads) = self.steps.split(outs), self.steps.split(refs)
         try:
             check_structure(outs, refs, self.device)
             for i, (o, r) in enumerate(zip(outs, refs)):
@@ -142,6 +172,9 @@ class Trials(Harness):
             rule = "output_not_plain_tensor" if state == "cheat_detected" else None
             raise HarnessVerdict(state, f"{m.message} ({where})", rule=rule,
                            evidence={"mismatch": {"trial": where, **m.details}}) from None
+        if self.steps is not None:
+            gradients.compare(torch, self.steps.labels, grads, ref_grads, where, self.device,
+                              lambda dtype: self.cfg.tolerance(dtype, self.problem.tolerance))
         for k, (a, b) in enumerate(zip(cand_in, ref_in)):
             if isinstance(a, torch.Tensor) and not torch.equal(a, b):
                 raise HarnessVerdict("cheat_detected", f"the candidate modified input {k} in place ({where}); the "
@@ -176,6 +209,8 @@ class Trials(Harness):
                                          self.recorder.triton_names)
             found.notes = self.attribution.notes + found.notes
             self.attribution = found
+            if self.steps is not None:
+                self.steps.profiled(prof.function_events, cuda, self.recorder.so_paths, self.recorder.triton_names)
         except Exception as exc:  # noqa: BLE001 - a profile we cannot read is a missing measurement, not a verdict
             self.attribution.notes.append(f"the profile could not be read ({type(exc).__name__}: {first_line(exc)})")
         return refs, outs
@@ -217,6 +252,9 @@ class Trials(Harness):
         """Record whose code computed the answer (``self.work``, a `Facets` part); the rule sets decide what
         that means (`kforge.verify.rules`). Nothing here rejects: a program that computed the answer honestly
         in PyTorch is not a cheat, and KernelBench's rules do not ask."""
+        if self.steps is not None:  # a training step: each pass on its own
+            self.work = self.steps.judge(self)
+            return
         a = self.attribution
         a.output_from_kernel = self._flow
         if self._ops is not None:

@@ -32,6 +32,7 @@ from ..sandbox.settings import Swap
 from ..sandbox.writeguard import install_write_guard
 from .compare import as_outputs
 from .protocol import AuditRequest, AuditResult, BuildRequest, BuildResult, ProblemAudit, RunRequest, RunResult
+from .backward import TrainingStep
 from .timing import Sampler
 from .trials import Trials
 from .verdict import Evidence
@@ -183,7 +184,7 @@ class _Run(Trials):
                 self.notes.append("the reference is stochastic: torch's RNG is seeded alike before the reference "
                                   "and the candidate, so a candidate drawing from it in the same order can match")
         phase("load")
-        model = self.load_candidate()
+        model = self.program(self.load_candidate(), own=True)  # its training step in the backward mode
         phase("correctness")
         self.correctness(model)
         if cfg.skip_timing:
@@ -246,6 +247,8 @@ class _Run(Trials):
         per_set = max(1, a.input_bytes or 1)
         # Each program's forward and output, a recheck's fresh draw, snapshot and expected output.
         reserve = 2 * ((a.peak_bytes or 0) + a.out_bytes) + 3 * per_set
+        if self.steps is not None:  # and a training step's backward
+            reserve += self.steps.extra_bytes(per_set, a.param_bytes, a.peak_bytes or 0)
         fit = int((free - reserve) // per_set)
         if fit < wanted:
             self.notes.append(f"timing rotates {max(1, fit)} input set(s), not {wanted}: each takes "
@@ -324,13 +327,16 @@ class _Run(Trials):
         """(label, program, numerics) to time: the baselines as people run PyTorch (and the eager reference in
         strict fp32 where that differs), the compile reference warmed up, the candidate as it left things."""
         cfg, torch = self.cfg, self.torch
-        programs: list[tuple[str, Any, str | None]] = [("ref", self.ref_model, "default")]
+        if self.steps is not None:
+            self.steps.checking = False  # a timed step makes no copies to check in-place writes against
+        ref = self.program(self.ref_model)  # in the backward mode, training steps (kforge.verify.backward)
+        programs: list[tuple[str, Any, str | None]] = [("ref", ref, "default")]
         if self.device.type == "cuda" and self.settings.defaults != self.settings.strict:
-            programs.append(("ref_strict", self.ref_model, "strict"))
+            programs.append(("ref_strict", ref, "strict"))
         if cfg.compile_ref:
             phase("compile reference")
             try:
-                compiled = torch.compile(self.ref_model, mode=cfg.compile_mode)
+                compiled = self.program(torch.compile(self.ref_model, mode=cfg.compile_mode))
                 with Swap(self.settings, "default"):
                     for _ in range(max(1, cfg.timing.warmup)):
                         compiled(*inputs)
@@ -364,7 +370,7 @@ class _Run(Trials):
     def _protected_ptrs(self, sets, model) -> set[int]:
         torch = self.torch
         ptrs = {x.untyped_storage().data_ptr() for s in sets for x in s if isinstance(x, torch.Tensor)}
-        for m in (self.ref_model, model):
+        for m in (self.ref_model, model.module if isinstance(model, TrainingStep) else model):
             if isinstance(m, torch.nn.Module):
                 ptrs |= {t.untyped_storage().data_ptr() for t in list(m.parameters()) + list(m.buffers())}
         return ptrs
