@@ -129,9 +129,21 @@ def _looks_builtin(spec: str) -> bool:
     return bool(re.fullmatch(r"level\d+/[\w\-]+", spec.strip()))
 
 
-def builtin_solution_path(problem: Problem, backend: str) -> Path | None:
-    """The hand-written solution of a built-in problem for a backend (the `oracle` model's answer)."""
+def solution_folders(backend: str, backward: bool = False) -> list[Path]:
+    """Where hand-written solutions for a backend are looked for, in order: ``solutions/<backend>/`` for the forward,
+    ``solutions/<backend>/backward/`` for a training step (``verify.backward``: a forward-only solution has no
+    gradients, so it is never the answer there). Each holds ``level<N>/<name>.py``."""
+    base = BUILTIN_DIR / "solutions" / backend
+    return [base / "backward"] if backward else [base]
+
+
+def builtin_solution_path(problem: Problem, backend: str, backward: bool = False) -> Path | None:
+    """The hand-written solution of a built-in problem for a backend (the `oracle` model's answer), for the forward
+    alone or, with ``backward``, for a training step."""
     if problem.level is None:
         return None
-    p = BUILTIN_DIR / "solutions" / backend / f"level{problem.level}" / f"{problem.name}.py"
-    return p if p.is_file() else None
+    for folder in solution_folders(backend, backward):
+        p = folder / f"level{problem.level}" / f"{problem.name}.py"
+        if p.is_file():
+            return p
+    return None
