@@ -1,4 +1,5 @@
-"""Each backend's one-shot example is itself a correct candidate for its own module."""
+"""Each backend's one-shot examples (the forward's, and the backward mode's training step) are themselves correct
+candidates for their own modules."""
 
 import pytest
 
@@ -7,18 +8,21 @@ from kforge.verify import State, Verifier
 from tests.helpers import fast_config
 
 
+@pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
 @pytest.mark.parametrize("name,device", [
     ("cpu", None),
     pytest.param("triton", "cpu", id="triton-interpreter"),
     pytest.param("cuda", None, marks=pytest.mark.gpu),
     pytest.param("triton", None, marks=pytest.mark.gpu, id="triton-gpu"),
 ])
-def test_example_is_correct(pool, name, device):
+def test_example_is_correct(pool, name, device, backward):
     if name == "triton":
         pytest.importorskip("triton")
     backend = get_backend(name, device=device)
     if not backend.example_dir.is_dir():
         pytest.fail(f"{backend.example_dir} is missing")
-    _, model_new = backend.example()
-    v = Verifier(fast_config(), pool=pool).verify(backend.example_problem(), model_new, backend)
+    _, model_new = backend.example(backward)
+    v = Verifier(fast_config(backward=backward), pool=pool).verify(backend.example_problem(backward), model_new, backend)
     assert v.state is State.CORRECT, v.summary()
+    if backward:  # the example shows the convention: its backward is its own kernels' work
+        assert v.attribution.backward_share and v.attribution.gradient_from_kernel, v.summary()

@@ -74,16 +74,18 @@ class Backend:
     def example_dir(self) -> Path:
         return EXAMPLES_DIR / self.name
 
-    def example(self) -> tuple[str, str]:
-        """The one-shot example: (a small PyTorch module, its implementation in this backend)."""
-        d = self.example_dir
+    def example(self, backward: bool = False) -> tuple[str, str]:
+        """The one-shot example: (a small PyTorch module, its implementation in this backend); with ``backward``, the
+        training step's (``<example_dir>/backward/``: forward and backward kernels behind torch.autograd.Function)."""
+        d = self.example_dir / "backward" if backward else self.example_dir
         return (d / "model.py").read_text(), (d / "model_new.py").read_text()
 
-    def example_problem(self):
+    def example_problem(self, backward: bool = False):
         """The example's PyTorch module as a `Problem` (it is a KernelBench-format program)."""
         from ..problems import problem_from_source
-        model, _ = self.example()
-        return problem_from_source(model, where=str(self.example_dir / "model.py"), name=f"example_{self.name}")
+        model, _ = self.example(backward)
+        d = self.example_dir / "backward" if backward else self.example_dir
+        return problem_from_source(model, where=str(d / "model.py"), name=f"example_{self.name}")
 
     def spec(self) -> BackendSpec:
         """What a worker needs to rebuild this backend."""

@@ -148,7 +148,7 @@ def make_advisor(job: JobConfig, llm: LLM, backend: Backend, pool: WorkerPool, p
         analysis_llm = replaying(make_model(acfg.model), scope) if acfg.model else llm
         analysis_llm.check()
         agent = AnalysisAgent(analysis_llm, backend, prompts, device_name, visual=acfg.visual,
-                              raw_metrics=acfg.raw_metrics)
+                              raw_metrics=acfg.raw_metrics, backward=job.verify.backward)
     # The profiler runs the kernel under the job's verify settings (its tolerances, sizes, timeouts).
     return ProfilingAdvisor(backend, profiler, acfg.kind, scratch, agent=agent,
                             ceilings=pool.ceilings(kind, backend.spec()), verify=job.verify.to_dict())
@@ -216,7 +216,7 @@ def compose(conf: dict[str, Any], job: JobConfig, llm: LLM, pool: WorkerPool, sc
     pool.start(["build", *kinds])  # all workers at once, not one by one as the first loops need them
     info = pool.device_info(kinds[0], backend.spec())
     prompts = Prompts(job.prompts_dir)
-    agent = GenerationAgent(llm, backend, prompts, device_phrase(info, backend))
+    agent = GenerationAgent(llm, backend, prompts, device_phrase(info, backend), backward=job.verify.backward)
     advisor = make_advisor(job, llm, backend, pool, prompts, device_phrase(info, backend), scratch, kinds[0], chash)
     return Job(conf, job, problems, backend, agent, verifier, llm, pool, info, advisor, threading.Event(),
                {**tags, **(work.tags if work else {})}, work)

@@ -90,6 +90,8 @@ class CallContext:
     iteration: int = 0
     problem: Any = None
     """The `Problem` itself (the oracle reads its level and name)."""
+    backward: bool = False
+    """The answer is judged as a training step (``verify.backward``): the oracle answers with a backward solution."""
 
 
 class LLM(Protocol):
