@@ -82,3 +82,14 @@ def test_the_fourth_ablation_compares_the_chain_and_beam_search(tmp_path):
     exp = client.get_experiment_by_name("kforge-iterative_vs_beam")
     problems = client.search_runs([exp.experiment_id], "tags.`kforge.kind` = 'problem'")
     assert sorted(r.data.tags["loop_mode"] for r in problems) == ["beam", "iterative"]
+
+
+def test_the_backward_ablation_tables_the_forward_against_a_training_step(tmp_path):
+    """`make reproduce`'s backward_ablation runs the oracle offline in both passes and tables them by `pass`."""
+    table = oracle_dry_run(tmp_path, "backward_ablation")
+    assert "| oracle† | cpu | 1 | Forward only | 1 | 1/1 [1.00, 1.00] |" in table, table
+    assert "| oracle† | cpu | 1 | Training step | 1 | 1/1 [1.00, 1.00] |" in table, table
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    exp = client.get_experiment_by_name("kforge-backward_ablation")
+    jobs = [r for r in client.search_runs([exp.experiment_id]) if r.data.tags.get("kforge.kind") == "sweep-job"]
+    assert sorted(r.data.params["pass"] for r in jobs) == ["forward", "training"]

@@ -26,6 +26,8 @@ def add_parser(sub) -> None:
                    "with --solution: whose solution")
     p.add_argument("--solution", metavar="NAME", help="print the path of a built-in problem's hand-written solution "
                    "(what the oracle answers), e.g. level1/1_ReLU: a candidate to try from any install")
+    p.add_argument("--backward", action="store_true", help="with --solution: the solution for a training step "
+                   "(forward and backward kernels, for kforge verify --backward)")
     p.add_argument("--where", action="store_true", help="print the built-in suite's directory (KernelBench's layout)")
     p.set_defaults(func=cmd_problems)
 
@@ -35,7 +37,7 @@ def cmd_problems(args: argparse.Namespace) -> int:
         print(BUILTIN_DIR)
         return 0
     if args.solution:
-        return _print_solution(args.solution, args.backend)
+        return _print_solution(args.solution, args.backend, args.backward)
     overrides = parse_set(args.set)
     if args.dir:
         problems = load_directory(args.dir, levels=args.level, ids=args.ids, size=args.size, overrides=overrides)
@@ -55,12 +57,13 @@ def cmd_problems(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_solution(name: str, backend: str) -> int:
+def _print_solution(name: str, backend: str, backward: bool = False) -> int:
     """The path of a built-in problem's solution for a backend; a usage error where there is none."""
     problem = load_builtin(names=[name])[0]
-    path = builtin_solution_path(problem, backend)
+    path = builtin_solution_path(problem, backend, backward)
     if path is None:
-        raise UsageError(f"no built-in {backend} solution for {problem.key} (see {BUILTIN_DIR / 'solutions'})")
+        kind = f"{backend} training-step (backward)" if backward else backend
+        raise UsageError(f"no built-in {kind} solution for {problem.key} (see {BUILTIN_DIR / 'solutions'})")
     print(path)
     return 0
 

@@ -350,4 +350,5 @@ def job_labels(job: Job) -> dict[str, str]:
             Tags.MODEL_NAME: llm.config.name, Tags.MODEL_LABEL: llm.config.label, Tags.BACKEND: backend.name,
             Tags.DEVICE: backend.device, Tags.LOOP_MODE: cfg.loop.mode, Tags.REFERENCE: ref_kind,
             Tags.PROFILER: resolve_profiler(cfg.profiler.kind, backend), Tags.PROBLEMS_SOURCE: cfg.problems.source,
-            Tags.RULES: cfg.verify.rules, Tags.LEVEL: ",".join(levels), Tags.CONFIG_HASH: config_hash(job.conf)}
+            Tags.RULES: cfg.verify.rules, Tags.PASS: "training" if cfg.verify.backward else "forward",
+            Tags.LEVEL: ",".join(levels), Tags.CONFIG_HASH: config_hash(job.conf)}
