@@ -37,7 +37,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     candidate = read_candidate_file(args.candidate)
     cfg = verify_config(args)
     if not args.json:
-        log.info("verifying %s (%s size) on %s ...", problem.key, problem.size, backend.describe())
+        log.info("verifying %s (%s size%s) on %s ...", problem.key, problem.size,
+                 ", a training step: forward and backward" if cfg.backward else "", backend.describe())
     started = time.monotonic()
     try:
         with WorkerPool(build_workers=1, light=True) as pool, Verifier(cfg, pool=pool) as verifier:

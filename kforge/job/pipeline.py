@@ -247,7 +247,8 @@ def execute(job: Job) -> JobResult:
         mlflow.litellm.autolog()
     labels = job_labels(job)
     try:
-        references = load_references(cfg.reference, job.problems, job.backend.name, tracker.uri)
+        references = load_references(cfg.reference, job.problems, job.backend.name, tracker.uri,
+                                     backward=cfg.verify.backward)
     except ReferenceTransferError as exc:
         raise ConfigError(str(exc)) from None
     earlier = take_over(tracker, labels[Tags.CONFIG_HASH], job.problems, cfg.resume)

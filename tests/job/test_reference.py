@@ -48,3 +48,9 @@ def test_mlflow_reference_takes_the_fastest_correct_kernel(tmp_path):
     with pytest.raises(ReferenceTransferError, match="no MLflow experiment named 'nope'"):
         load_references({"kind": "mlflow", "backend": "cuda", "experiment": "nope"}, problems, "triton",
                         f"sqlite:///{tmp_path}/mlflow.db")
+
+
+def test_in_the_backward_mode_the_oracle_reference_is_a_training_steps_kernel():
+    problems = load_builtin(names=["level1/1_ReLU", "level1/6_Conv2d"], size="cpu")
+    refs = load_references({"kind": "oracle", "backend": "auto"}, problems, "cpu", backward=True)
+    assert "torch.autograd.Function" in refs["level1/1_ReLU"].code and refs["level1/6_Conv2d"] is None
