@@ -22,7 +22,8 @@ def test_example_is_correct(pool, name, device, backward):
     if not backend.example_dir.is_dir():
         pytest.fail(f"{backend.example_dir} is missing")
     _, model_new = backend.example(backward)
-    v = Verifier(fast_config(backward=backward), pool=pool).verify(backend.example_problem(backward), model_new, backend)
+    verifier = Verifier(fast_config(backward=backward), pool=pool)
+    v = verifier.verify(backend.example_problem(backward), model_new, backend)
     assert v.state is State.CORRECT, v.summary()
     if backward:  # the example shows the convention: its backward is its own kernels' work
         assert v.attribution.backward_share and v.attribution.gradient_from_kernel, v.summary()

@@ -124,11 +124,11 @@ class TrainingStep:
         plan.failed_in = None
         if self.own:
             plan.mark("backward", [g for g in grads if g is not None])
-            plan.report = self._report(leaves, outs, before, used) if checking else StepReport()
+            plan.report = self._report(leaves, outs, before, used if checking else None)
         return (*outs, *grads)
 
     def _gradients(self, leaves: list, outs: list, used: list) -> list:
-        plan, torch = self.plan, self.plan.torch
+        plan = self.plan
         roots = [(o, g) for o, g in zip(outs, used) if g is not None and o.requires_grad]
         targets = [leaves[k] for k in plan.input_slots] + list(self.params)
         wanted = [t for t in targets if t is not None and t.requires_grad]
@@ -145,14 +145,17 @@ class TrainingStep:
         drawn = {g.untyped_storage().data_ptr() for g in used if g is not None}
         return [g.clone() if g is not None and g.untyped_storage().data_ptr() in drawn else g for g in grads]
 
-    def _report(self, leaves: list, outs: list, before: list, used: list) -> StepReport:
+    def _report(self, leaves: list, outs: list, before: list | None, used: list | None) -> StepReport:
+        """``.grad`` written is looked for on every step (it costs nothing); in-place writes where there are copies
+        to compare with (``before``, ``used``: the plain trials)."""
         torch = self.plan.torch
         labels = self.plan.labels
         written = [labels[i] for i, k in enumerate(self.plan.input_slots) if leaves[k].grad is not None]
         written += [labels[len(self.plan.input_slots) + i] for i, p in enumerate(self.params)
                     if p is not None and p.grad is not None]
-        changed = [k for k, (o, b) in enumerate(zip(outs, before)) if b is not None and not same(torch, o.detach(), b)]
-        return StepReport(written, changed, self.plan.upstream.changed(used))
+        changed = [k for k, (o, b) in enumerate(zip(outs, before or [])) if b is not None
+                   and not same(torch, o.detach(), b)]
+        return StepReport(written, changed, self.plan.upstream.changed(used) if used is not None else [])
 
 
 def same(torch, a, b) -> bool:

@@ -30,9 +30,9 @@ from ..sandbox.harness import (PROBLEM_ERROR, HarnessVerdict, first_line, import
 from ..sandbox.quiet import take_quiet_lock
 from ..sandbox.settings import Swap
 from ..sandbox.writeguard import install_write_guard
+from .backward import TrainingStep
 from .compare import as_outputs
 from .protocol import AuditRequest, AuditResult, BuildRequest, BuildResult, ProblemAudit, RunRequest, RunResult
-from .backward import TrainingStep
 from .timing import Sampler
 from .trials import Trials
 from .verdict import Evidence
