@@ -169,8 +169,10 @@ class Backward:
     """The backward mode of one run: the reference's inputs and parameters to differentiate, the upstream gradient,
     and what the candidate's steps showed. Made with the reference, before any candidate code is imported."""
 
-    def __init__(self, torch, ref_model, inputs: list, recorder=None):
+    def __init__(self, torch, ref_model, inputs: list, recorder=None, sync=None):
         self.torch, self.recorder = torch, recorder
+        self.sync = sync or (lambda: None)
+        """The harness's device synchronisation (the trusted clock's)."""
         self.grad = torch.autograd.grad  # the harness's, taken before candidate code
         self.upstream = Upstream(torch)
         self.input_slots = [k for k, x in enumerate(inputs) if isinstance(x, torch.Tensor) and x.is_floating_point()]
@@ -193,7 +195,8 @@ class Backward:
     @classmethod
     def of(cls, harness) -> "Backward":
         """For a harness whose reference is loaded."""
-        return cls(harness.torch, harness.ref_model, harness.inputs(harness.draw()), getattr(harness, "recorder", None))
+        return cls(harness.torch, harness.ref_model, harness.inputs(harness.draw()), getattr(harness, "recorder", None),
+                   harness.clock.sync)
 
     def step(self, module, own: bool = False) -> TrainingStep:
         """``module``'s training step; ``own``: the candidate's, whose passes are measured and checked."""
@@ -214,12 +217,17 @@ class Backward:
         return 2 * peak_bytes + 2 * (input_bytes + param_bytes)
 
     # -- measuring ------------------------------------------------------------------------------------
+    @contextlib.contextmanager
     def range(self, name: str):
         """A profiler range for one pass, only while a profiler records (a range costs microseconds a timed step
-        would count)."""
+        would count). The device is synchronised before it closes: a pass's kernels run after their launches,
+        and the profile assigns a kernel to the range it started in."""
         if not self.torch._C._autograd._profiler_enabled():
-            return contextlib.nullcontext()
-        return self.torch.autograd.profiler.record_function(name)
+            yield
+            return
+        with self.torch.autograd.profiler.record_function(name):
+            yield
+            self.sync()
 
     def mark(self, done: str, results: list) -> None:
         """The candidate's step finished pass ``done``: count its calls there, and in a traced trial judge the
