@@ -57,3 +57,42 @@ def test_gpu_oracle_is_correct(pool, problem, backend):
         pytest.skip(f"{problem.key} has no {backend} solution")
     v = Verifier(fast_config(trials=3, variants=True), pool=pool).verify(problem, path.read_text(), backend)
     assert v.state is State.CORRECT, v.summary()
+
+
+# -- the backward mode: training steps (kforge.verify.backward) -------------------------------------------
+#: What the backward oracles cover on every backend (ReLU, Softmax, LayerNorm, Matmul, RMSNorm-SiLU gate, MLP block).
+BACKWARD_ORACLES = {"level1/1_ReLU", "level1/2_Softmax", "level1/3_LayerNorm", "level1/4_Matmul",
+                    "level2/4_RMSNorm_SiLUGate", "level3/1_MLPBlock"}
+
+
+@pytest.mark.parametrize("backend", ["cpu", "cuda", "triton"])
+def test_every_backend_has_the_backward_oracles(backend):
+    have = {p.key for p in PROBLEMS if builtin_solution_path(p, backend, backward=True)}
+    assert BACKWARD_ORACLES <= have, f"{backend} lacks backward solutions of {sorted(BACKWARD_ORACLES - have)}"
+    for p in PROBLEMS:  # labelled: the oracle's answers are hand-written, not a model's
+        path = builtin_solution_path(p, backend, backward=True)
+        assert path is None or "oracle, not an LLM" in path.read_text().splitlines()[0], path
+
+
+CPU_BACKWARD = [p for p in PROBLEMS if builtin_solution_path(p, "cpu", backward=True)]
+
+
+@pytest.mark.parametrize("problem", CPU_BACKWARD, ids=[p.key for p in CPU_BACKWARD])
+def test_cpu_backward_oracle_is_correct(verifier, problem):
+    path = builtin_solution_path(problem, "cpu", backward=True)
+    v = verifier.verify(problem, path.read_text(), "cpu", config=fast_config(trials=3, backward=True))
+    assert v.state is State.CORRECT, v.summary()
+    a = v.attribution
+    assert a.backward_share and a.backward_share > 0.5 and a.gradient_from_kernel, v.summary()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["cuda", "triton"])
+@pytest.mark.parametrize("problem", GPU_PROBLEMS, ids=[p.key for p in GPU_PROBLEMS])
+def test_gpu_backward_oracle_is_correct(pool, problem, backend):
+    path = builtin_solution_path(problem, backend, backward=True)
+    if path is None:
+        pytest.skip(f"{problem.key} has no {backend} backward solution")
+    v = Verifier(fast_config(trials=3, backward=True), pool=pool).verify(problem, path.read_text(), backend)
+    assert v.state is State.CORRECT, v.summary()
+    assert v.attribution.backward_share and v.attribution.gradient_from_kernel, v.summary()

@@ -1,4 +1,5 @@
-"""Each backend's one-shot example is itself a correct candidate for its own module."""
+"""Each backend's one-shot examples (the forward's, and the backward mode's training step) are themselves correct
+candidates for their own modules."""
 
 import pytest
 
@@ -7,6 +8,7 @@ from kforge.verify import State, Verifier
 from tests.helpers import fast_config
 
 
+@pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
 @pytest.mark.parametrize("name,device", [
     ("cpu", None),
     pytest.param("triton", "cpu", id="triton-interpreter"),
@@ -14,15 +16,20 @@ from tests.helpers import fast_config
     pytest.param("cuda", None, marks=pytest.mark.gpu),
     pytest.param("triton", None, marks=pytest.mark.gpu, id="triton-gpu"),
 ])
-def test_example_is_correct(pool, name, device):
+def test_example_is_correct(pool, name, device, backward):
     if name in ("triton", "opencl"):
         pytest.importorskip("pyopencl" if name == "opencl" else "triton")
     backend = get_backend(name, device=device)
-    if not backend.example_dir().is_dir():
-        pytest.fail(f"{backend.example_dir()} is missing")
-    _, model_new = backend.example()
-    v = Verifier(fast_config(), pool=pool).verify(backend.example_problem(), model_new, backend)
+    if not backend.example_dir(backward=backward).is_dir():
+        if name == "opencl" and backward:
+            pytest.skip("no backward example for opencl")
+        pytest.fail(f"{backend.example_dir(backward=backward)} is missing")
+    _, model_new = backend.example(backward=backward)
+    verifier = Verifier(fast_config(backward=backward), pool=pool)
+    v = verifier.verify(backend.example_problem(backward=backward), model_new, backend)
     assert v.state is State.CORRECT, v.summary()
+    if backward:  # the example shows the convention: its backward is its own kernels' work
+        assert v.attribution.backward_share and v.attribution.gradient_from_kernel, v.summary()
 
 
 def test_cpu_bf16_example_is_correct_at_bf16(cache_dir):

@@ -43,3 +43,13 @@ def test_iterative_vs_beam_compares_the_two_searches_at_one_model_call_budget():
             job = JobConfig.from_hydra(cfg)
             budgets[loop] = (job.loop.budget, cfg.analysis.name if "name" in cfg.analysis else cfg.analysis)
     assert budgets["iterative"] == budgets["beam"] and budgets["beam"][0] == 7
+
+
+def test_the_backward_ablation_compares_the_forward_alone_with_a_training_step():
+    path = REPO_DIR / "conf" / "experiment" / "backward_ablation.yaml"
+    assert {o for job in jobs(path) for o in job} >= {"verify.backward=false", "verify.backward=true"}
+    with initialize_config_dir(config_dir=str(REPO_DIR / "conf"), version_base="1.3"):
+        arms = [JobConfig.from_hydra(compose("synthesize", overrides=[f"experiment={path.stem}", *job]))
+                for job in jobs(path) if "problems=builtin_l1" in job]
+    assert {a.verify.backward for a in arms} == {False, True}
+    assert len({(a.loop.mode, a.analysis.kind, a.profiler.kind) for a in arms}) == 1  # only the pass differs

@@ -108,3 +108,14 @@ def test_the_reference_transfer_matrix_runs_offline_on_cpu_opencl_and_the_triton
     assert refs == sorted([(t, "none") for t in backends.split(",")] +
                           [(t, f"oracle:{s}") for t in backends.split(",") for s in backends.split(",") if s != t])
     assert all(r.data.tags["reference_available"] == "true" for r in problems if r.data.tags["reference"] != "none")
+
+
+def test_the_backward_ablation_tables_the_forward_against_a_training_step(tmp_path):
+    """`make reproduce`'s backward_ablation runs the oracle offline in both passes and tables them by `pass`."""
+    table = oracle_dry_run(tmp_path, "backward_ablation")
+    assert "| oracle† | cpu | 1 | Forward only | 1 | 1/1 [1.00, 1.00] |" in table, table
+    assert "| oracle† | cpu | 1 | Training step | 1 | 1/1 [1.00, 1.00] |" in table, table
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    exp = client.get_experiment_by_name("kforge-backward_ablation")
+    jobs = [r for r in client.search_runs([exp.experiment_id]) if r.data.tags.get("kforge.kind") == "sweep-job"]
+    assert sorted(r.data.params["pass"] for r in jobs) == ["forward", "training"]

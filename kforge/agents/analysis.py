@@ -134,10 +134,12 @@ class AnalysisAgent:
     """Asks a model for one recommendation from the kernel, its timing and its profile digest."""
 
     def __init__(self, llm: LLM, backend: Backend, prompts: Prompts | None = None, device_name: str = "",
-                 visual: bool = False, raw_metrics: bool = False):
+                 visual: bool = False, raw_metrics: bool = False, backward: bool = False):
         self.llm, self.backend, self.prompts = llm, backend, prompts or Prompts()
         self.device_name = device_name or backend.device
         self.visual, self.raw_metrics = visual, raw_metrics
+        self.backward = backward
+        """The timing and the profile are a training step's (``verify.backward``): forward and backward kernels."""
         if visual and not llm.config.multimodal:
             raise ValueError(f"analysis.visual=true sends the digest as an image, but model {llm.config.name} is not "
                              "marked multimodal (set the analysis model's multimodal: true)")
@@ -149,7 +151,7 @@ class AnalysisAgent:
             "analysis", backend=self.backend, device_name=self.device_name, problem=problem, code=code,
             runtime_ms=verdict.runtime.median_ms, ref_ms=verdict.ref.median_ms, speedup=verdict.speedup_eager or 0.0,
             digest=digest.text() if digest else "(no profile available: judge from the code and the timing)",
-            raw_metrics=raw, image=bool(self.visual and png), directions=directions)
+            raw_metrics=raw, image=bool(self.visual and png), directions=directions, backward=self.backward)
         if self.visual and png:
             data = base64.b64encode(Path(png).read_bytes()).decode()
             content: Any = [{"type": "text", "text": text},

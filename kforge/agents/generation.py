@@ -54,24 +54,27 @@ class GenerationAgent:
     """Writes programs for one backend with one model, for candidates judged at one precision."""
 
     def __init__(self, llm: LLM, backend: Backend, prompts: Prompts | None = None, device_name: str = "",
-                 precision: str = "fp32"):
+                 precision: str = "fp32", backward: bool = False):
         self.llm = llm
         self.backend = backend
         self.prompts = prompts or Prompts()
         self.device_name = device_name or ("a CPU" if backend.device == "cpu" else "an NVIDIA GPU")
         self.precision = precision
         """``fp32``, ``tf32``, ``bf16`` or ``fp16``: picks the one-shot example and the prompt's precision block."""
-        self._example = backend.example(precision)
+        self.backward = backward
+        """The verifier judges a training step (``verify.backward``): the prompts ask for backward kernels, show the
+        backward example, and the oracle answers with its backward solutions."""
+        self._example = backend.example(precision, backward)
 
     def _common(self, problem: Problem) -> dict[str, Any]:
         return {"backend": self.backend, "device_name": self.device_name, "problem": problem,
-                "precision": self.precision}
+                "precision": self.precision, "backward": self.backward}
 
     def _ask(self, phase: str, user: str, problem: Problem, iteration: int) -> Attempt:
         system = self.prompts.render("system", **self._common(problem))
         messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
         ctx = CallContext(problem_key=problem.key, backend=self.backend.name, phase=phase, iteration=iteration,
-                          problem=problem, precision=self.precision)
+                          problem=problem, precision=self.precision, backward=self.backward)
         try:
             resp = self.llm.complete(messages, ctx)
         except LLMError as exc:

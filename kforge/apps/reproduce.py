@@ -1,4 +1,5 @@
-"""``kforge-reproduce`` (``make reproduce``): the paper's three ablation sweeps and beam search's, then the tables.
+"""``kforge-reproduce`` (``make reproduce``): the paper's three ablation sweeps, beam search's and the backward pass's
+(forward alone vs a training step), then the tables.
 
     kforge-reproduce --models gpt-5,claude-opus --backends cuda --levels 1,2,3
     kforge-reproduce --models openai/gpt-5,anthropic/claude-opus-4-5     # any litellm model strings

@@ -71,28 +71,32 @@ class Backend:
         """The extension builder `prepare` installed in a worker, if this backend compiles extensions."""
 
     # -- used by the caller ------------------------------------------------------------------------
-    def example_dir(self, precision: str = "fp32") -> Path:
-        """The folder the one-shot example for ``precision`` is read from: the precision's own
-        (``prompts/examples/<name>/<precision>/``) where it holds both files, else the backend's."""
+    def example_dir(self, precision: str = "fp32", backward: bool = False) -> Path:
+        """The folder the one-shot example for ``precision`` (and a training step, with ``backward``) is read
+        from: the precision's own (``prompts/examples/<name>/<precision>/``, then ``.../backward/``) where it
+        holds both files, else the backend's."""
         from ..precision import PRECISIONS
         if precision not in PRECISIONS:
             raise ValueError(f"unknown precision {precision!r}: use one of {', '.join(PRECISIONS)}")
-        own = EXAMPLES_DIR / self.name / precision
-        if precision != "fp32" and (own / "model.py").is_file() and (own / "model_new.py").is_file():
-            return own
-        return EXAMPLES_DIR / self.name
+        base = EXAMPLES_DIR / self.name
+        for d in ([base / precision] if precision != "fp32" else []) + [base]:
+            d = d / "backward" if backward else d
+            if (d / "model.py").is_file() and (d / "model_new.py").is_file():
+                return d
+        return base / "backward" if backward else base
 
-    def example(self, precision: str = "fp32") -> tuple[str, str]:
-        """The one-shot example: (a small PyTorch module, its implementation in this backend)."""
-        d = self.example_dir(precision)
+    def example(self, precision: str = "fp32", backward: bool = False) -> tuple[str, str]:
+        """The one-shot example: (a small PyTorch module, its implementation in this backend); with ``backward``, the
+        training step's (``backward/``: forward and backward kernels behind torch.autograd.Function)."""
+        d = self.example_dir(precision, backward)
         return (d / "model.py").read_text(), (d / "model_new.py").read_text()
 
-    def example_problem(self, precision: str = "fp32"):
+    def example_problem(self, precision: str = "fp32", backward: bool = False):
         """The example's PyTorch module as a `Problem` (it is a KernelBench-format program)."""
         from ..problems import problem_from_source
-        model, _ = self.example(precision)
-        suffix = "" if precision == "fp32" else f"_{precision}"
-        return problem_from_source(model, where=str(self.example_dir(precision) / "model.py"),
+        model, _ = self.example(precision, backward)
+        suffix = ("" if precision == "fp32" else f"_{precision}") + ("_backward" if backward else "")
+        return problem_from_source(model, where=str(self.example_dir(precision, backward) / "model.py"),
                                    name=f"example_{self.name}{suffix}")
 
     def spec(self) -> BackendSpec:

@@ -67,7 +67,8 @@ def verify_config(args: argparse.Namespace):
     from ..verify import VerifyConfig
     cfg = VerifyConfig(trials=args.trials, timeout_s=args.timeout, compile_ref=not args.no_compile_ref,
                        require_kernel=not args.no_kernel_check, seed=args.seed, skip_timing=args.no_timing,
-                       rules=args.rules, precision=args.precision, variants=not args.no_variants)
+                       rules=args.rules, precision=args.precision, variants=not args.no_variants,
+                       backward=args.backward)
     if args.atol is not None:
         cfg.atol = args.atol
     if args.rtol is not None:
@@ -99,6 +100,9 @@ def add_verify_options(p: argparse.ArgumentParser) -> None:
                         "Baselines are timed in it")
     p.add_argument("--no-variants", action="store_true",
                    help="skip the shape variants (sizes the candidate was not shown; the kforge rules ask for them)")
+    p.add_argument("--backward", action="store_true",
+                   help="judge a training step: the outputs and every input's and parameter's gradient against "
+                        "autograd's on the reference, timed forward plus backward (docs/verification.md)")
     p.add_argument("--rules", choices=RULE_SETS, default="kforge",
                    help="the rule set that decides the state (default kforge: the candidate's own kernels must do "
                         "the work; kernelbench: what KernelBench's harness decides, matching outputs suffice; "

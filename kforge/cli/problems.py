@@ -28,6 +28,8 @@ def add_parser(sub) -> None:
                    "(what the oracle answers), e.g. level1/1_ReLU: a candidate to try from any install")
     p.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32",
                    help="with --solution: the precision's own solution where there is one (default fp32)")
+    p.add_argument("--backward", action="store_true", help="with --solution: the solution for a training step "
+                   "(forward and backward kernels, for kforge verify --backward)")
     p.add_argument("--where", action="store_true", help="print the built-in suite's directory (KernelBench's layout)")
     p.set_defaults(func=cmd_problems)
 
@@ -37,7 +39,7 @@ def cmd_problems(args: argparse.Namespace) -> int:
         print(BUILTIN_DIR)
         return 0
     if args.solution:
-        return _print_solution(args.solution, args.backend, args.precision)
+        return _print_solution(args.solution, args.backend, args.precision, args.backward)
     overrides = parse_set(args.set)
     if args.dir:
         problems = load_directory(args.dir, levels=args.level, ids=args.ids, size=args.size, overrides=overrides)
@@ -57,12 +59,14 @@ def cmd_problems(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_solution(name: str, backend: str, precision: str = "fp32") -> int:
-    """The path of a built-in problem's solution for a backend at a precision; a usage error where there is none."""
+def _print_solution(name: str, backend: str, precision: str = "fp32", backward: bool = False) -> int:
+    """The path of a built-in problem's solution for a backend at a precision (for a training step with
+    ``backward``); a usage error where there is none."""
     problem = load_builtin(names=[name])[0]
-    path = builtin_solution_path(problem, backend, precision)
+    path = builtin_solution_path(problem, backend, precision, backward)
     if path is None:
-        raise UsageError(f"no built-in {backend} solution for {problem.key} at {precision} "
+        kind = f"{backend} training-step (backward)" if backward else backend
+        raise UsageError(f"no built-in {kind} solution for {problem.key} at {precision} "
                          f"(see {BUILTIN_DIR / 'solutions'})")
     print(path)
     return 0

@@ -58,7 +58,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
             # build, or knowing it is not needed) happens while it does.
             booting = [verifier.start_workers(backend, build=False)]
             if not args.json:
-                log.info("verifying %s (%s size) on %s ...", problem.key, problem.size, backend.describe())
+                log.info("verifying %s (%s size%s) on %s ...", problem.key, problem.size,
+                         ", a training step: forward and backward" if args.backward else "", backend.describe())
             if not verifier.build_known(problem, candidate, backend):  # a program built before needs no build worker
                 booting.append(verifier.start_workers(backend, devices=False))
                 _pch_notice(backend, pool, candidate)

@@ -148,7 +148,7 @@ def make_advisor(job: JobConfig, llm: LLM, backend: Backend, pool: WorkerPool, p
         analysis_llm = replaying(make_model(acfg.model), scope) if acfg.model else llm
         analysis_llm.check()
         agent = AnalysisAgent(analysis_llm, backend, prompts, device_name, visual=acfg.visual,
-                              raw_metrics=acfg.raw_metrics)
+                              raw_metrics=acfg.raw_metrics, backward=job.verify.backward)
     # The profiler runs the kernel under the job's verify settings (its tolerances, sizes, timeouts).
     return ProfilingAdvisor(backend, profiler, acfg.kind, scratch, agent=agent,
                             ceilings=pool.ceilings(kind, backend.spec()), verify=job.verify.to_dict())
@@ -212,7 +212,8 @@ def compose(conf: dict[str, Any], job: JobConfig, llm: LLM, pool: WorkerPool, sc
     pool.start(["build", *kinds])  # all workers at once, not one by one as the first loops need them
     info = pool.device_info(kinds[0], backend.spec())
     prompts = Prompts(job.prompts_dir)
-    agent = GenerationAgent(llm, backend, prompts, device_phrase(info, backend), precision=job.verify.precision)
+    agent = GenerationAgent(llm, backend, prompts, device_phrase(info, backend), precision=job.verify.precision,
+                            backward=job.verify.backward)
     advisor = make_advisor(job, llm, backend, pool, prompts, device_phrase(info, backend), scratch, kinds[0], chash)
     return Job(conf, job, problems, backend, agent, verifier, llm, pool, info, advisor, threading.Event(),
                {**tags, **(work.tags if work else {})}, work)
@@ -244,7 +245,7 @@ def execute(job: Job) -> JobResult:
     labels = job_labels(job)
     try:
         references = load_references(cfg.reference, job.problems, job.backend.name, tracker.uri,
-                                     precision=job.config.verify.precision)
+                                     precision=job.config.verify.precision, backward=cfg.verify.backward)
     except ReferenceTransferError as exc:
         raise ConfigError(str(exc)) from None
     earlier = take_over(tracker, labels[Tags.CONFIG_HASH], job.problems, cfg.resume)
@@ -354,4 +355,5 @@ def job_labels(job: Job) -> dict[str, str]:
             Tags.DEVICE: backend.device, Tags.LOOP_MODE: cfg.loop.mode, Tags.REFERENCE: ref_kind,
             Tags.PROFILER: resolve_profiler(cfg.profiler.kind, backend),
             Tags.PROBLEMS_SOURCE: WORKLOAD_SOURCE if job.workload is not None else cfg.problems.source,
-            Tags.RULES: cfg.verify.rules, Tags.LEVEL: ",".join(levels), Tags.CONFIG_HASH: config_hash(job.conf)}
+            Tags.RULES: cfg.verify.rules, Tags.PASS: "training" if cfg.verify.backward else "forward",
+            Tags.LEVEL: ",".join(levels), Tags.CONFIG_HASH: config_hash(job.conf)}

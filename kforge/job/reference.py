@@ -67,9 +67,11 @@ def transfer_pairs(sources: list[str], targets: list[str]) -> list[tuple[str, st
 
 
 def load_references(rcfg: ReferenceConfig | dict[str, Any], problems: list[Problem], target: str,
-                    tracking_uri: str | None = None, precision: str = "fp32") -> dict[str, Reference | None]:
-    """Each problem's reference for ``target`` (None where there is none); ``oracle`` references are the
-    solutions for ``precision`` (its own folder first, then the backend's)."""
+                    tracking_uri: str | None = None, precision: str = "fp32",
+                    backward: bool = False) -> dict[str, Reference | None]:
+    """Per problem, a working kernel for another accelerator (or None): ``oracle`` references are the solutions
+    for ``precision`` (its own folder first, then the backend's); with ``backward`` (``verify.backward``) a training
+    step's: the oracle's backward solutions, or runs tagged ``pass=training``."""
     rcfg = ReferenceConfig.from_dict(rcfg, "reference")
     kind = rcfg.kind
     if kind == "none":
@@ -82,14 +84,14 @@ def load_references(rcfg: ReferenceConfig | dict[str, Any], problems: list[Probl
     if kind == "oracle":
         out = {}
         for p in problems:
-            path = builtin_solution_path(p, source, precision)
+            path = builtin_solution_path(p, source, precision, backward)
             out[p.key] = Reference(source, language, path.read_text(), "oracle") if path else None
         return out
-    return _from_mlflow(rcfg, problems, source, language, tracking_uri)
+    return _from_mlflow(rcfg, problems, source, language, tracking_uri, backward)
 
 
 def _from_mlflow(rcfg: ReferenceConfig, problems: list[Problem], source: str, language: str,
-                 uri: str | None) -> dict[str, Reference | None]:
+                 uri: str | None, backward: bool = False) -> dict[str, Reference | None]:
     import tempfile
     from pathlib import Path
 
@@ -97,6 +99,8 @@ def _from_mlflow(rcfg: ReferenceConfig, problems: list[Problem], source: str, la
     from ..tracking.schema import Files, Kind, Metrics, Tags, metric, metric_is, tag_is
     client = open_client(rcfg.tracking_uri or uri or default_uri())
     filters = [tag_is(Tags.BACKEND, source), tag_is(Tags.KIND, Kind.PROBLEM), metric_is(Metrics.BEST_CORRECT, 1)]
+    if backward:  # a forward-only kernel has no backward to translate
+        filters.append(tag_is(Tags.PASS, "training"))
     if rcfg.run_id:
         filters.append(tag_is(Tags.PARENT, rcfg.run_id))
         parent = client.get_run(rcfg.run_id)

@@ -92,6 +92,8 @@ class CallContext:
     """The `Problem` itself (the oracle reads its level and name)."""
     precision: str = "fp32"
     """The precision the candidate is judged at (the oracle answers with that precision's solution)."""
+    backward: bool = False
+    """The answer is judged as a training step (``verify.backward``): the oracle answers with a backward solution."""
 
 
 class LLM(Protocol):

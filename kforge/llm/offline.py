@@ -54,15 +54,16 @@ class OracleModel:
         self.calls += 1
         ctx = context or CallContext()
         precision = ctx.precision
-        path = builtin_solution_path(ctx.problem, ctx.backend, precision) if ctx.problem is not None else None
+        path = builtin_solution_path(ctx.problem, ctx.backend, precision, ctx.backward) if ctx.problem is not None \
+            else None
         same = None
         if path is None and ctx.problem is not None:  # e.g. a workload's region: is its Model a built-in one?
             from ..problems.equivalent import builtin_equivalent
             same = builtin_equivalent(ctx.problem.source)
-            path = builtin_solution_path(same, ctx.backend, precision) if same is not None else None
+            path = builtin_solution_path(same, ctx.backend, precision, ctx.backward) if same is not None else None
         if path is None:
-            note = (f"the oracle (hand-written solutions, not an LLM) has no solution for {ctx.problem_key or '?'} "
-                    f"on the {ctx.backend or '?'} backend at {precision}")
+            note = (f"the oracle (hand-written solutions, not an LLM) has no {'backward ' if ctx.backward else ''}"
+                    f"solution for {ctx.problem_key or '?'} on the {ctx.backend or '?'} backend at {precision}")
             return LLMResponse(text=note, model=self.config.label, cost_usd=0.0, note=note)
         why = f" (this problem's Model is {same.key}'s)" if same is not None else ""
         text = (f"Hand-written solution from kforge's built-in suite{why} (oracle, not an LLM).\n\n```python\n"

@@ -130,22 +130,27 @@ def _looks_builtin(spec: str) -> bool:
     return bool(re.fullmatch(r"level\d+/[\w\-]+", spec.strip()))
 
 
-def solution_dirs(backend: str, precision: str = "fp32") -> list[Path]:
-    """Where a backend's hand-written solutions are looked for, first match first: the precision's own
-    folder (e.g. bf16 tensor-core kernels), then the backend's folder (fp32, or dtype-generic where a
-    file says so)."""
+def solution_dirs(backend: str, precision: str = "fp32", backward: bool = False) -> list[Path]:
+    """Where a backend's hand-written solutions are looked for, first match first: the precision's own folder
+    (e.g. bf16 tensor-core kernels), then the backend's (fp32, or dtype-generic where a file says so); for a
+    training step (``verify.backward``) the same under ``backward/`` (a forward-only solution has no gradients,
+    so it is never the answer there). Each holds ``level<N>/<name>.py``."""
     if precision not in PRECISIONS:
         raise ProblemError(f"unknown precision {precision!r}: use one of {', '.join(PRECISIONS)}")
     base = BUILTIN_DIR / "solutions" / backend
+    if backward:
+        base = base / "backward"
     return [base / precision, base] if precision != "fp32" else [base]
 
 
-def builtin_solution_path(problem: Problem, backend: str, precision: str = "fp32") -> Path | None:
-    """The hand-written solution of a built-in problem for a backend at a precision (the `oracle` model's
-    answer): ``solutions/<backend>/<precision>/levelN/<name>.py``, else ``solutions/<backend>/levelN/<name>.py``."""
+def builtin_solution_path(problem: Problem, backend: str, precision: str = "fp32",
+                          backward: bool = False) -> Path | None:
+    """The hand-written solution of a built-in problem for a backend at a precision (the `oracle` model's answer),
+    for the forward alone or, with ``backward``, for a training step: ``solutions/<backend>[/backward]/<precision>/
+    levelN/<name>.py``, else ``solutions/<backend>[/backward]/levelN/<name>.py``."""
     if problem.level is None:
         return None
-    for folder in solution_dirs(backend, precision):
+    for folder in solution_dirs(backend, precision, backward):
         p = folder / f"level{problem.level}" / f"{problem.name}.py"
         if p.is_file():
             return p

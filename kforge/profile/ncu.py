@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .base import Profile, ProfilerUnavailable
 from .protocol import ProfileRequest
-from .runner import NVTX_RANGE, run_under
+from .runner import NVTX_RANGE, run_under, training_step
 
 DURATION = "gpu__time_duration.sum"
 
@@ -160,7 +160,9 @@ def profile(workdir: str | os.PathLike, request: ProfileRequest, files: dict[str
     metrics, dropped = supported(metrics, available_metrics(ncu) if len(metrics) > 1 else None)
     wd = Path(workdir)
     report = wd / "profile.ncu-rep"
-    prefix = [ncu, "--clock-control", "none", "--nvtx", "--nvtx-include", f"{NVTX_RANGE}/",
+    # a training step's range is a start/end range (see kforge.profile.runner), named without the push/pop slash
+    include = NVTX_RANGE if training_step(request) else f"{NVTX_RANGE}/"
+    prefix = [ncu, "--clock-control", "none", "--nvtx", "--nvtx-include", include,
               "--metrics", ",".join(metrics), "--export", str(report), "--force-overwrite"]
     try:
         code, out, seconds = run_under(prefix, wd, request, files, gpu=gpu, timeout=timeout, iterations=iterations)

@@ -29,6 +29,9 @@ class ProfileResult(Message):
     iterations: int = 1
     device: str = "cpu"
     """The torch device the program ran on (``cuda``, ``cpu``)."""
+    passes: dict[str, str] = field(default_factory=dict)
+    """A training step's (``verify.backward``): kernel or operator name -> the pass it ran in (``forward``,
+    ``backward`` or ``both``)."""
     error: str | None = None
     """Why the program could not be loaded (its state and message)."""
 

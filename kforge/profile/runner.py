@@ -3,7 +3,10 @@
 DIR holds ``request.json`` (a `ProfileRequest`: the program, ``which``, ``iterations``, ``warmup``),
 ``problem.py`` and ``candidate.py``. The program is loaded exactly as the verifier loads it, warmed
 up, then each profiled call is wrapped in an NVTX range named ``kforge`` (profilers filter on it), with
-L2 flushed before each call.
+L2 flushed before each call. In the backward mode (``verify.backward``) a call is a training step, forward
+then backward (`kforge.verify.backward`), and its range is a process-wide start/end range rather than a
+push/pop one: autograd launches a CUDA backward from threads of its own, which a thread's push/pop range
+does not cover.
 """
 
 from __future__ import annotations
@@ -55,13 +58,27 @@ def run_under(prefix: list[str], workdir: str | os.PathLike, request: ProfileReq
 
 def load_program(req: ProfileRequest):
     """The harness set up as the verifier sets it up, and the program to profile (the candidate, or the
-    reference when ``which`` says so); raises `HarnessVerdict` when it cannot be loaded."""
+    reference when ``which`` says so), in the backward mode its training step; raises `HarnessVerdict` when it
+    cannot be loaded."""
     from ..sandbox.harness import Harness
     from ..verify.config import VerifyConfig
-    h = Harness(req, VerifyConfig.from_dict(req.config))
+    cfg = VerifyConfig.from_dict(req.config)
+    h = Harness(req, cfg)
     h.setup(flush_l2=True)
     h.load_reference()
-    return h, (h.load_candidate() if req.which == "candidate" else h.ref_model)
+    steps = None
+    if cfg.backward:  # made before candidate code is imported, as the verifier makes it
+        from ..verify.backward import Backward
+        steps = Backward.of(h)
+        steps.checking = False
+        steps.upstream.reseed(h.draw())
+    program = h.load_candidate() if req.which == "candidate" else h.ref_model
+    return h, (steps.step(program) if steps is not None else program)
+
+
+def training_step(req: ProfileRequest) -> bool:
+    """Whether a profiled call is a training step (``verify.backward``)."""
+    return bool(req.config.get("backward"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     torch = h.torch
     inputs = h.inputs(h.draw())
     cuda = h.device.type == "cuda"
+    step = training_step(req)
     with torch.no_grad():
         for _ in range(req.warmup):
             model(*inputs)
@@ -87,10 +105,10 @@ def main(argv: list[str] | None = None) -> int:
             h.clock.flush()
             h.clock.sync()
             if cuda:
-                torch.cuda.nvtx.range_push(NVTX_RANGE)
+                rid = torch.cuda.nvtx.range_start(NVTX_RANGE) if step else torch.cuda.nvtx.range_push(NVTX_RANGE)
             model(*inputs)
             if cuda:
-                torch.cuda.nvtx.range_pop()
+                torch.cuda.nvtx.range_end(rid) if step else torch.cuda.nvtx.range_pop()
             h.clock.sync()
     return 0
 

@@ -31,6 +31,7 @@ ABLATIONS: dict[str, tuple[str, str]] = {
     "reference_transfer": ("kforge-reference_transfer", "reference"),
     "profiling_ablation": ("kforge-profiling_ablation", "analysis"),
     "iterative_vs_beam": ("kforge-iterative_vs_beam", "loop_mode"),
+    "backward_ablation": ("kforge-backward_ablation", "pass"),
 }
 #: What the models that are not LLMs are (their rows are marked, and the caption says so).
 NOT_LLMS = {"oracle": "kforge's hand-written solutions", "scripted": "replies fixed in advance"}

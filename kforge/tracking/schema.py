@@ -52,6 +52,9 @@ class Tags:
     ANALYSIS, MODEL, MODEL_NAME, MODEL_LABEL = "analysis", "model", "model_name", "model_label"
     BACKEND, DEVICE, LOOP_MODE, REFERENCE = "backend", "device", "loop_mode", "reference"
     PROFILER, PROBLEMS_SOURCE = "profiler", "problems_source"
+    PASS = "pass"
+    """What a verification judges: ``forward`` alone, or a ``training`` step, forward then backward
+    (``verify.backward``): the backward ablation's factor."""
     DEVICE_NAME, GPU = "device_name", "gpu"
     """The parent run's hardware (``gpu`` on a CUDA backend only)."""
     SPEEDUP_VS = "speedup_vs"
@@ -86,15 +89,16 @@ class Params:
 
     MODEL, BACKEND, LOOP_MODE, REFERENCE = Tags.MODEL, Tags.BACKEND, Tags.LOOP_MODE, Tags.REFERENCE
     PROFILER, ANALYSIS, RULES, LEVEL, PROBLEM = Tags.PROFILER, Tags.ANALYSIS, Tags.RULES, Tags.LEVEL, Tags.PROBLEM
+    PASS = Tags.PASS
     #: On both runs (``level``: a job's levels, comma-separated).
-    JOB = (MODEL, BACKEND, LOOP_MODE, REFERENCE, PROFILER, ANALYSIS, RULES, LEVEL)
+    JOB = (MODEL, BACKEND, LOOP_MODE, REFERENCE, PROFILER, ANALYSIS, RULES, PASS, LEVEL)
     #: On a problem run.
     PROBLEM_RUN = (*JOB, PROBLEM)
 
 
 #: The tags that tell one configuration from another in the tables.
 CONFIG_TAGS = (Tags.MODEL, Tags.BACKEND, Tags.LOOP_MODE, Tags.REFERENCE, Tags.PROFILER, Tags.ANALYSIS, Tags.SIZE,
-               Tags.PROBLEMS_SOURCE)
+               Tags.PROBLEMS_SOURCE, Tags.PASS)
 #: A candidate run's tags, copied from its eval row where present (``state`` always).
 CANDIDATE_TAGS = ("problem", "level", "problem_id", "sample_id", "backend", "candidate", "candidate_hash")
 

@@ -172,13 +172,37 @@ def origin_of(name: str, own: set[str]) -> str:
 
 
 # -- reading a profile ------------------------------------------------------------------------------
-def _section(event) -> str | None:
-    e = event
-    while e is not None:
-        if e.name in (REFERENCE, CANDIDATE):
-            return e.name
-        e = e.cpu_parent
+def spans(events, window: str | None = None) -> dict[str, tuple[float, float]]:
+    """Each section's span on the host's timeline (`REFERENCE`, `CANDIDATE`); with ``window``, the span of the
+    first range of that name inside it instead (a training step's forward or backward pass,
+    `kforge.verify.backward`). A section without that range has no span."""
+    from torch.autograd import DeviceType
+    host = [e for e in events if getattr(e, "device_type", DeviceType.CPU) == DeviceType.CPU]
+    out = {e.name: (e.time_range.start, e.time_range.end) for e in host if e.name in (REFERENCE, CANDIDATE)}
+    if window is None:
+        return out
+    inner = {}
+    for name, (lo, hi) in out.items():
+        found = [e for e in host if e.name == window and lo <= e.time_range.start <= hi]
+        if found:
+            inner[name] = (found[0].time_range.start, found[0].time_range.end)
+    return inner
+
+
+def _section(event, where: dict[str, tuple[float, float]]) -> str | None:
+    """The section an event started in, by time: a backward pass's operators run on autograd's threads, which
+    the profile does not nest under the section's range (``cpu_parent``)."""
+    start = event.time_range.start
+    for name, (lo, hi) in where.items():
+        if lo <= start <= hi:
+            return name
     return None
+
+
+def _bookkeeping(name: str) -> bool:
+    """The autograd engine's own ranges (``autograd::engine::evaluate_function: ReluBackward0``): they hold the
+    operators a backward node runs, and are none."""
+    return name.startswith("autograd::")
 
 
 def _annotation(event) -> bool:
@@ -208,17 +232,17 @@ def _elements(event) -> int:
     return total
 
 
-def _ops(events, cuda: bool) -> dict[str, dict[str, list[float]]]:
+def _ops(events, cuda: bool, where: dict[str, tuple[float, float]]) -> dict[str, dict[str, list[float]]]:
     """Per section: PyTorch operator -> [calls, microseconds, input elements] (the microseconds are the
     device time of the kernels it launched on a GPU, its self time on a CPU)."""
     out: dict[str, dict[str, list[float]]] = {REFERENCE: defaultdict(lambda: [0, 0.0, 0]),
                                                CANDIDATE: defaultdict(lambda: [0, 0.0, 0])}
     for e in events:
-        if e.name.startswith("kforge") or "::" not in e.name:
+        if e.name.startswith("kforge") or "::" not in e.name or _bookkeeping(e.name):
             continue
         if cuda and not e.kernels:
             continue
-        sec = _section(e)
+        sec = _section(e, where)
         if sec is None:
             continue
         row = out[sec][e.name]
@@ -228,16 +252,17 @@ def _ops(events, cuda: bool) -> dict[str, dict[str, list[float]]]:
     return out
 
 
-def attribute(events, cuda: bool, so_paths: list[str], triton_names: set[str]) -> tuple[Attribution, dict]:
+def attribute(events, cuda: bool, so_paths: list[str], triton_names: set[str],
+              window: str | None = None) -> tuple[Attribution, dict]:
     """The candidate section's attribution from a profile's function events, and the operator tables of both
-    sections (for `replayed`). ``so_paths``: the candidate's extensions; ``triton_names``: its Triton kernels."""
+    sections (for `replayed`). ``so_paths``: the candidate's extensions; ``triton_names``: its Triton kernels;
+    ``window``: a range inside each section to read alone (see `spans`)."""
     from torch.autograd import DeviceType
     events = list(events)
+    where = spans(events, window)
     uses: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0])
     if cuda:
-        ranges = {e.name: (e.time_range.start, e.time_range.end) for e in events
-                  if e.device_type == DeviceType.CPU and e.name in (REFERENCE, CANDIDATE)}
-        lo, hi = ranges.get(CANDIDATE, (float("inf"), float("-inf")))
+        lo, hi = where.get(CANDIDATE, (float("inf"), float("-inf")))
         device = [e for e in events if e.device_type == DeviceType.CUDA]
         calls = [(e.time_range.start, e.time_range.end) for e in device
                  if e.name.startswith("kforge::") and e.name not in (REFERENCE, CANDIDATE)]
@@ -257,10 +282,10 @@ def attribute(events, cuda: bool, so_paths: list[str], triton_names: set[str]) -
             found.notes.append(f"the profile attributed no device kernel: {len(device)} device event(s) in all, "
                                f"{len(events)} event(s), the candidate's range {lo:.0f}-{hi:.0f} us, device events "
                                f"at {', '.join(f'{e.time_range.start:.0f}' for e in device[:6]) or 'none'} us")
-            return found, _ops(events, cuda)
+            return found, _ops(events, cuda, where)
     else:
         for e in events:
-            if _section(e) != CANDIDATE or e.name == CANDIDATE:
+            if _section(e, where) != CANDIDATE or e.name == CANDIDATE or _bookkeeping(e.name):
                 continue
             if e.name.startswith("kforge::"):
                 key = (e.name[len("kforge::"):], "candidate")
@@ -271,7 +296,7 @@ def attribute(events, cuda: bool, so_paths: list[str], triton_names: set[str]) -
             row = uses[key]
             row[0] += 1
             row[1] += e.self_cpu_time_total
-    return summarise(uses), _ops(events, cuda)
+    return summarise(uses), _ops(events, cuda, where)
 
 
 def summarise(uses: dict[tuple[str, str], list[float]]) -> Attribution:

@@ -57,7 +57,8 @@ class CompileRefs:
         if not (cfg.compile_ref and cfg.compile_ref_reuse and not cfg.skip_timing) or not device:
             return None
         blob = json.dumps([problem.to_dict(), device, metadata.version("torch"), cfg.compile_mode,
-                           cfg.to_dict()["timing"]], sort_keys=True, default=str)
+                           cfg.to_dict()["timing"], *(["training step"] if cfg.backward else [])],
+                          sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()
 
     def path(self, key: str) -> Path:

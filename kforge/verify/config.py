@@ -130,6 +130,10 @@ class VerifyConfig(StrictConfig):
     """How timing is done."""
     skip_timing: bool = False
     """Only check correctness (no speedups)."""
+    backward: bool = False
+    """Judge a training step, not the forward alone: floating inputs and parameters require grad, a seeded random
+    upstream gradient is applied to the outputs, and the candidate must give the outputs and every gradient autograd
+    gives on the reference (`kforge.verify.backward`); timing and kernel share cover forward plus backward."""
     static: StaticConfig = field(default_factory=StaticConfig)
     """Static rules: ``disabled``, ``deny``/``allow`` regex lists, ``warn_only`` (``verify.static.deny=[...]``)."""
 

@@ -321,6 +321,17 @@ class Dataflow(TorchDispatchMode):
         elif self.filled.get(k, False):
             self.unsure[k] = True
 
+    def next_pass(self, outputs: Any) -> bool | None:
+        """`reaches` for one pass of a traced call (a training step's forward, whose outputs its backward reads),
+        then forget what derives from the candidate's kernels so far, so the next pass is judged on what its own
+        kernels write. Called while this mode is active (from inside the call): its own operators bypass it."""
+        from torch.utils._python_dispatch import _disable_current_modes
+        with _disable_current_modes():
+            found = self.reaches(outputs)
+        self.derived.clear()
+        self.unsure.clear()
+        return found
+
     def reaches(self, outputs: Any) -> bool | None:
         """Whether any output derives from something the candidate's kernels wrote; None where one may, and
         nothing can tell: it is a constant fill a candidate's kernel had and left as it was (see the module)."""

@@ -85,8 +85,10 @@ class NumericsChecks:
         """The reference's outputs: the exact one, and the native one where it differs."""
         exact_in = [x.float() if isinstance(x, self.torch.Tensor) and x.is_floating_point() else x
                     for x in inputs] if self.precision.reduced else inputs
-        exact = self._reference_run(self.ref_exact, exact_in, "exact", rng_seed)
-        native = self._reference_run(self.ref_model, inputs, "default", rng_seed) if self.native_differs else None
+        # In the backward mode a model's program is its training step (`kforge.verify.backward`).
+        exact = self._reference_run(self.program(self.ref_exact), exact_in, "exact", rng_seed)
+        native = self._reference_run(self.program(self.ref_model), inputs, "default", rng_seed) \
+            if self.native_differs else None
         return Refs(exact, native)
 
     def _reference_run(self, model, inputs: list, numerics: str, rng_seed: int | None) -> list:

@@ -69,7 +69,7 @@ class FreshModels:
         if not self.stateful:
             return model
         self.build_references()
-        return self.fresh_candidate(where)
+        return self.program(self.fresh_candidate(where), own=True)
 
     def recheck_reference(self, inputs: list, rng_seed: int | None) -> list:
         """The expected outputs of a timing recheck: of a fresh reference where the problem is stateful."""
@@ -87,4 +87,5 @@ class FreshModels:
         on a copy of the same inputs (the timed model has been called many times, the fresh reference once)."""
         if not self.stateful:
             return as_outputs(out)
-        return self.candidate(self.fresh_candidate(where), self._clone(snapshot), rng_seed, where)
+        return self.candidate(self.program(self.fresh_candidate(where), own=True), self._clone(snapshot), rng_seed,
+                              where)

@@ -14,6 +14,10 @@ output derives from them, they did not run (``kernel_not_run``), they ran on a d
 the output (``output_not_from_kernel``), or the forward re-ran every operator of the reference in PyTorch
 with nothing traced to the kernels (``reference_replayed``). The rule sets (`kforge.verify.rules`,
 docs/verification.md) decide what each means.
+
+In the backward mode (``verify.backward``) what the trials call is a training step (`kforge.verify.backward`):
+`program` wraps the reference and the candidate, `_compare` also judges the gradients
+(`kforge.verify.gradients`), and `judge` asks whose code did each pass's work.
 """
 
 from __future__ import annotations
@@ -24,7 +28,10 @@ from ..sandbox.budget import BudgetSpent
 from ..sandbox.harness import Harness, HarnessVerdict, first_line, tail
 from ..sandbox.progress import candidate_code
 from ..sandbox.protocol import ProgramRequest
+from ..precision import ROUNDINGS
+from . import gradients
 from .attribution import CANDIDATE, REFERENCE, attribute, replayed
+from .backward import Backward
 from .compare import as_outputs
 from .config import VerifyConfig
 from .numerics import NumericsChecks, Refs
@@ -60,6 +67,27 @@ class Trials(NumericsChecks, VariantChecks, FreshModels, Harness):
         """The problem's audit (`kforge.verify.protocol.ProblemAudit`), once the run has it."""
         self._mirrored: str | None = None
         """What the candidate's discarded kernel results mirror of the reference's own dead code (`deadcode`)."""
+        self.steps: Backward | None = None
+        """The backward mode's plan (None: the forward alone is judged)."""
+
+    # -- the backward mode (kforge.verify.backward) -----------------------------------------------------
+    def load_reference(self) -> None:
+        super().load_reference()
+        if self.cfg.backward:  # before any candidate code: it takes the functions it trusts now
+            self.steps = Backward.of(self)
+
+    def program(self, module, own: bool = False):
+        """What a trial or a timed round calls: the module, or in the backward mode its training step (``own``: the
+        candidate's, whose passes are measured and checked)."""
+        return module if self.steps is None else self.steps.step(module, own)
+
+    def inputs(self, seed: int) -> list:
+        if self.steps is not None:  # the upstream gradient belongs to the input set, and is drawn with it
+            self.steps.upstream.reseed(seed)
+        return super().inputs(seed)
+
+    def _fail_exception(self, exc: BaseException, where: str) -> HarnessVerdict:
+        return super()._fail_exception(exc, self.steps.where(where) if self.steps is not None else where)
 
     # -- the trials -----------------------------------------------------------------------------------
     def correctness(self, model) -> None:
@@ -119,7 +147,13 @@ class Trials(NumericsChecks, VariantChecks, FreshModels, Harness):
 
         An output that is wrong there but right after a full device synchronize was computed off the
         stream the candidate was called on (a side stream nobody waited for): a race, and a timing dodge.
+        In the backward mode the results are a training step's: its outputs, then a gradient per input and parameter.
         """
+        grads = ref_grads = None
+        if self.steps is not None:
+            gradients.integrity(self.steps.report, where)
+            outs, grads = self.steps.split(outs)
+            refs, ref_grads = self._step_refs(refs)
         failures = self.compare_outputs(outs, refs, where)
         if failures and self.device.type == "cuda":
             self.torch.cuda.synchronize()
@@ -129,10 +163,32 @@ class Trials(NumericsChecks, VariantChecks, FreshModels, Harness):
                                      f"right only after a full device synchronize ({where}): the work ran on a "
                                      "stream the calling stream does not wait for", rule="unsynchronized_work")
         self.views.record(failures)
+        if grads is not None:
+            gradients.compare(self.torch, self.steps.labels, grads, ref_grads, where, self.device, self._grad_tolerance)
         for k, (a, b) in enumerate(zip(cand_in, ref_in)):
             if isinstance(a, self.torch.Tensor) and not self.torch.equal(a, b):
                 raise HarnessVerdict("cheat_detected", f"the candidate modified input {k} in place ({where}); the "
                                      "reference leaves it as it was", rule="input_mutation")
+
+    def _step_refs(self, refs: Refs) -> tuple[Refs, list]:
+        """A training step's references as the outputs' (both numerics) and the gradients to judge against: the
+        exact ones, or at a reduced precision the reference's own in the precision (the candidate's gradients are
+        in it; a float32 gradient of the rounded weights would differ in dtype from every honest answer)."""
+        split = self.steps.split
+        exact_out, exact_grads = split(refs.exact)
+        native = split(refs.native) if refs.native is not None else None
+        kb = split(refs.kb_outputs)[0] if refs.kb_outputs is not None else None
+        grads = native[1] if native is not None and self.precision.reduced else exact_grads
+        return Refs(exact_out, native[0] if native is not None else None, kb), grads
+
+    def _grad_tolerance(self, dtype: str) -> tuple[float, float]:
+        """A gradient's (atol, rtol) before `kforge.verify.gradients` scales atol by its RMS: the dtype's, or at a
+        reduced precision four of its roundings (`kforge.precision.ROUNDINGS`)."""
+        if self.precision.reduced:
+            tol = ROUNDINGS * self.precision.unit_roundoff
+            return (self.cfg.atol if self.cfg.atol is not None else tol), (self.cfg.rtol if self.cfg.rtol is not None
+                                                                            else tol)
+        return self.cfg.tolerance(dtype, self.problem.tolerance)
 
     # -- measuring ------------------------------------------------------------------------------------
     def _profiled(self, model, inputs, cand_in, rng_seed, where):
@@ -163,6 +219,8 @@ class Trials(NumericsChecks, VariantChecks, FreshModels, Harness):
                                          self.recorder.triton_names)
             found.notes = self.attribution.notes + found.notes
             self.attribution = found
+            if self.steps is not None:
+                self.steps.profiled(prof.function_events, cuda, self.recorder.so_paths, self.recorder.triton_names)
         except Exception as exc:  # noqa: BLE001 - a profile we cannot read is a missing measurement, not a verdict
             self.attribution.notes.append(f"the profile could not be read ({type(exc).__name__}: {first_line(exc)})")
         return refs, outs
@@ -214,6 +272,9 @@ class Trials(NumericsChecks, VariantChecks, FreshModels, Harness):
         """Record whose code computed the answer (``self.work``, a `Facets` part); the rule sets decide what
         that means (`kforge.verify.rules`). Nothing here rejects: a program that computed the answer honestly
         in PyTorch is not a cheat, and KernelBench's rules do not ask."""
+        if self.steps is not None:  # a training step: each pass on its own
+            self.work = self.steps.judge(self)
+            return
         a = self.attribution
         a.output_from_kernel = self._flow
         if self._ops is not None:

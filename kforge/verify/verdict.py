@@ -121,6 +121,11 @@ class Attribution:
     """Whether an output derives from memory the candidate's kernels wrote (None: could not be tracked)."""
     replayed_ops: list[str] | None = None
     """The reference's PyTorch operators, when the candidate's forward ran every one of them too."""
+    backward_share: float | None = None
+    """Backward mode: the candidate's kernels' share of the backward pass alone (``kernel_share`` covers the whole
+    training step)."""
+    gradient_from_kernel: bool | None = None
+    """Backward mode: whether a gradient derives from what the candidate's kernels wrote in the backward pass."""
     notes: list[str] = field(default_factory=list)
 
     @classmethod
@@ -304,7 +309,8 @@ class Verdict:
             a = self.attribution
             lines.append(f"  kernel share {100 * a.kernel_share:.1f}% ("
                          + ", ".join(f"{k} {100 * v:.1f}%" for k, v in sorted(a.shares.items(), key=lambda kv: -kv[1]))
-                         + ")" + ("" if a.output_from_kernel is not False else "; the output bypasses its kernels"))
+                         + ")" + ("" if a.output_from_kernel is not False else "; the output bypasses its kernels")
+                         + ("" if a.backward_share is None else f"; backward alone {100 * a.backward_share:.1f}%"))
         if self.problem_flags:
             lines.append(f"  problem: {', '.join(self.problem_flags)}")
         others = {k: s for k, s in self.states.items() if k != self.rules and s != self.state.value}

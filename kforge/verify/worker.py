@@ -32,6 +32,7 @@ from ..sandbox.harness import (PROBLEM_ERROR, HarnessVerdict, first_line, import
 from ..sandbox.quiet import take_quiet_lock
 from ..sandbox.settings import Swap
 from ..sandbox.writeguard import install_write_guard
+from .backward import TrainingStep
 from .compare import as_outputs
 from .phases import OwnPhases
 from .protocol import (AuditRequest, AuditResult, BuildRequest, BuildResult, Outcome, ProblemAudit, RunRequest,
@@ -224,7 +225,7 @@ class _Run(OwnPhases, Trials):
             if self.audit.state:
                 self.notes.append(stateful_note(self.audit.state))
         phase("load")
-        model = self.load_candidate()
+        model = self.program(self.load_candidate(), own=True)  # its training step in the backward mode
         phase("correctness")
         self.correctness(model)
         self.report()
@@ -306,6 +307,8 @@ class _Run(OwnPhases, Trials):
         per_set = max(1, a.input_bytes or 1)
         # Each program's forward and output, a recheck's fresh draw, snapshot and expected output.
         reserve = 2 * ((a.peak_bytes or 0) + a.out_bytes) + 3 * per_set
+        if self.steps is not None:  # and a training step's backward
+            reserve += self.steps.extra_bytes(per_set, a.param_bytes, a.peak_bytes or 0)
         fit = int((free - reserve) // per_set)
         if fit < wanted:
             self.notes.append(f"timing rotates {max(1, fit)} input set(s), not {wanted}: each takes "
@@ -387,17 +390,20 @@ class _Run(OwnPhases, Trials):
         strict fp32 where that differs), the compile reference warmed up, the candidate as it left things."""
         cfg, torch = self.cfg, self.torch
         numerics = "tf32" if self.precision.name == "tf32" else "default"  # the baselines run in the precision
-        programs: list[tuple[str, Any, str | None]] = [("ref", self.ref_model, numerics)]
+        if self.steps is not None:
+            self.steps.checking = False  # a timed step makes no copies to check in-place writes against
+        ref = self.program(self.ref_model)  # in the backward mode, training steps (kforge.verify.backward)
+        programs: list[tuple[str, Any, str | None]] = [("ref", ref, numerics)]
         if self.device.type == "cuda" and self.precision.name == "fp32" and self.settings.defaults != \
                 self.settings.strict:
-            programs.append(("ref_strict", self.ref_model, "exact"))
+            programs.append(("ref_strict", ref, "exact"))
         if cfg.compile_ref:
             phase("compile reference")
             try:
                 with budget("compile reference", self.compile_budget_s()) as within:
                     # Compiled and called in the harness's context: a candidate's torch._inductor.config stays its own.
                     isolated = self.settings.isolated
-                    compiled = isolated(isolated(torch.compile)(self.ref_model, mode=cfg.compile_mode))
+                    compiled = self.program(isolated(isolated(torch.compile)(self.ref_model, mode=cfg.compile_mode)))
                     with Swap(self.settings, numerics):
                         for _ in range(max(1, cfg.timing.warmup)):
                             compiled(*inputs)
@@ -423,7 +429,7 @@ class _Run(OwnPhases, Trials):
     def _protected_ptrs(self, sets, model) -> set[int]:
         torch = self.torch
         ptrs = {x.untyped_storage().data_ptr() for s in sets for x in s if isinstance(x, torch.Tensor)}
-        for m in (self.ref_model, model):
+        for m in (self.ref_model, model.module if isinstance(model, TrainingStep) else model):
             if isinstance(m, torch.nn.Module):
                 ptrs |= {t.untyped_storage().data_ptr() for t in list(m.parameters()) + list(m.buffers())}
         return ptrs

@@ -114,3 +114,34 @@ def test_a_precision_without_its_own_example_falls_back_to_the_backends(relu):
     assert backend.example_dir("bf16").name == "bf16"
     with pytest.raises(ValueError, match="unknown precision 'int4'"):
         backend.example("int4")
+
+
+def test_in_the_backward_mode_the_prompts_ask_for_backward_kernels_and_show_the_training_example(relu):
+    a = GenerationAgent(make_model(ModelConfig(name="s", kind="scripted", replies=[f"```python\n{PROGRAM}```"] * 3)),
+                        get_backend("cpu"), backward=True)
+    att = a.single_shot(relu)
+    system, user = att.messages[0]["content"], att.messages[1]["content"]
+    assert "training step" in system and ".grad" in system
+    assert "## The backward pass" in user and "torch.autograd.Function" in user and "add_scale_backward" in user
+    forward = agent([f"```python\n{PROGRAM}```"]).single_shot(relu).messages
+    assert "backward" not in forward[0]["content"] + forward[1]["content"]  # the forward's prompts as they were
+    v = Verdict(State.NUMERICAL_MISMATCH, "the gradient of input 0: 3 of 8 elements outside",
+                evidence=Evidence(mismatch={"gradient": "input 0"}))
+    assert "Checked as a training step" in a.fix(relu, PROGRAM, v, iteration=1).messages[1]["content"]
+    t = TimingStats(1.0, 1.0, 0.0, 10, 1.0)
+    v = Verdict(State.CORRECT, "ok", runtime=t, ref=TimingStats(2.0, 2.0, 0.0, 10, 2.0), floor_ms=0.1)
+    user = a.optimise(relu, PROGRAM, v, "fuse", iteration=2).messages[1]["content"]
+    assert "one training step" in user and "of the forward alone" in user
+
+
+@pytest.mark.parametrize("backend", ["cpu", "cuda", "triton"])
+def test_the_oracle_answers_the_backward_mode_with_its_backward_solution(backend):
+    problem = resolve_problem("level1/3_LayerNorm", size="cpu")
+    oracle = make_model(ModelConfig(name="oracle", kind="oracle"))
+    code = GenerationAgent(oracle, get_backend(backend), backward=True).single_shot(problem).candidate.source
+    assert "torch.autograd.Function" in code and "oracle, not an LLM" in code
+    forward = GenerationAgent(oracle, get_backend(backend)).single_shot(problem).candidate.source
+    assert "autograd" not in forward
+    none = GenerationAgent(oracle, get_backend(backend), backward=True).single_shot(
+        resolve_problem("level1/6_Conv2d", size="cpu"))
+    assert none.candidate.source is None and "no backward solution" in none.candidate.error

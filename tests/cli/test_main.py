@@ -127,3 +127,18 @@ def test_the_readme_quick_start_paths_come_from_the_install(capsys):
     assert Path(capsys.readouterr().out.strip()).parts[-4:] == ("triton", "bf16", "level1", "4_Matmul.py")
     assert main(["problems", "--solution", "level1/99_Nope"]) == 2
     assert "no built-in problem named level1/99_Nope" in capsys.readouterr().err
+
+
+def test_verify_backward_judges_a_training_step(capsys):
+    """`kforge verify --backward`: the oracle's training-step kernel is correct; its forward-only one has no
+    gradient; `kforge problems --solution --backward` names the first."""
+    assert main(["problems", "--solution", "level1/1_ReLU", "--backward"]) == 0
+    path = capsys.readouterr().out.strip()
+    assert Path(path).parts[-4:] == ("cpu", "backward", "level1", "1_ReLU.py")
+    assert main(["problems", "--solution", "level1/6_Conv2d", "--backward"]) == 2
+    assert "no built-in cpu training-step (backward) solution" in capsys.readouterr().err
+    small = ["--set", "BATCH=4", "--set", "DIM=512", "--trials", "2", "--no-compile-ref", "--json", "--backward"]
+    verdict = json.loads(run_cli("verify", "level1/1_ReLU", path, *small).stdout)
+    assert verdict["state"] == "correct" and verdict["attribution"]["backward_share"] > 0, verdict["message"]
+    forward = json.loads(run_cli("verify", "level1/1_ReLU", str(CANDIDATES / "cpu" / "relu_ok.py"), *small).stdout)
+    assert forward["state"] == "shape_mismatch" and forward["evidence"]["mismatch"]["gradient"] == "input 0"

@@ -68,3 +68,9 @@ def test_any_backend_is_a_source_for_any_other():
         transfer_pairs(["metal"], ["cpu"])
     with pytest.raises(ConfigError, match="reference.backend must be auto or a backend"):
         load_references({"kind": "oracle", "backend": "metal"}, problems, "cpu")
+
+
+def test_in_the_backward_mode_the_oracle_reference_is_a_training_steps_kernel():
+    problems = load_builtin(names=["level1/1_ReLU", "level1/6_Conv2d"], size="cpu")
+    refs = load_references({"kind": "oracle", "backend": "auto"}, problems, "cpu", backward=True)
+    assert "torch.autograd.Function" in refs["level1/1_ReLU"].code and refs["level1/6_Conv2d"] is None

@@ -56,3 +56,18 @@ def test_nsys_reports_or_says_why_not(pool, tmp_path, softmax):
         assert "nsys" in str(exc).lower() or shutil.which("nsys") is None, exc
         return
     assert prof.kernels and prof.total_ms > 0
+
+
+@pytest.mark.parametrize("backend", ["cuda", "triton"])
+def test_in_the_backward_mode_ncu_profiles_the_backward_kernels_too(pool, tmp_path, backend):
+    """A training step's range is process-wide (start/end): autograd launches the backward's kernels from its own
+    threads, which a push/pop range on the calling thread does not cover."""
+    if find_ncu() is None:
+        pytest.skip("ncu is not installed here")
+    from kforge.verify import VerifyConfig
+    softmax = resolve_problem("level1/2_Softmax", size="gpu", overrides={"BATCH": 512})
+    code = builtin_solution_path(softmax, backend, backward=True).read_text()
+    prof = Profiler("ncu", pool, tmp_path, iterations=2).run(softmax, code, get_backend(backend),
+                                                             config=VerifyConfig(backward=True).to_dict())
+    names = " ".join(k.name for k in prof.kernels)
+    assert "softmax_bwd_kernel" in names and "softmax_kernel" in names, names

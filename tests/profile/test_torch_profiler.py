@@ -1,5 +1,7 @@
 """torch.profiler through a worker process, on the CPU."""
 
+from pathlib import Path
+
 from kforge.backends import get_backend
 from kforge.problems import resolve_problem
 from kforge.profile import Profiler
@@ -18,3 +20,16 @@ def test_torch_profiler_on_cpu(pool, tmp_path):
     assert "Self CPU" in open(prof.raw_files["torch_table"]).read()
     f = classify(build(problem, prof, time_ms=prof.total_ms))
     assert f.rule in ("cpu_own_code", "cpu_overhead")
+
+
+def test_in_the_backward_mode_a_training_step_is_profiled_and_its_backward_marked(pool, tmp_path):
+    from kforge.verify import VerifyConfig
+    problem = resolve_problem("level1/3_LayerNorm", size="cpu", overrides={"BATCH": 16, "DIM": 64})
+    code = (Path(__file__).parents[1] / "idioms" / "cpu" / "d_backward_in_pytorch.py").read_text()  # a PyTorch backward
+    prof = Profiler("torch", pool, tmp_path, iterations=2).run(problem, code, get_backend("cpu"),
+                                                               config=VerifyConfig(backward=True).to_dict())
+    names = [k.name for k in prof.kernels]
+    assert any(n.endswith("[backward]") for n in names), names  # e.g. aten::sum [backward]
+    assert any("training step" in n for n in prof.notes)
+    digest = build(problem, prof, time_ms=prof.total_ms).text()
+    assert "[backward]" in digest and "training step" in digest

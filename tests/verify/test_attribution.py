@@ -156,3 +156,21 @@ def test_replayed_needs_every_computing_operator_on_as_much_data():
     # Layout operators alone never make a replay.
     assert replayed(ops({"aten::copy_": [1, 10.0, 100]}, {"aten::copy_": [1, 10.0, 100]})) is None
     assert replayed(ops({}, {})) is None
+
+
+def test_a_window_reads_one_pass_of_each_section_by_time():
+    """A training step's passes: the backward's kernels run on autograd's threads, outside the section's nesting,
+    so an event belongs where its start falls in time."""
+    from kforge.verify.attribution import spans
+    from kforge.verify.backward import BACKWARD, FORWARD
+    profile = [event(REFERENCE, 0, 100, device=False), event(FORWARD, 1, 40, device=False),
+               event(BACKWARD, 41, 99, device=False), event(CANDIDATE, 200, 300, device=False),
+               event(FORWARD, 201, 240, device=False), event(BACKWARD, 241, 299, device=False),
+               event("my_fwd_kernel(float*)", 210, 230), event("my_bwd_kernel(float*)", 250, 260),
+               event("at::native::vectorized_elementwise_kernel<>", 262, 292)]
+    assert spans(profile, BACKWARD) == {REFERENCE: (41, 99), CANDIDATE: (241, 299)}
+    whole, _ = attribute(profile, cuda=True, so_paths=[], triton_names=set())
+    back, _ = attribute(profile, cuda=True, so_paths=[], triton_names=set(), window=BACKWARD)
+    fwd, _ = attribute(profile, cuda=True, so_paths=[], triton_names=set(), window=FORWARD)
+    assert fwd.shares == {"unknown": 1.0} and back.shares == pytest.approx({"unknown": 0.25, "torch": 0.75})
+    assert whole.total_ms == pytest.approx(0.06) and back.total_ms == pytest.approx(0.04)

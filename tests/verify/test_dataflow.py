@@ -234,3 +234,20 @@ def test_an_honest_fused_kernel_on_an_all_zeros_problem_is_not_accused(pool):
     assert v.state is State.CORRECT, v.summary()
     assert v.attribution.output_from_kernel is None and "degenerate" in v.problem_flags, v.summary()
     assert any("cannot be told" in n for n in v.attribution.notes), v.attribution.notes
+
+
+def test_next_pass_judges_one_pass_and_starts_the_next_afresh():
+    """A training step: the forward's output derives from the kernel; a gradient PyTorch computes from that output
+    in the backward does not derive from anything the candidate's kernels wrote there, and one a kernel writes
+    in the backward does."""
+    x = torch.randn(64)
+    flow = Dataflow(torch, lambda: None)
+    with flow:
+        y = torch.empty_like(x)
+        kernel(flow, raw_relu, x, y)
+        assert flow.next_pass([y]) is True
+        g = torch.ones(64) * (y > 0)  # PyTorch's backward, from the kernel's saved output
+        assert flow.next_pass([g]) is False
+        dx = torch.empty_like(x)
+        kernel(flow, raw_relu, g, dx)  # the backward's own kernel
+        assert flow.next_pass([dx]) is True

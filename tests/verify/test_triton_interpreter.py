@@ -33,3 +33,21 @@ def test_triton_kernel_rule(setup):
     v = verifier.verify(problem, candidate("cpu", "relu_torch_only.py"), backend)
     assert v.state is State.KERNEL_UNUSED and v.rule == "kernel_not_run", v.summary()
     assert "no_kernel" in {f["rule"] for f in v.evidence.findings}
+
+
+#: The backward oracles at sizes the interpreter runs in seconds (odd sizes: masks and tails are exercised).
+BACKWARD_SIZES = {"level1/1_ReLU": {"BATCH": 4, "DIM": 3000}, "level1/2_Softmax": {"BATCH": 4, "DIM": 5000},
+                  "level1/3_LayerNorm": {"BATCH": 70, "DIM": 200}, "level1/4_Matmul": {"M": 70, "K": 40, "N": 150},
+                  "level2/4_RMSNorm_SiLUGate": {"BATCH": 70, "DIM": 200},
+                  "level3/1_MLPBlock": {"BATCH": 2, "SEQ": 9, "DIM": 48}}
+
+
+@pytest.mark.parametrize("key", sorted(BACKWARD_SIZES))
+def test_triton_backward_oracle_under_the_interpreter(setup, key):
+    from kforge.problems import builtin_solution_path
+    verifier, _, backend = setup
+    problem = resolve_problem(key, size="cpu", overrides=BACKWARD_SIZES[key])
+    code = builtin_solution_path(problem, "triton", backward=True).read_text()
+    v = verifier.verify(problem, code, backend, config=fast_config(backward=True))
+    assert v.state is State.CORRECT, v.summary()
+    assert v.attribution.backward_share and v.attribution.gradient_from_kernel, v.summary()

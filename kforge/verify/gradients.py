@@ -1,0 +1,112 @@
+"""A training step's gradients against the reference's (the backward mode, `kforge.verify.backward`).
+
+Each gradient is checked as an output is: its presence, type, shape, dtype and device, then
+``|g - ref| <= atol' + rtol * |ref|`` elementwise (NaN/Inf never pass), then that it is not constant where the
+reference's varies. ``(atol, rtol)`` come from the gradient's dtype by the table the outputs use
+(`VerifyConfig.tolerance`, with the problem's own and the command line's overrides), and ``atol`` is scaled by the
+size of the reference gradient, its root mean square (RMS):
+
+    atol' = atol * rms(ref)          (atol itself where the reference gradient is all zero)
+
+Why: a gradient sums the upstream gradient over everything its element fed in the forward, its reduction length
+L (N for ``A`` of an ``(M, K) @ (K, N)`` product, the batch for a normalisation's weight, the row for a softmax's
+input). With a unit normal upstream gradient such a sum has an RMS of about sqrt(L) times its terms', and its
+rounding error grows with it (about sqrt(L) u times the terms' size in any summation order, u the unit
+roundoff), so the same relative accuracy allows an absolute error that grows as the RMS does. A gradient of unit
+size keeps the forward's tolerance exactly; a tiny one (a softmax's over 98,304 columns, RMS ~1e-5) is held to
+its own size rather than to 1e-4, which any small gradient would pass. A silent TF32 or half-precision backward,
+with errors of 5e-4 of the gradient's size and more, still fails the fp32 tolerance (1e-4).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from ..sandbox.harness import HarnessVerdict
+from .backward import StepReport
+from .compare import CHUNK, Mismatch, check_degenerate, check_plain_tensor, compare_tensor
+
+
+def rms(torch, t) -> float:
+    """Root mean square of a tensor's finite elements, in float64, a chunk at a time (gradients of many GiB)."""
+    flat = t.detach().reshape(-1)
+    total, n = 0.0, 0
+    for s in range(0, flat.numel(), CHUNK):
+        c = flat[s:s + CHUNK].to(torch.float64)
+        finite = torch.isfinite(c)
+        total += float(torch.where(finite, c, torch.zeros_like(c)).pow(2).sum())
+        n += int(finite.sum())
+    return math.sqrt(total / n) if n else 0.0
+
+
+def integrity(report: StepReport, where: str) -> None:
+    """What the candidate's step did beside its results that no honest step does."""
+    if report.grad_written:
+        raise HarnessVerdict("cheat_detected", f"the candidate wrote the .grad of {', '.join(report.grad_written)} "
+                             f"itself ({where}); gradients are what autograd gives back, not what a program leaves "
+                             "in .grad", rule="grad_written")
+    if report.upstream_changed:
+        raise HarnessVerdict("cheat_detected", "the candidate's backward changed the upstream gradient of output "
+                             f"{', '.join(map(str, report.upstream_changed))} in place ({where}); the reference leaves "
+                             "it as it was", rule="input_mutation")
+    if report.outputs_changed:
+        raise HarnessVerdict("cheat_detected", "the candidate's backward changed output "
+                             f"{', '.join(map(str, report.outputs_changed))} in place after returning it ({where}): "
+                             "a tensor saved for the backward and overwritten there is the caller's result",
+                             rule="saved_tensor_mutated")
+
+
+def compare(torch, labels: list[str], grads: list, refs: list, where: str, device,
+            tolerance: Callable[[str], tuple[float, float]]) -> None:
+    """Raise a ``shape_mismatch`` or ``numerical_mismatch`` verdict naming the first gradient that fails, and where.
+    ``tolerance(dtype name)`` is the outputs' (atol, rtol)."""
+    for label, g, r in zip(labels, grads, refs):
+        if r is None:  # the reference's output does not depend on it: the candidate's must not either
+            if isinstance(g, torch.Tensor) and bool((g != 0).any()):
+                raise HarnessVerdict("numerical_mismatch", f"the gradient of {label} is not zero ({where}), while no "
+                                     "output of the reference depends on it",
+                                     evidence={"mismatch": {"trial": where, "gradient": label}})
+            continue
+        if g is None:
+            raise HarnessVerdict("shape_mismatch", f"the gradient of {label} is missing ({where}): no output of the "
+                                 "candidate's depends on it through autograd (an output computed outside autograd, or "
+                                 "detached: wrap the kernels in a torch.autograd.Function whose backward returns it"
+                                 + ("; keep the reference's parameters, with the same names, on ModelNew"
+                                    if label.startswith("parameter") else "") + ")",
+                                 evidence={"mismatch": {"trial": where, "gradient": label}})
+        try:
+            _check(torch, label, g, r, device, tolerance)
+        except Mismatch as m:
+            state = {"shape": "shape_mismatch", "numerical": "numerical_mismatch"}.get(m.kind, "cheat_detected")
+            details = {k: v for k, v in m.details.items() if k != "output"}
+            raise HarnessVerdict(state, f"{m.message} ({where})", rule=None if state != "cheat_detected" else
+                                 "output_not_plain_tensor",
+                                 evidence={"mismatch": {"trial": where, "gradient": label, **details}}) from None
+
+
+def _check(torch, label: str, g, r, device, tolerance) -> None:
+    try:
+        check_plain_tensor(g, 0)
+    except Mismatch as m:
+        raise Mismatch(m.kind, m.message.replace("output 0", f"the gradient of {label}", 1)) from None
+    if tuple(g.shape) != tuple(r.shape):
+        raise Mismatch("shape", f"the gradient of {label} has shape {tuple(g.shape)}, expected {tuple(r.shape)}",
+                       {"got_shape": list(g.shape), "expected_shape": list(r.shape)})
+    if g.dtype != r.dtype:
+        raise Mismatch("shape", f"the gradient of {label} has dtype {g.dtype}, expected {r.dtype}",
+                       {"got_dtype": str(g.dtype), "expected_dtype": str(r.dtype)})
+    if g.device.type != device.type:
+        raise Mismatch("shape", f"the gradient of {label} is on {g.device}, expected {device.type}",
+                       {"got_device": str(g.device)})
+    atol, rtol = tolerance(str(r.dtype).removeprefix("torch."))
+    size = rms(torch, r) if r.is_floating_point() else 0.0
+    scaled = atol * size if size > 0 else atol
+    try:
+        compare_tensor(g, r, scaled, rtol)
+        check_degenerate(g, r)
+    except Mismatch as m:
+        details = dict(m.details, grad_rms=size) if m.kind == "numerical" else m.details
+        raise Mismatch(m.kind, m.message.replace("output 0", f"the gradient of {label}", 1)
+                       .replace(f"atol={scaled:g}", f"atol={scaled:.3g} (= {atol:g} x its RMS {size:.3g})", 1),
+                       details) from None
