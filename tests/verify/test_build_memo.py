@@ -1,6 +1,8 @@
 """A program built cleanly before skips the build phase and its worker; one whose extension left the cache, or whose
 build failed, is built again."""
 
+import uuid
+
 from kforge.backends import get_backend
 from kforge.candidate import Candidate
 from kforge.problems import resolve_problem
@@ -13,7 +15,8 @@ RELU = resolve_problem("level1/1_ReLU", size="cpu", overrides={"BATCH": 8, "DIM"
 
 
 def test_a_clean_build_is_remembered_and_the_second_verification_needs_no_build_worker(pool, tmp_path):
-    source = f"# {tmp_path.name}: a program no earlier run remembered\n" + candidate("cpu", "relu_ok.py")
+    # A build cache kept between local runs (KFORGE_TEST_CACHE) remembers every earlier run's programs: a new one.
+    source = f"# {uuid.uuid4().hex}: a program no earlier run remembered\n" + candidate("cpu", "relu_ok.py")
     verifier = Verifier(fast_config(trials=2), pool=pool)
     assert not verifier.build_known(RELU, Candidate.from_source(source), "cpu")
     first = verifier.verify(RELU, source, "cpu")
