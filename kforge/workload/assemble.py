@@ -11,6 +11,8 @@ is the verifier's ordinary check of that program against the model file.
 
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -204,6 +206,9 @@ def evaluate(workload: Workload, verifier, backend, kernels: dict[str, RegionKer
                                            else None)
     by_region = {r.name: kernels.get(r.name) or kernels.get(r.path) for r in workload.regions}
     source = assemble(workload, {k: v.source for k, v in by_region.items() if v is not None}, problem.source)
+    # The assembled model builds its regions with the sizes they were extracted at (their constructors written
+    # down with literal arguments): the model file's shape variants are not its sizes.
+    config = dataclasses.replace(config or verifier.config, variants=False)
     verdict = verifier.verify(problem, source, backend, config)
     outcomes = [RegionOutcome(r.name, r.path, r.share, by_region[r.name] is not None,
                               by_region[r.name].speedup if by_region[r.name] is not None else None)

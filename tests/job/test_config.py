@@ -39,8 +39,11 @@ def test_every_field_is_strict_and_documented(cls):
 
 
 def test_every_group_has_a_class_and_every_choice_composes_into_the_job():
-    groups = {p.name for p in (REPO_DIR / "conf").iterdir() if p.is_dir()} - {"experiment", "hydra"}
+    # precision: a choice that sets verify.precision (`# @package verify`), not a group of the job's own
+    groups = {p.name for p in (REPO_DIR / "conf").iterdir() if p.is_dir()} - {"experiment", "hydra", "precision"}
     assert groups == set(GROUPS) and set(GROUPS) <= {f.name for f in dataclasses.fields(JobConfig)}
+    for path in sorted((REPO_DIR / "conf" / "precision").glob("*.yaml")):
+        assert JobConfig.from_hydra(compose("synthesize", [f"precision={path.stem}"])).verify.precision == path.stem
     for group, cls in GROUPS.items():
         for path in sorted((REPO_DIR / "conf" / group).glob("*.yaml")):
             extra = ["model.name=openai/gpt-5"] if path.stem == "litellm" else []
