@@ -80,8 +80,8 @@ CPU_BACKWARD = [p for p in PROBLEMS if builtin_solution_path(p, "cpu", backward=
 @pytest.mark.parametrize("problem", CPU_BACKWARD, ids=[p.key for p in CPU_BACKWARD])
 def test_cpu_backward_oracle_is_correct(verifier, problem):
     path = builtin_solution_path(problem, "cpu", backward=True)
-    v = verifier.verify(problem, path.read_text(), "cpu", config=fast_config(trials=3, backward=True))
-    assert v.state is State.CORRECT, v.summary()
+    v = verifier.verify(problem, path.read_text(), "cpu", config=fast_config(trials=3, backward=True, variants=True))
+    assert v.state is State.CORRECT, v.summary()  # shape variants included: the training step at other sizes
     a = v.attribution
     assert a.backward_share and a.backward_share > 0.5 and a.gradient_from_kernel, v.summary()
 
@@ -93,6 +93,7 @@ def test_gpu_backward_oracle_is_correct(pool, problem, backend):
     path = builtin_solution_path(problem, backend, backward=True)
     if path is None:
         pytest.skip(f"{problem.key} has no {backend} backward solution")
-    v = Verifier(fast_config(trials=3, backward=True), pool=pool).verify(problem, path.read_text(), backend)
+    cfg = fast_config(trials=3, backward=True, variants=True)
+    v = Verifier(cfg, pool=pool).verify(problem, path.read_text(), backend)
     assert v.state is State.CORRECT, v.summary()
     assert v.attribution.backward_share and v.attribution.gradient_from_kernel, v.summary()

@@ -135,10 +135,14 @@ class Swap:
 
     MODES = ("strict", "exact", "default", "tf32", "kernelbench")
 
-    def __init__(self, settings: Settings, numerics: str):
+    def __init__(self, settings: Settings, numerics: str, timed: bool = False):
         if numerics not in self.MODES:
             raise ValueError(f"numerics {numerics!r} is not one of {self.MODES}")
         self.settings = settings
+        self.timed = timed
+        """A timed baseline: it runs as PyTorch runs by default, without a candidate's deterministic mode (which
+        would slow it down). A correctness reference keeps the trial's mode, as the candidate's call has it: cuDNN
+        picks other algorithms under it, whose TF32 results differ by 1e-3 (seen on an H100)."""
         self.numerics = numerics
         """``strict``: the harness's own state (`Settings.use_strict`); ``exact``: that with TF32 off, the
         correctness reference; ``default``: PyTorch's numerics, the timed baselines; ``tf32``: TF32 on, the
@@ -168,7 +172,7 @@ class Swap:
                 state[key] = s.defaults[key]
             elif self.numerics in ("exact", "tf32"):
                 state[key] = self.numerics == "tf32" and (path, attr) in TF32
-        if self.numerics in ("default", "tf32"):
+        if self.timed and self.numerics in ("default", "tf32"):
             # A timed baseline runs as PyTorch runs by default: a candidate's deterministic mode would slow it down.
             torch = s.torch
             if torch.are_deterministic_algorithms_enabled():

@@ -15,6 +15,7 @@ verdict's facets. Shape, dtype and integrity failures hold in both views and sto
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -76,19 +77,36 @@ class NumericsChecks:
         """KernelBench runs the candidate too with PyTorch's default numerics: where they differ from the harness's
         (cuDNN's TF32 on a GPU), a correctness trial runs the candidate once more under them for that view."""
         self.views = Views()
+        self._rng_after_reference = None
 
     def candidate_in_kernelbench_numerics(self, model, inputs: list, rng_seed: int | None, where: str) -> list:
+        """The candidate called as KernelBench calls it: PyTorch's default numerics, and for a stochastic problem the
+        RNG not seeded again after the reference's call (its harness seeds once, before the reference), so a
+        candidate drawing its own dropout mask draws the next one, not the reference's."""
         with Swap(self.settings, "kernelbench"):
+            if rng_seed is not None and self._rng_after_reference is not None:
+                _set_rng_state(self.torch, self._rng_after_reference)
+                rng_seed = None
             return self.candidate(model, inputs, rng_seed, where)
 
-    def reference(self, inputs: list, rng_seed: int | None) -> Refs:
-        """The reference's outputs: the exact one, and the native one where it differs."""
+    def kernelbench_calls_again(self, mode: str | None) -> bool:
+        """Whether a correctness trial calls the candidate once more for the kernelbench view: where PyTorch's
+        default numerics change what it computes, or where the problem draws random numbers (KernelBench does not
+        seed again between the two calls). A stateful model is called once a trial (`kforge.verify.stateful`)."""
+        return mode is None and not self.stateful and (self.candidate_numerics_differ or "stochastic" in self.flags)
+
+    def reference(self, inputs: list, rng_seed: int | None, exact_within=contextlib.nullcontext) -> Refs:
+        """The reference's outputs: the exact one (run inside ``exact_within()``, e.g. a profiler's range), and the
+        native one where it differs. For a stochastic problem the RNG's state after the native run is kept: under
+        KernelBench's harness the candidate's call draws on from there (`candidate_in_kernelbench_numerics`)."""
         exact_in = [x.float() if isinstance(x, self.torch.Tensor) and x.is_floating_point() else x
                     for x in inputs] if self.precision.reduced else inputs
         # In the backward mode a model's program is its training step (`kforge.verify.backward`).
-        exact = self._reference_run(self.program(self.ref_exact), exact_in, "exact", rng_seed)
+        with exact_within():
+            exact = self._reference_run(self.program(self.ref_exact), exact_in, "exact", rng_seed)
         native = self._reference_run(self.program(self.ref_model), inputs, "default", rng_seed) \
-            if self.native_differs else None
+            if self.native_differs or rng_seed is not None else None
+        self._rng_after_reference = _rng_state(self.torch) if rng_seed is not None else None
         return Refs(exact, native)
 
     def _reference_run(self, model, inputs: list, numerics: str, rng_seed: int | None) -> list:
@@ -162,6 +180,17 @@ class NumericsChecks:
     def _same_tolerance(self, refs: Refs) -> bool:
         return all(self._tolerance("kforge", r, i, refs.exact) == self._tolerance("kernelbench", r, i, refs.exact)
                    for i, r in enumerate(refs.exact) if isinstance(r, self.torch.Tensor))
+
+
+def _rng_state(torch) -> tuple:
+    return torch.get_rng_state(), (torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None)
+
+
+def _set_rng_state(torch, state: tuple) -> None:
+    cpu, cuda = state
+    torch.set_rng_state(cpu)
+    if cuda is not None:
+        torch.cuda.set_rng_state_all(cuda)
 
 
 def _as_verdict(m: Mismatch, where: str, view: str | None) -> HarnessVerdict:

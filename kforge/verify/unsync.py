@@ -95,11 +95,11 @@ def check(run, sampler, own_streams: bool, model, inputs) -> None:
     ref = Gap(sampler.samples["ref"], sampler.host["ref"])
     if not suspicious(cand, ref, own_streams):
         return
-    with Swap(run.settings, "default"):  # warm the reference's default numerics (cuDNN's algorithms) once
+    with Swap(run.settings, "default", timed=True):  # warm the reference's default numerics (cuDNN's algorithms) once
         run.ref_model(*inputs)
 
     def baseline():
-        with Swap(run.settings, "default"):
+        with Swap(run.settings, "default", timed=True):
             return run.ref_model(*inputs)
     cand, ref = retime(run.clock, lambda: model(*inputs), baseline)
     if persistent(cand, ref):

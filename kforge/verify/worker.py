@@ -323,7 +323,7 @@ class _Run(OwnPhases, Trials):
         own_streams = bool(getattr(self.req, "own_streams", False))
 
         def run(label, prog, numerics, inputs, rng_seed):
-            with (Swap(self.settings, numerics) if numerics else contextlib.nullcontext()):
+            with (Swap(self.settings, numerics, timed=True) if numerics else contextlib.nullcontext()):
                 if rng_seed is not None:
                     torch.random.manual_seed(rng_seed)
                 try:  # the clock flushes L2 itself, right before the start event
@@ -404,7 +404,7 @@ class _Run(OwnPhases, Trials):
                     # Compiled and called in the harness's context: a candidate's torch._inductor.config stays its own.
                     isolated = self.settings.isolated
                     compiled = self.program(isolated(isolated(torch.compile)(self.ref_model, mode=cfg.compile_mode)))
-                    with Swap(self.settings, numerics):
+                    with Swap(self.settings, numerics, timed=True):
                         for _ in range(max(1, cfg.timing.warmup)):
                             compiled(*inputs)
                         self.clock.sync()

@@ -58,9 +58,11 @@ def test_a_candidates_deterministic_mode_is_off_around_a_timed_baseline():
     s.use_strict(threads=torch.get_num_threads())
     try:
         torch.use_deterministic_algorithms(True, warn_only=True)  # the candidate's choice, slower for some operators
-        with Swap(s, "default"):
+        with Swap(s, "default", timed=True):
             assert not torch.are_deterministic_algorithms_enabled()
         assert torch.are_deterministic_algorithms_enabled() and torch.is_deterministic_algorithms_warn_only_enabled()
+        with Swap(s, "default"):  # a correctness reference keeps the trial's mode, as the candidate's call does
+            assert torch.are_deterministic_algorithms_enabled()
     finally:
         torch.use_deterministic_algorithms(False)
 

@@ -1,0 +1,62 @@
+"""Under the kernelbench rules a candidate is called as KernelBench's harness calls it (`kforge.verify.numerics`):
+here, a stochastic problem, whose harness seeds the RNG once before the reference and not again before the
+candidate, so a faithful candidate draws another dropout mask there; the kforge rules seed both alike."""
+
+from kforge.problems import problem_from_source
+from kforge.verify import State, Verifier
+from tests.helpers import fast_config
+
+# KernelBench level 2's Matmul_Dropout_Softmax, at a CPU size.
+PROBLEM = '''
+import torch
+import torch.nn as nn
+
+batch_size = 32
+in_features = 64
+out_features = 128
+dropout_p = 0.2
+
+
+class Model(nn.Module):
+    def __init__(self, in_features, out_features, dropout_p):
+        super(Model, self).__init__()
+        self.matmul = nn.Linear(in_features, out_features)
+        self.dropout = nn.Dropout(dropout_p)
+
+    def forward(self, x):
+        x = self.matmul(x)
+        x = self.dropout(x)
+        return torch.softmax(x, dim=1)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, in_features)]
+
+
+def get_init_inputs():
+    return [in_features, out_features, dropout_p]
+'''
+
+FAITHFUL = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features, dropout_p):
+        super().__init__()
+        self.matmul = nn.Linear(in_features, out_features)
+        self.dropout = nn.Dropout(dropout_p)
+
+    def forward(self, x):
+        return F.softmax(self.dropout(self.matmul(x)), dim=1)
+'''
+
+
+def test_a_stochastic_problem_is_judged_as_kernelbench_draws_its_random_numbers(pool):
+    problem = problem_from_source(PROBLEM, where="66_Matmul_Dropout_Softmax.py", name="66_Matmul_Dropout_Softmax")
+    v = Verifier(fast_config(require_kernel=False), pool=pool).verify(problem, FAITHFUL, "cpu")
+    assert "stochastic" in v.problem_flags, v.summary()
+    assert v.state is State.CORRECT, v.summary()  # kforge: the RNG seeded alike before both calls
+    assert v.states["kernelbench"] == "numerical_mismatch", v.summary()  # KernelBench: the next mask
