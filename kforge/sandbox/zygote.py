@@ -36,9 +36,9 @@ import time
 import traceback
 
 from . import dispatch, progress, resident
-from .quiet import QUIET_LOCK_ENV, take_quiet_lock
+from .children import OUTPUT_TAIL, PROFILE_ENV, Child, kill_group, reap  # noqa: F401 - PROFILE_ENV: tests
+from .quiet import QUIET_LOCK_ENV
 
-OUTPUT_TAIL = 6000
 #: What the harness's profilers print (USDT probe notices, Kineto's stages): not the candidate's output.
 PROFILER_NOISE = re.compile(r"^.*(?:\bUSDT\b|^STAGE:).*\n?", re.MULTILINE)
 SPARE_ENV = "KFORGE_ZYGOTE_SPARE"
@@ -53,8 +53,6 @@ PRELOAD_LEVELS = (("torch.utils.cpp_extension", "torch._dynamo", "torch._inducto
 LIGHT_LEVEL = 2
 PRELOAD_ENV = "KFORGE_ZYGOTE_PRELOAD"
 """The zygote's first preload level (an index into ``PRELOAD_LEVELS``)."""
-PROFILE_ENV = "KFORGE_PROFILE_CHILD"
-"""A folder: each child writes a cProfile of its request there (see `_handle`)."""
 
 
 def _preload(level: int) -> bool:
@@ -89,7 +87,7 @@ def release_nvml() -> None:
 
     torch's NVML-based availability check (``PYTORCH_NVML_BASED_CUDA_CHECK``, set by the pool) calls
     ``nvmlInit`` at import of the compiler stack and never ``nvmlShutdown``. A child closes what it
-    inherits (`_Child`), but NVML's copied state still names those descriptor numbers, and torch asks
+    inherits (`Child`), but NVML's copied state still names those descriptor numbers, and torch asks
     NVML for the device count again in the child: it then talks to whatever the child opened under the
     same numbers. Seen on 2x H200: a spare holding one more file open than usual while making its
     context could not use the GPU ("invalid argument to exchangeDevice").
@@ -115,180 +113,11 @@ def _read_tail(path: str, n: int = OUTPUT_TAIL) -> str:
         return ""
 
 
-def _child(request: dict, wfd: int) -> None:
-    """Runs in the forked child; never returns."""
-    code = 0
-    nonce = request.pop("nonce", None)  # before any candidate code runs: see the module's docstring
-    progress.connect(wfd, nonce)  # progress records go into the same pipe, with the same nonce
-    try:
-        os.chdir(request["workdir"])
-        out = os.open("output.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)
-        os.dup2(out, 1)
-        os.dup2(out, 2)
-        os.close(out)
-        os.close(devnull)
-        # Inherited descriptors were closed at fork (`_Child`); what is open now is the driver's, if a spare
-        # made its CUDA context: closing those breaks it ("OS call failed", seen on an H200).
-        sys.stdout = os.fdopen(1, "w", buffering=1)
-        sys.stderr = os.fdopen(2, "w", buffering=1)
-        result = {"result": _handle(request), "pid": os.getpid()}  # which process served it
-    except BaseException:  # noqa: BLE001 - report anything, including SystemExit from candidate code
-        result = {"error": traceback.format_exc()[-OUTPUT_TAIL:]}
-        code = 1
-    result["nonce"] = nonce
-    try:
-        data = json.dumps(result, default=str).encode()
-        view = memoryview(data)
-        while view:
-            n = os.write(wfd, view)
-            view = view[n:]
-    finally:
-        os._exit(code)
-
-
-def _handle(request: dict):
-    """The request's handler; under cProfile when ``KFORGE_PROFILE_CHILD`` names a folder (a debugging aid:
-    where a child's seconds go on a device, written as ``<kind>-<pid>.prof`` for ``python -m pstats``)."""
-    folder = os.environ.get(PROFILE_ENV)
-    if not folder:
-        return dispatch.handle(request)
-    import cProfile
-    profiler = cProfile.Profile()
-    try:
-        return profiler.runcall(dispatch.handle, request)
-    finally:
-        os.makedirs(folder, exist_ok=True)
-        profiler.dump_stats(os.path.join(folder, f"{request.get('kind', 'request')}-{os.getpid()}.prof"))
-
-
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _reap(pid: int, wait_s: float = 10.0) -> int | None:
-    """Wait for a killed child to be gone; its wait status, or None if it is still stuck (in the driver).
-
-    Woken by the child's pidfd the moment it exits: a verification's reply waits for this, and polling
-    cost up to 50 ms of device slot each time.
-    """
-    deadline = time.monotonic() + wait_s
-    try:
-        pidfd = os.pidfd_open(pid)
-    except (AttributeError, OSError):  # not Linux >= 5.3: poll, briefly at first
-        pidfd = None
-    delay = 0.001
-    try:
-        while True:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                return status
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return None
-            if pidfd is not None:
-                select.select([pidfd], [], [], left)
-            else:
-                time.sleep(min(delay, left))
-                delay = min(2 * delay, 0.05)
-    finally:
-        if pidfd is not None:
-            os.close(pidfd)
-
-
-def _make_context() -> None:
-    """A spare's CUDA context, made under the quiet lock so no candidate is being timed meanwhile."""
-    fd = take_quiet_lock()
-    try:
-        import torch
-        torch.cuda.set_device(0)
-        torch.cuda.synchronize()  # the context exists from here on
-    except Exception:  # noqa: BLE001 - the request's own set-up meets the same failure and reports it
-        pass
-    finally:
-        if fd is not None:
-            os.close(fd)
-
-
-def _close(fd: int) -> None:
-    try:
-        os.close(fd)
-    except OSError:
-        pass
-
-
-class _Child:
-    """A forked child waiting for its request (with ``warm``, its CUDA context already made)."""
-
-    def __init__(self, warm: bool):
-        req_r, self.req_w = os.pipe()
-        self.rfd, wfd = os.pipe()
-        self.pid = os.fork()
-        if self.pid == 0:
-            try:
-                os.setsid()
-                # Keep nothing of the zygote's (its protocol pipe above all), only our two pipes; done here,
-                # before any CUDA context, whose driver descriptors must stay open.
-                lo, hi = sorted((req_r, wfd))
-                os.closerange(3, lo)
-                os.closerange(lo + 1, hi)
-                os.closerange(hi + 1, 1 << 16)
-                if warm:
-                    _make_context()
-                path = b""
-                while chunk := os.read(req_r, 4096):
-                    path += chunk
-                if not path:  # the zygote went away or discarded this spare
-                    os._exit(0)
-                os.close(req_r)
-                with open(path.decode()) as fh:
-                    request = json.load(fh)
-                os.unlink(path.decode())  # the candidate's directory keeps no copy of the request
-            except BaseException:  # noqa: BLE001 - never return into the zygote's loop
-                os._exit(1)
-            _child(request, wfd)
-        os.close(req_r)
-        os.close(wfd)
-        self.reaped = False
-
-    def alive(self) -> bool:
-        if not self.reaped and os.waitpid(self.pid, os.WNOHANG)[0]:
-            self.reaped = True
-        return not self.reaped
-
-    def send(self, request: dict) -> None:
-        """Hand over the request (as a file in its work directory: a pipe write could block)."""
-        path = os.path.join(request["workdir"], "request.json")
-        with open(path, "w") as fh:
-            json.dump(request, fh)
-        os.write(self.req_w, path.encode())
-        fd, self.req_w = self.req_w, -1
-        os.close(fd)
-
-    def discard(self) -> None:
-        for fd in (self.req_w, self.rfd):
-            if fd >= 0:
-                _close(fd)
-        self.req_w = self.rfd = -1
-        _kill_group(self.pid)
-        try:  # a spare killed before its setsid() is not yet a group of its own
-            os.kill(self.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        if not self.reaped:
-            os.waitpid(self.pid, 0)
-            self.reaped = True
-
-
 def _keeps_spare() -> bool:
     return os.environ.get("CUDA_VISIBLE_DEVICES", "") not in ("", "-1") and os.environ.get(SPARE_ENV, "1") != "0"
 
 
-_spare: _Child | None = None
+_spare: Child | None = None
 
 
 def run_forked(request: dict) -> dict:
@@ -299,18 +128,18 @@ def run_forked(request: dict) -> dict:
     if child is not None and not child.alive():
         child.discard()
         child = None
-    child = child or _Child(warm=False)
+    child = child or Child(warm=False)
     start = time.monotonic()
     nonce = secrets.token_hex(16)
     try:
         child.send(dict(request, nonce=nonce))
     except OSError:  # the spare died between the check and now
         child.discard()
-        child = _Child(warm=False)
+        child = Child(warm=False)
         child.send(dict(request, nonce=nonce))
     if _keeps_spare():
         try:
-            _spare = _Child(warm=True)
+            _spare = Child(warm=True)
         except OSError:  # no process to spare now (a fork limit): the next request forks its own
             _spare = None
     pid, rfd = child.pid, child.rfd
@@ -329,8 +158,8 @@ def run_forked(request: dict) -> dict:
                 break
             chunks.append(data)
     # Whatever happened, nothing the candidate started may outlive it.
-    _kill_group(pid)
-    status = _reap(pid)
+    kill_group(pid)
+    status = reap(pid)
     os.close(rfd)
     reply: dict = {"wall_s": time.monotonic() - start, "timed_out": timed_out}
     workdir = request["workdir"]
@@ -393,7 +222,7 @@ def main() -> None:
     global _spare
     if _keeps_spare():
         os.environ[QUIET_LOCK_ENV] = os.path.abspath(f".quiet-{os.getpid()}.lock")
-        _spare = _Child(warm=True)  # the first request finds its context made
+        _spare = Child(warm=True)  # the first request finds its context made
     hello = json.dumps({"ready": True, "pid": os.getpid(), "preload": list(PRELOAD_LEVELS[level])}) + "\n"
     if os.environ.get(resident.SOCKET_ENV):  # a resident worker: pools connect to it (`kforge.sandbox.resident`)
         resident.serve(os.environ[resident.SOCKET_ENV], float(os.environ.get(resident.IDLE_ENV, "600")), hello, _serve)
