@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from .. import PACKAGE_DIR
+from ..errors import ConfigError
 from ..log import setup as setup_logging
-from .hydra_conf import CONF_DIR, generic_model
+from .hydra_conf import CONF_DIR, check_choices, generic_model
 
 log = logging.getLogger(__name__)
 
@@ -40,24 +41,23 @@ def model_config(name: str) -> dict[str, Any]:
     if "/" in name:
         return generic_model(name)
     known = sorted(p.stem for p in (CONF_DIR / "model").glob("*.yaml") if p.stem != "litellm")
-    raise SystemExit(f"kforge: unknown model {name!r}: choose from {', '.join(known)}, or give a litellm model "
-                     "string with its provider (e.g. openai/gpt-5, anthropic/claude-opus-4-5)")
+    raise ConfigError(f"unknown model {name!r}: choose from {', '.join(known)}, or give a litellm model "
+                      "string with its provider (e.g. openai/gpt-5, anthropic/claude-opus-4-5)")
 
 
 def check_models(models: list[str]) -> None:
-    """Stop at once, naming the variable, if a model cannot be called."""
-    from ..errors import ConfigError
+    """`ConfigError` naming the variable (or the valid models) if a model cannot be called."""
     from ..llm import LLMError, ModelConfig, make_model
     for name in models:
         try:
             cfg = ModelConfig.from_dict(model_config(name), "model")
         except ConfigError as exc:
-            raise SystemExit(f"kforge: --models {name}: {exc}") from None
+            raise ConfigError(f"--models {name}: {exc}") from None
         try:
             make_model(cfg).check()
         except LLMError as exc:
-            raise SystemExit(f"kforge: {exc}\nkforge: set the key and run again, or pass MODELS=oracle for an offline "
-                             "dry run (hand-written kernels, not an LLM)") from None
+            raise ConfigError(f"{exc}\nkforge: set the key and run again, or pass MODELS=oracle for an offline "
+                              "dry run (hand-written kernels, not an LLM)") from None
 
 
 def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -85,6 +85,7 @@ def _sweep(cmd: list[str], env: dict[str, str], name: str, started: float) -> in
 
 
 def main(argv: list[str] | None = None) -> int:
+    from ..job.config import check_overrides
     from ..report.tables import ABLATIONS
     setup_logging()
     ap = argparse.ArgumentParser(prog="kforge-reproduce", description=__doc__,
@@ -101,18 +102,32 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for every sweep (after --)")
     args = ap.parse_args(argv)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
-    check_models(models)
+    try:
+        check_models(models)
+    except ConfigError as exc:
+        print(f"kforge: {exc}", file=sys.stderr)
+        return 2
+    ablations = [a for a in args.ablations.split(",") if a]
+    unknown = [a for a in ablations if a not in ABLATIONS]
+    if unknown:
+        print(f"kforge: unknown ablation {unknown[0]!r} (choose from {', '.join(ABLATIONS)})", file=sys.stderr)
+        return 2
     if args.iterations is None:
         # The oracle answers the same kernel every time: more iterations only re-verify it.
         args.iterations = 2 if all(m in OFFLINE for m in models) else 5
     prefix = "kernelbench_l" if args.kernelbench else "builtin_l"
     groups = ",".join(f"{prefix}{lvl.strip()}" for lvl in args.levels.split(",") if lvl.strip())
+    try:  # a wrong backend, level or override is answered now, not by each sweep's Hydra
+        common = [f"backend={args.backends}", f"problems={groups}", *args.overrides]
+        check_overrides(common)
+        check_choices(common)
+    except ConfigError as exc:
+        print(f"kforge: {exc}", file=sys.stderr)
+        return 2
     env = _env({"KERNELBENCH_DIR": str(Path(args.kernelbench).expanduser().resolve())} if args.kernelbench else None)
     uri = args.tracking_uri or f"sqlite:///{Path.cwd() / 'mlflow.db'}"
-    ablations, started = [a for a in args.ablations.split(",") if a], time.monotonic()
+    started = time.monotonic()
     for ablation in ablations:
-        if ablation not in ABLATIONS:
-            raise SystemExit(f"kforge: unknown ablation {ablation!r} (choose from {', '.join(ABLATIONS)})")
         cmd = [sys.executable, "-m", "kforge.apps.synthesize", "-m", f"experiment={ablation}",
                f"model={','.join(models)}", f"backend={args.backends}", f"problems={groups}",
                f"loop.iterations={args.iterations}", f"tracking.uri={uri}", *args.overrides]

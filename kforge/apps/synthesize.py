@@ -13,11 +13,12 @@ Each Hydra job is one MLflow parent run; each problem a nested run; each iterati
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
 
-from .hydra_conf import CONF_DIR, register_model_strings
+from .hydra_conf import CONF_DIR, check_choices, discard_run_dir, register_model_strings
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="synthesize", version_base="1.3")
@@ -47,6 +48,7 @@ def _job(cfg: DictConfig) -> float:
         result = run(cfg, tags=tags)
     except (LLMError, ConfigError, ProblemError) as exc:
         print(f"kforge: {exc}", file=sys.stderr)
+        discard_run_dir(hc.runtime.output_dir, Path.cwd())  # refused before it ran: no outputs/DATE/TIME/ left
         sys.exit(2)
     except KeyboardInterrupt:  # before the problems started, or while the job was being closed
         print("kforge: interrupted; finished problems are in MLflow: run the same command again to continue",
@@ -61,8 +63,9 @@ def _job(cfg: DictConfig) -> float:
 def main() -> None:
     from ..errors import ConfigError
     from ..job.config import check_overrides
-    try:  # a misspelt key gets kforge's answer (the valid keys), not Hydra's "not in struct"
+    try:  # a misspelt key or choice gets kforge's answer (the valid ones), not Hydra's "not in struct" or search path
         check_overrides(sys.argv[1:])
+        check_choices(sys.argv[1:])
     except ConfigError as exc:
         print(f"kforge: {exc}", file=sys.stderr)
         sys.exit(2)
