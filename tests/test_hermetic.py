@@ -69,3 +69,15 @@ def test_the_tests_that_once_tripped_pass_in_a_checkout_the_demo_has_run_in(tmp_
                           *ONCE_TRIPPED], cwd=clone, env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
     assert " passed" in res.stdout and "skipped" not in res.stdout
+
+
+@pytest.mark.skipif(shutil.which("git") is None or not (REPO_DIR / ".git").exists(), reason="needs a git checkout")
+def test_what_the_demo_and_the_readmes_commands_leave_is_ignored_by_git(tmp_path):
+    clone = _copy_of_the_checkout(tmp_path / "clone")
+    git = ["git", "-C", str(clone), "-c", "user.name=t", "-c", "user.email=t@t"]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "clone"]):
+        subprocess.run(git + args, check=True, capture_output=True, timeout=120)
+    _leave_what_the_demo_leaves(clone)
+    untracked = subprocess.run(git + ["status", "--porcelain", "--untracked-files=all"], capture_output=True,
+                               text=True, check=True, timeout=120).stdout
+    assert untracked == "", f"left untracked in the checkout:\n{untracked}"

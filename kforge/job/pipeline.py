@@ -331,7 +331,8 @@ def _report(end: JobEnd, tracker: Any, parent: str | None, todo: list[Problem], 
     for r in end.skipped:
         print(f"kforge: {r.problem.key} was skipped: the problem itself fails ("
               f"{r.problem_error.strip().splitlines()[-1]}); its traceback is in MLflow")
-    print_summary(end.results, end.stats, cut_off=[r for r in end.ended if r.stopped], model_kind=model_kind)
+    print_summary(end.results, end.stats, cut_off=[r for r in end.ended if r.stopped], model_kind=model_kind,
+                  skipped=end.skipped)
     print(closing_line(tracker))
 
 

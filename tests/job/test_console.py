@@ -34,9 +34,9 @@ def stats_of(results: list[ProblemResult]) -> dict:
     return summary([(r.correct, r.speedup_eager) for r in results])
 
 
-def printed(results, cut_off=(), model_kind=None) -> str:
+def printed(results, cut_off=(), model_kind=None, skipped=()) -> str:
     buf = io.StringIO()
-    print_summary(results, stats_of(results), buf, cut_off=list(cut_off), model_kind=model_kind)
+    print_summary(results, stats_of(results), buf, cut_off=list(cut_off), model_kind=model_kind, skipped=list(skipped))
     return buf.getvalue()
 
 
@@ -56,8 +56,17 @@ def test_a_finished_job_says_over_how_many_problems_its_rates_are():
     assert "cost $0 (a scripted model, not an LLM)" in out
     # Half finished, half cut off: the rates are the finished half's, and the line says the rest waits.
     out = printed([result(RELU, ["correct"])], [result(SOFTMAX, ["numerical_mismatch"], stopped=True)])
-    assert "correct 100% (1 of 1 finished)" in out and "1 cut off (0 with a correct kernel so far)" in out
+    assert "correct 100% (1 of 1 finished, of 2 problems)" in out and "1 cut off (0 with a correct kernel so far)" in out
     assert "numerical_mismatch (cut off)" in out
+
+
+def test_a_skipped_problem_is_counted_visibly_not_hidden_from_the_rate():
+    """One of two problems fails on its own (problem_error): not "correct 100% (1 of 1 finished)"."""
+    broken = ProblemResult(SOFTMAX, problem_error="ValueError: the reference fails on its own")
+    out = printed([result(RELU, ["correct"])], skipped=[broken])
+    assert "correct 100% (1 of 1 finished, of 2 problems)" in out
+    assert "1 skipped (the problem itself fails: problem_error) is not counted" in out
+    assert "level1/2_Softmax" in out and "problem_error (skipped)" in out
 
 
 def test_cost_of_a_litellm_model():
