@@ -1,6 +1,6 @@
 """The paper's ablation tables, from MLflow runs, with pandas.
 
-One row per (model, backend, level, factor), plus an ``all`` level per (model, backend, factor); its
+One row per (model, backend, level, factor), plus an ``all`` level per (model, backend, factor) over several; its
 columns are `COLUMNS`, the one list to extend: problems n, correctness rate, fast_1 and fast_1.5 (k/n
 with a bootstrap interval over problems), the mean kernel share of the best kernels, how many problems
 the audit flags degenerate (left out of fast_p, the geomean and the kernel share), the geometric-mean
@@ -301,7 +301,8 @@ def summarise(group: pd.DataFrame, ctx: Context) -> dict[str, Any]:
 
 
 def ablation_table(df: pd.DataFrame, factor: str, ctx: Context | None = None) -> pd.DataFrame:
-    """Rows by model x backend x level x factor, plus an ``all`` level row per model x backend x factor.
+    """Rows by model x backend x level x factor, plus an ``all`` level row per model x backend x factor that
+    spans several levels (with one level, that row would repeat the level's).
 
     Each `COLUMNS` entry is a column of values (`Estimate`, `TimingRange`, ...) with ``text()``.
     """
@@ -313,7 +314,8 @@ def ablation_table(df: pd.DataFrame, factor: str, ctx: Context | None = None) ->
     for values, group in df.groupby(keys, dropna=False):
         rows.append(dict(zip(keys, values), **summarise(group, ctx)))
     for values, group in df.groupby(["model", "backend", factor], dropna=False):
-        rows.append(dict(zip(["model", "backend", factor], values), level="all", **summarise(group, ctx)))
+        if group["level"].nunique(dropna=False) > 1:
+            rows.append(dict(zip(["model", "backend", factor], values), level="all", **summarise(group, ctx)))
     out = pd.DataFrame(rows)
     out["level"] = out["level"].astype(str)
     return out.sort_values(keys, key=lambda s: s.map(str)).reset_index(drop=True)
