@@ -159,6 +159,16 @@ class Metrics:
     """Problems skipped because the problem itself fails (`kforge.problems.ProblemError`)."""
     REPLAYED_CALLS = "replayed_calls"
     """Model calls answered from the cache or by replay: not made, their tokens not counted again."""
+    # A problem run: its arm's figures, as the tables count them, over the newest finished problem runs that share
+    # its value of the experiment's factor (its group in the ablation view, which shows them as the group's row).
+    ARM_PROBLEMS = "arm_problems"
+    ARM_CORRECTNESS_RATE = "arm_correctness_rate"
+    ARM_FAST_1 = "arm_fast_1"
+
+    @staticmethod
+    def arm_geomean_speedup(baseline: str) -> str:
+        """The arm's geometric-mean speedup of correct kernels (degenerate problems left out), as in the tables."""
+        return f"arm_geomean_{speedup_metric(baseline)}"
 
     @staticmethod
     def best_speedup(baseline: str) -> str:
