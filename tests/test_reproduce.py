@@ -1,6 +1,7 @@
 """make reproduce: the model check, an oracle dry run of one sweep at tiny size, and missing references."""
 
 import os
+import signal
 import subprocess
 import sys
 
@@ -52,6 +53,29 @@ def test_oracle_dry_run_of_one_sweep_writes_tables(tmp_path):
     exp = client.get_experiment_by_name("kforge-single_vs_iterative")
     kinds = [r.data.tags.get("kforge.kind") for r in client.search_runs([exp.experiment_id])]
     assert kinds.count("sweep-job") == 2 and kinds.count("problem") == 2 and kinds.count("tables") == 1
+
+
+def test_sigterm_stops_the_running_sweep_and_ends_quietly(tmp_path):
+    """A scheduler's SIGTERM to kforge-reproduce reaches the sweep it runs, which closes its job as after Ctrl-C;
+    kforge-reproduce reads its lines to the end (dying first left it writing into a closed pipe: a
+    BrokenPipeError traceback) and says how to continue, with no later sweep started."""
+    cmd = [sys.executable, str(REPO_DIR / "pipelines" / "reproduce.py"), "--models", "oracle", "--backends", "cpu",
+           "--levels", "1", "--iterations", "2", "--ablations", "single_vs_iterative,iterative_vs_beam", "--",
+           "problems.names=[level1/1_ReLU,level1/2_Softmax]", "model.latency_s=1.0", *TINY]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    lines = []
+    for line in proc.stdout:  # the sweep's first iteration line: a job is under way
+        lines.append(line)
+        if "iter_000" in line:
+            os.kill(proc.pid, signal.SIGTERM)
+            break
+    lines += proc.stdout.readlines()
+    out = "".join(lines)
+    assert proc.wait(timeout=300) == 128 + signal.SIGTERM, out[-3000:]
+    assert "Traceback" not in out and "BrokenPipe" not in out and "Logging error" not in out, out[-3000:]
+    assert "kforge: interrupted;" in out and "stopped by SIGTERM in the single_vs_iterative sweep" in out
+    assert "=== iterative_vs_beam" not in out and not (tmp_path / "results").exists()
 
 
 def test_problem_without_reference_is_tagged_not_fatal(tmp_path, pool):

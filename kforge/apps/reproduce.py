@@ -16,6 +16,7 @@ import argparse
 import logging
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -71,9 +72,41 @@ def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
 _LAUNCH, _JOB = re.compile(r"\[HYDRA\] Launching (\d+) jobs?"), re.compile(r"\[HYDRA\] \t#(\d+) : (.*)")
 
 
-def _sweep(cmd: list[str], env: dict[str, str], name: str, started: float) -> int:
+class Stop:
+    """Ctrl-C and SIGTERM while sweeps run: passed on to the running sweep, once per signal received (a sweep
+    runs in its own session, so a terminal's Ctrl-C reaches it through here alone, and a second one still
+    means "now"), and remembered, so that no later sweep starts. kforge-reproduce keeps reading the sweep's
+    output until the sweep has closed its jobs: dying first would leave it writing into a closed pipe."""
+
+    def __init__(self) -> None:
+        self.signal: int | None = None
+        self.proc: subprocess.Popen | None = None
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        self.signal = self.signal or signum
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signum)
+
+    def install(self) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self)
+
+
+def _die_with_parent() -> None:
+    """In the sweep's process (Linux): SIGTERM, a graceful stop, should kforge-reproduce die without passing a
+    signal on (SIGKILL); elsewhere nothing."""
+    try:
+        import ctypes
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _sweep(cmd: list[str], env: dict[str, str], name: str, started: float, stop: Stop) -> int:
     """Run one sweep, passing its output through, with a progress line as each of its jobs starts."""
-    proc, total = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True, bufsize=1), "?"
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True, bufsize=1, start_new_session=True,
+                            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+    stop.proc, total = proc, "?"
     for line in proc.stdout:
         print(line, end="", flush=True)
         if m := _LAUNCH.search(line):
@@ -126,19 +159,26 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     env = _env({"KERNELBENCH_DIR": str(Path(args.kernelbench).expanduser().resolve())} if args.kernelbench else None)
     uri = args.tracking_uri or f"sqlite:///{Path.cwd() / 'mlflow.db'}"
-    started = time.monotonic()
+    started, stop = time.monotonic(), Stop()
+    stop.install()
     for ablation in ablations:
         cmd = [sys.executable, "-m", "kforge.apps.synthesize", "-m", f"experiment={ablation}",
                f"model={','.join(models)}", f"backend={args.backends}", f"problems={groups}",
                f"loop.iterations={args.iterations}", f"tracking.uri={uri}", *args.overrides]
         print(f"\n=== {ablation}: kforge-synthesize {' '.join(cmd[3:])}", flush=True)
-        if _sweep(cmd, env, f"{ablation} ({ablations.index(ablation) + 1} of {len(ablations)})", started) != 0:
+        rc = _sweep(cmd, env, f"{ablation} ({ablations.index(ablation) + 1} of {len(ablations)})", started, stop)
+        if stop.signal:
+            print(f"kforge-reproduce: stopped by {signal.Signals(stop.signal).name} in the {ablation} sweep; finished "
+                  "problems are in MLflow: run the same command again to continue", file=sys.stderr, flush=True)
+            return 128 + stop.signal
+        if rc != 0:
             log.error("kforge: the %s sweep failed; finished problems are in MLflow. Fix the cause and run "
                       "`make reproduce` again with the same settings.", ablation)
             return 1
     cmd = [sys.executable, "-m", "kforge.apps.tables", f"tracking_uri={uri}", f"out_dir={args.out}",
            f"ablations=[{args.ablations}]"]
-    return subprocess.run(cmd, env=env).returncode
+    stop.proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    return stop.proc.wait()
 
 
 if __name__ == "__main__":

@@ -54,6 +54,10 @@ def _job(cfg: DictConfig) -> float:
         print("kforge: interrupted; finished problems are in MLflow: run the same command again to continue",
               file=sys.stderr)
         sys.exit(130)
+    except BrokenPipeError:  # whoever read the job's lines is gone (its results are in MLflow): end quietly
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
+        sys.exit(130)
     if result.interrupted:
         sys.exit(130)
     # The return value lets Hydra's optimisation sweepers use the job's correctness rate.
