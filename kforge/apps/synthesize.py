@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import hydra
 from omegaconf import DictConfig
@@ -44,8 +45,9 @@ def _job(cfg: DictConfig) -> float:
             with open_dict(cfg):
                 cfg.workers.gpus = split_gpus(detect_gpus(), hc.job.num, n_jobs)
             tags["gpus"] = ",".join(map(str, cfg.workers.gpus))
+    pool = sweep_pool(cfg.workers) if hc.mode.name == "MULTIRUN" else None
     try:
-        result = run(cfg, tags=tags)
+        result = run(cfg, tags=tags, pool=pool)
     except (LLMError, ConfigError, ProblemError) as exc:
         print(f"kforge: {exc}", file=sys.stderr)
         discard_run_dir(hc.runtime.output_dir, Path.cwd())  # refused before it ran: no outputs/DATE/TIME/ left
@@ -62,6 +64,32 @@ def _job(cfg: DictConfig) -> float:
         sys.exit(130)
     # The return value lets Hydra's optimisation sweepers use the job's correctness rate.
     return float(result.stats.get("fast_0") or 0.0)
+
+
+#: The worker pool of the sweep jobs this process runs, by what makes a pool (GPUs, build workers, spares).
+_POOLS: dict[tuple, Any] = {}
+
+
+def sweep_pool(workers: Any):
+    """One worker pool for every job of a sweep that this process runs (Hydra's basic launcher runs them one
+    after another here; a joblib worker process, several): each job would otherwise start its workers again,
+    torch imported in every one (5-10 s a job on 2 cores). A job with other GPUs, build workers or spares gets a
+    pool of its own, the earlier one closed; one closed under a job (a second Ctrl-C) is replaced. Closed when
+    the process exits."""
+    import atexit
+
+    from ..verify import WorkerPool
+    gpus = None if workers.gpus is None else tuple(int(g) for g in workers.gpus)
+    key = (gpus, workers.build, bool(workers.spare))
+    pool = _POOLS.get(key)
+    if pool is None or pool.closed:
+        for old in _POOLS.values():
+            old.close()
+        _POOLS.clear()
+        pool = _POOLS[key] = WorkerPool(gpus=None if gpus is None else list(gpus), build_workers=workers.build,
+                                        spare=bool(workers.spare))
+        atexit.register(pool.close)
+    return pool
 
 
 def main() -> None:

@@ -48,3 +48,4 @@ def test_a_refused_jobs_folder_is_taken_back_and_nothing_else(tmp_path):
     (worked / "workload.json").write_text("{}")  # a job that wrote something of its own is not touched
     discard_run_dir(worked, tmp_path)
     assert (worked / "workload.json").is_file()
+
