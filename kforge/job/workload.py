@@ -134,7 +134,9 @@ def finish_workload(prep: PreparedWorkload, job, result) -> WorkloadResult | Non
     if outcome is not None:
         metrics.update({WMetrics.REPLACED_SHARE: outcome.replaced_share, WMetrics.CORRECT: float(outcome.correct),
                         WMetrics.SPEEDUP_EAGER: outcome.speedup_eager,
-                        WMetrics.SPEEDUP_COMPILE: outcome.speedup_compile, WMetrics.BOUND: outcome.bound})
+                        WMetrics.SPEEDUP_COMPILE: outcome.speedup_compile, WMetrics.BOUND: outcome.bound,
+                        WMetrics.SPEEDUP_LO: outcome.speedup_lo, WMetrics.SPEEDUP_HI: outcome.speedup_hi,
+                        WMetrics.BOUND_LO: outcome.bound_lo, WMetrics.BOUND_HI: outcome.bound_hi})
         (folder / ASSEMBLED).write_text(outcome.source)
         (folder / RESULT_JSON).write_text(json.dumps({k: v for k, v in outcome.to_dict().items() if k != "source"},
                                                      indent=1, default=str))

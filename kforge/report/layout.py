@@ -27,7 +27,8 @@ CONTEXT = ("n", "degenerate")
 #: Headings by column key (a column not named here shows its own header): the rule set in parentheses, alike.
 HEADINGS = {"n": "n", "correct": "Correct (kforge)", "fast_1": "fast_1 (kforge)", "fast_1.5": "fast_1.5 (kforge)",
             "correct_kb": "Correct (KB)", "fast_1_kb": "fast_1 (KB)", "kernel_share": "Kernel share",
-            "degenerate": "Degenerate", "geomean_speedup": "Geomean speedup", "timing_range": "Timing range"}
+            "degenerate": "Degenerate", "geomean_speedup": "Geomean speedup", "timing_range": "Timing range",
+            "within_noise": "Within noise"}
 #: Shares of something (not k of n problems): a percentage.
 SHARES = ("kernel_share",)
 
@@ -123,8 +124,9 @@ def _fixed_phrase(fixed: list[tuple[str, str]]) -> str:
 #: The two LaTeX tables an ablation prints as: (name, what its caption says it shows, its column keys).
 PARTS = (("correctness", "problems solved (k/n) and fast_p over {baseline}, under kforge's and KernelBench's (KB) "
                          "rules,", ("n", "correct", "fast_1", "fast_1.5", "correct_kb", "fast_1_kb")),
-         ("speed", "geomean speedup of correct kernels over {baseline}, its timing range and the kernel share",
-          ("n", "degenerate", "geomean_speedup", "timing_range", "kernel_share")))
+         ("speed", "geomean speedup of correct kernels over {baseline}, its timing range, the problems whose speedup "
+                   "is within noise, and the kernel share",
+          ("n", "degenerate", "geomean_speedup", "timing_range", "within_noise", "kernel_share")))
 
 
 def part_keys(lay: Layout, factor: str, columns: tuple[str, ...], first: bool) -> list[str]:
@@ -159,8 +161,9 @@ def notes(ctx: Context) -> str:
     varied = (f" ({kernels} timed repeatedly varied by a median of {noise.median:.0%}, at most {noise.worst:.0%})"
               if noise.kernels else "")
     return (f"Speedup is {base}'s median time over the kernel's, both timed in one process; fast_p counts correct "
-            "kernels more than p times faster, and the geomean is over correct kernels. "
-            "Under kforge's rules the candidate's own kernels must do the work (the kernel share is their part of "
-            "the device time); under KernelBench's (KB), matching outputs suffice. "
+            "kernels more than p times faster; the geomean is over correct kernels. "
+            "Under kforge's rules the candidate's own kernels must do the work (the kernel share: their part of the "
+            "device time); under KernelBench's (KB), matching outputs suffice. "
             f"The timing range is the geomean had each best kernel taken its slowest or fastest timing in this "
-            f"experiment{varied}; degenerate problems (a constant output passes) are left out of fast_p and speed.")
+            f"experiment{varied}; within noise counts problems whose speedup's interval spans 1; degenerate "
+            "problems (a constant output passes) are left out of fast_p and speed.")

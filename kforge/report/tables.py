@@ -207,6 +207,16 @@ def timing_range(group: pd.DataFrame, ctx: Context) -> TimingRange:
     return TimingRange(geomean(slow), geomean(fast), retimed, len(slow))
 
 
+def within_noise(group: pd.DataFrame, ctx: Context) -> int | str:
+    """Problems whose best correct kernel's speedup interval spans 1.0 (`kforge.verify.retime`): not known to be
+    faster or slower than the baseline, whichever side of 1 its figure fell; ``-`` for runs logged without one."""
+    fair = _fair(group, ctx)
+    if "speed_lo" not in fair or fair["speed_lo"].isna().all():
+        return "-"
+    lo, hi = (pd.to_numeric(fair[c], errors="coerce").to_numpy(dtype=float) for c in ("speed_lo", "speed_hi"))
+    return int((~np.isnan(_speed(fair, ctx)) & (lo <= 1.0) & (hi >= 1.0)).sum())
+
+
 #: The table's columns, in order. A new column is one entry here (and its caption sentence).
 COLUMNS: list[Column] = [
     Column("n", "n", lambda g, ctx: len(g), "n: problems (the newest finished run of each)."),
@@ -227,6 +237,8 @@ COLUMNS: list[Column] = [
            "its timing range and the kernel share leave them out, correct counts them."),
     Column("geomean_speedup", "geomean speedup", geomean_speedup,
            "geomean speedup: over correct kernels, with its {confidence} bootstrap interval over problems."),
+    Column("within_noise", "within noise", within_noise,
+           "within noise: problems whose best kernel's speedup interval spans 1, not known to be faster or slower."),
     Column("timing_range", "timing range", timing_range,
            "timing range: the geomean if every best kernel took its slowest or its fastest recorded timing of the "
            "same source in this experiment (other iterations, arms, reruns), then how many of the problems with a "
@@ -258,6 +270,7 @@ def load_runs(client, experiment: str, baseline: str = "eager", iterations: bool
                    **{field: metric(m, Metrics.best_speedup(b)) for b, field in SPEEDUP_FIELD.items()},
                    iterations=m.get(Metrics.ITERATIONS), cost_usd=m.get(Metrics.TOTAL_COST_USD),
                    kernel_share=m.get(Metrics.BEST_KERNEL_SHARE),
+                   speed_lo=metric(m, Metrics.best_speedup_lo(baseline)), speed_hi=metric(m, Metrics.best_speedup_hi(baseline)),
                    degenerate="degenerate" in t.get(Tags.PROBLEM_FLAGS, "").split(","))
         speed = _history(client, r.info.run_id, speedup_metric(baseline))
         row.update(_kernelbench_best(_history(client, r.info.run_id, Metrics.CORRECT_KERNELBENCH), speed))

@@ -175,6 +175,16 @@ class Metrics:
         return f"best_{speedup_metric(baseline)}"
 
     @staticmethod
+    def best_speedup_lo(baseline: str) -> str:
+        """The lower end of the best speedup's interval (`kforge.verify.retime`: what timing noise leaves)."""
+        return f"best_{speedup_metric(baseline)}_lo"
+
+    @staticmethod
+    def best_speedup_hi(baseline: str) -> str:
+        """The upper end of the best speedup's interval."""
+        return f"best_{speedup_metric(baseline)}_hi"
+
+    @staticmethod
     def geomean_speedup(baseline: str) -> str:
         """A parent run's geometric-mean speedup of its correct best kernels."""
         return f"geomean_{speedup_metric(baseline)}"

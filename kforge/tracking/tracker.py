@@ -179,6 +179,9 @@ class Tracker:
                   Metrics.TOTAL_COMPLETION_TOKENS: sum(r.completion_tokens for r in recs),
                   Metrics.TOTAL_COST_USD: total_cost(r.cost_usd for r in recs),
                   Metrics.REPLAYED_CALLS: sum(r.replayed_calls for r in recs)}
+        for b in ("eager", "compile"):  # the reported speedup's interval (kforge.verify.retime)
+            s = result.speed(b)
+            values.update({Metrics.best_speedup_lo(b): s.lo, Metrics.best_speedup_hi(b): s.hi} if s else {})
         with self._lock:
             self.client.log_batch(run_id, metrics=as_metrics(values))
             self.client.set_tag(run_id, Tags.STATE, result.outcome)

@@ -43,6 +43,10 @@ class WMetrics:
     SPEEDUP_EAGER = "workload_speedup_vs_eager"
     SPEEDUP_COMPILE = "workload_speedup_vs_compile"
     BOUND = "workload_amdahl_bound"
+    SPEEDUP_LO, SPEEDUP_HI = "workload_speedup_vs_eager_lo", "workload_speedup_vs_eager_hi"
+    """The end-to-end speedup's interval (`kforge.verify.retime`)."""
+    BOUND_LO, BOUND_HI = "workload_amdahl_bound_lo", "workload_amdahl_bound_hi"
+    """Amdahl's bound at the ends of the regions' intervals."""
     MODEL_MS = "workload_model_ms"
     """The model's operator time per forward in the profile."""
 

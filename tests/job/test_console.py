@@ -92,3 +92,14 @@ def test_the_oracle_says_why_it_has_no_kernel_on_the_iteration_line(tmp_path):
     line = status_line(problem, record, budget=1)
     assert "generation_failure" in line and "has no solution for" in line and "on the cpu backend" in line
 
+
+
+def test_a_speedup_whose_interval_spans_one_is_flagged():
+    """1.06x over eager with a timing this noisy is not known to be faster: the row and the line say so."""
+    noisy = ProblemResult(RELU)
+    run, ref = (TimingStats(median_ms=ms, mean_ms=ms, std_ms=0.2 * ms, n=20, min_ms=ms, rel_err=0.05)
+                for ms in (2.0, 2.12))
+    noisy.offer("code", Verdict(State.CORRECT, "ok", runtime=run, ref=ref), 0, "eager")
+    out = printed([noisy, result(SOFTMAX, ["correct"])])
+    assert "1.06x ~" in out and "1.50x  " in out and "fast_1 100% (1 within noise ~)" in out
+    assert "~ the speedup's interval spans 1.0: not known to be faster or slower" in out

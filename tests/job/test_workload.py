@@ -69,6 +69,9 @@ def test_builtin_workload_end_to_end_with_the_oracle(oracle_job):
     assert t[WTags.STATE] == "correct" and t[WTags.MODEL] == "transformer_block.py" and t[WTags.DIR] == str(folder)
     assert m[WMetrics.CORRECT] == 1.0 and m[WMetrics.SOLVED] == 6 == m[WMetrics.REGIONS]
     assert m[WMetrics.SPEEDUP_EAGER] > 0 and m[WMetrics.BOUND] > 0
+    # The end-to-end speedup and the bound come from the same re-timing, each with its interval.
+    assert m[WMetrics.SPEEDUP_LO] <= m[WMetrics.SPEEDUP_EAGER] <= m[WMetrics.SPEEDUP_HI]
+    assert m[WMetrics.BOUND_LO] <= m[WMetrics.BOUND] <= m[WMetrics.BOUND_HI]
     assert m[WMetrics.COVERAGE] == pytest.approx(workload.coverage, rel=1e-3) and 0.5 < workload.coverage <= 1.0
     files = {f.path for f in client.list_artifacts(parent.info.run_id, WFiles.FOLDER)}
     assert {WFiles.PROFILE_TABLE, WFiles.PROFILE_PLOT, WFiles.ASSEMBLED, WFiles.RESULT, "workload/workload.json"} \

@@ -266,3 +266,18 @@ def test_the_caption_is_short_and_the_notes_stand_beside_the_table(store, tmp_pa
     assert files["notes"].name in tex.splitlines()[0]  # the table's first line says where its notes are
     md = files["md"].read_text()
     assert md.startswith("### Single vs iterative\n") and "\nNotes. Speedup is PyTorch eager's median time" in md
+
+
+def test_within_noise_counts_problems_whose_speedup_interval_spans_one(tmp_path):
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    exp = client.create_experiment("kforge-single_vs_iterative", artifact_location=(tmp_path / "art").as_uri())
+    parent = client.create_run(exp).info.run_id
+    for problem, (speedup, lo, hi) in {"level1/a": (1.1, 0.9, 1.3), "level1/b": (1.6, 1.4, 1.8),
+                                       "level1/c": (0.95, 0.8, 1.05)}.items():
+        rid = make_run(client, exp, parent, problem, 1, "iterative", True, speedup)
+        client.log_batch(rid, metrics=[Metric("best_speedup_vs_eager_lo", lo, 0, 0),
+                                       Metric("best_speedup_vs_eager_hi", hi, 0, 0)])
+    make_run(client, exp, parent, "level1/a", 1, "single_shot", True, 1.2)  # logged before intervals were
+    t = ablation_table(dedupe(load_runs(client, "kforge-single_vs_iterative")), "loop_mode").set_index("loop_mode")
+    assert t.loc["iterative", "within_noise"] == 2 and t.loc["iterative", "fast_1"].k == 2  # a: faster, within noise
+    assert t.loc["single_shot", "within_noise"] == "-"
