@@ -1,13 +1,11 @@
 """The paper's ablation tables, from MLflow runs, with pandas.
 
 One row per (model, backend, level, factor), plus an ``all`` level per (model, backend, factor) over several; its
-columns are `COLUMNS`, the one list to extend: problems n, correctness rate, fast_1 and fast_1.5 (k/n
-with a bootstrap interval over problems), the mean kernel share of the best kernels, how many problems
-the audit flags degenerate (left out of fast_p, the geomean and the kernel share), the geometric-mean
-speedup of correct kernels (with its interval), and its timing range: what the geomean would be if every best kernel had taken its slowest
-or its fastest timing recorded for the same source anywhere in the experiment (another iteration,
-another arm, a rerun), which is how far timing noise alone moves it. `render` writes Markdown,
-CSV and LaTeX; `plots` draws fast_p curves and correctness and speedup by iteration.
+columns are `COLUMNS`, the one list to extend: problems n, correctness rate, fast_1 and fast_1.5 (k/n with a
+bootstrap interval over problems), the kernel share, the problems the audit flags degenerate, the geomean
+speedup of correct kernels, the problems whose speedup is within noise, and the geomean's timing range (the
+geomean had every best kernel taken its slowest or fastest timing of its source in the experiment: how far
+timing noise alone moves it). `render` writes Markdown, CSV and LaTeX; `plots` draws the figures.
 
 Runs are deduplicated: for one configuration and problem only the newest finished run counts, so a
 resumed or repeated sweep never counts a problem twice (its older runs' timings still feed the range).
@@ -208,8 +206,7 @@ def timing_range(group: pd.DataFrame, ctx: Context) -> TimingRange:
 
 
 def within_noise(group: pd.DataFrame, ctx: Context) -> int | str:
-    """Problems whose best correct kernel's speedup interval spans 1.0 (`kforge.verify.retime`): not known to be
-    faster or slower than the baseline, whichever side of 1 its figure fell; ``-`` for runs logged without one."""
+    """Problems whose best kernel's speedup interval spans 1.0 (`kforge.verify.retime`); ``-``: none logged."""
     fair = _fair(group, ctx)
     if "speed_lo" not in fair or fair["speed_lo"].isna().all():
         return "-"
