@@ -300,8 +300,10 @@ def kernel_timings(runs: pd.DataFrame) -> dict[tuple, list[float]]:
     """Every recorded speedup of each kernel (correct iterations with a kernel hash), any run's."""
     out: dict[tuple, list[float]] = {}
     for _, row in runs.iterrows():
+        seen = set()  # a kernel met again in a run repeats its one timing (kforge.loop.finalists): counted once
         for _, ok, speed, kernel in row.get("steps") or []:
-            if ok and kernel and speed:
+            if ok and kernel and speed and (kernel, speed) not in seen:
+                seen.add((kernel, speed))
                 out.setdefault((*(row[k] for k in TIMING_KEYS), kernel), []).append(speed)
     return out
 
