@@ -139,7 +139,8 @@ def test_timing_waits_for_the_quiet_lock(pool):
         # the run reaches the lock (pytest's timeout still bounds a run that hangs).
         while not waiting() and t.is_alive():
             time.sleep(0.02)
-        assert t.is_alive(), f"the run ended without waiting for the quiet lock: {verdicts[0].summary()}"
+        assert t.is_alive(), ("the run ended without waiting for the quiet lock: "
+                              f"{verdicts[0].summary() if verdicts else 'no verdict (it raised)'}")
         time.sleep(1.0)
         assert not verdicts
     finally:
