@@ -123,7 +123,7 @@ def _fixed_phrase(fixed: list[tuple[str, str]]) -> str:
 
 #: The two LaTeX tables an ablation prints as: (name, what its caption says it shows, its column keys).
 PARTS = (("correctness", "problems solved (k/n) and fast_p over {baseline}, under kforge's and KernelBench's (KB) "
-                         "rules,", ("n", "correct", "fast_1", "fast_1.5", "correct_kb", "fast_1_kb")),
+                         "rules", ("n", "correct", "fast_1", "fast_1.5", "correct_kb", "fast_1_kb")),
          ("speed", "geomean speedup of correct kernels over {baseline}, its timing range, the problems whose speedup "
                    "is within noise, and the kernel share",
           ("n", "degenerate", "geomean_speedup", "timing_range", "within_noise", "kernel_share")))
@@ -143,7 +143,7 @@ def caption(name: str, factor: str, ctx: Context, not_llms: dict[str, str], lay:
     the brackets are, and the rows that are not LLMs."""
     by = [factor_name(k).lower() for k in (factor, *KEYS) if k in lay.keys]
     what = (shows or "correctness and speedup over {baseline}").format(baseline=BASELINES[ctx.baseline])
-    text = (f"{title_of(name)}: {what} by {', '.join(by[:-1]) + ' and ' if len(by) > 1 else ''}{by[-1]}"
+    text = (f"{title_of(name)}: {what}, by {', '.join(by[:-1]) + ' and ' if len(by) > 1 else ''}{by[-1]}"
             + (" (level all pools the levels)" if lay.pooled else ""))
     fixed = _fixed_phrase(lay.fixed)
     text += (f"; {fixed}." if fixed else ".") + f" Brackets: {ctx.confidence:.0%} bootstrap intervals over problems."
