@@ -9,6 +9,9 @@ TORCH_INDEX ?= $(shell nvidia-smi -L >/dev/null 2>&1 || echo https://download.py
 PYTEST_ARGS ?=
 # litellm otherwise fetches a price list at import (and MLflow's server imports litellm).
 export LITELLM_LOCAL_MODEL_COST_MAP := True
+# The checkout this Makefile is in: `make -f CHECKOUT/Makefile reproduce` from another directory runs this
+# checkout's scripts and writes its store (mlflow.db, results/) where it is started, as in the checkout.
+KFORGE_ROOT := $(patsubst %/,%,$(dir $(abspath $(lastword $(MAKEFILE_LIST)))))
 
 .DEFAULT_GOAL := help
 .PHONY: help setup chromium test test-gpu
@@ -62,15 +65,15 @@ endif
 
 .PHONY: demo ui reproduce tables
 demo: ## the whole pipeline offline: oracle model (not an LLM), built-in suite, cpu (cuda with a GPU; backend=opencl|triton|...; precision=bf16), into MLflow
-	$(PYTHON) pipelines/synthesize.py experiment=demo backend=$(DEMO_BACKEND) $(if $(precision),precision=$(precision)) $(DEMO_ARGS)
+	$(PYTHON) $(KFORGE_ROOT)/pipelines/synthesize.py experiment=demo backend=$(DEMO_BACKEND) $(if $(precision),precision=$(precision)) $(DEMO_ARGS)
 
 ui: ## browse the runs: `kforge ui` on ./mlflow.db (http://127.0.0.1:5000; another port: MLFLOW_PORT=5001); prints each experiment's addresses
 	$(PYTHON) -m kforge.cli ui --store $(CURDIR)/mlflow.db --port $(MLFLOW_PORT)
 
 reproduce: ## the paper's ablations (MODELS=gpt-5,anthropic/claude-opus-4-5 BACKENDS=cuda LEVELS=1,2,3 KERNELBENCH=dir; QUICK=1: a quick look), then the tables
-	$(PYTHON) pipelines/reproduce.py --models $(MODELS) --backends $(BACKENDS) --levels $(LEVELS) \
+	$(PYTHON) $(KFORGE_ROOT)/pipelines/reproduce.py --models $(MODELS) --backends $(BACKENDS) --levels $(LEVELS) \
 		$(if $(ITERATIONS),--iterations $(ITERATIONS)) $(if $(KERNELBENCH),--kernelbench $(KERNELBENCH)) \
 		$(if $(REPRODUCE_ARGS),-- $(REPRODUCE_ARGS))
 
 tables: ## rebuild the ablation tables and plots in results/ from ./mlflow.db
-	$(PYTHON) pipelines/tables.py
+	$(PYTHON) $(KFORGE_ROOT)/pipelines/tables.py

@@ -8,15 +8,17 @@ Needs Chromium (Debian: `apt-get install chromium`; `make setup` installs it whe
 Playwright's Python package (in kforge's dev extras; its own browser download is not used). It makes a
 single-vs-iterative sweep of the oracle on cpu, serves it with `kforge ui` on a free local port, opens
 the addresses that prints in a 1600x900 window, then checks and screenshots, under --out:
-  ablation.png          the first address (`kforge ui`'s "by loop_mode"): the ablation's factor, correctness
-                        and best speedup columns and both arms' rows, all without scrolling
+  ablation.png          the first address (`kforge ui`'s "by loop_mode"): the ablation's factor, the arms' figures
+                        (correctness rate, fast_1, geomean speedup) and both arms' rows, all without scrolling,
+                        no figure with float noise
   runs_table.png        the runs-table address: every problem's row with its state and speedup, the jobs'
                         summary metrics
   parent_run.png        a sweep job's run, clicked in that table: its description, the table of problems
   problem_run.png       a problem's run, clicked there: the state tag beside the metrics
   experiment_link.png   the experiment's plain address, as a link from MLflow's experiment list gives it
                         (where it lands depends on the MLflow version: reported, not checked)
-MLflow's assistant panel, which MLflow 3.17 opens on a first visit, is closed first, as a person would.
+MLflow's assistant panel, which MLflow 3.17 opens once on a browser's first visit to a localhost address (MLflow
+has no setting to switch it off), is closed first, as a person would.
 Exit status 0 when every check passed; each check is printed.
 """
 
@@ -137,9 +139,13 @@ def look_at_ablation(page, address: str, out: Path, check: Checks) -> None:
     check(arms == ["single_shot", "iterative"], f"both arms of the ablation are rows ({', '.join(arms) or 'none'})")
     check(visible(page.get_by_text("Group by: loop_mode"), 10_000), "the runs are grouped by the ablation's factor")
     heads = page.get_by_role("columnheader")
-    for column in ("loop_mode", "best_correct", "best_speedup_vs_eager"):
+    for column in ("loop_mode", "arm_correctness_rate", "arm_fast_1", "arm_geomean_speedup_vs_eager",
+                   "best_speedup_vs_eager"):
         check(visible(heads.filter(has_text=column), 10_000) and on_screen(page, heads.filter(has_text=column)),
               f"column {column!r} is shown without scrolling ({VIEWPORT['width']}x{VIEWPORT['height']})")
+    noisy = [t for t in rows.all_inner_texts() for w in t.split() if w.replace(".", "", 1).isdigit()
+             and len(w.replace(".", "").lstrip("0")) > 4]
+    check(not noisy, f"every figure shown has at most four significant digits ({noisy[:3] or 'none longer'})")
     check(not visible(rows.filter(has_text="sweep-job"), 2_000), "only the problems' runs are rows (no job rows)")
     page.screenshot(path=str(out / "ablation.png"))
 

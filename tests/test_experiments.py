@@ -53,3 +53,13 @@ def test_the_backward_ablation_compares_the_forward_alone_with_a_training_step()
                 for job in jobs(path) if "problems=builtin_l1" in job]
     assert {a.verify.backward for a in arms} == {False, True}
     assert len({(a.loop.mode, a.analysis.kind, a.profiler.kind) for a in arms}) == 1  # only the pass differs
+
+
+def test_the_precision_ablation_compares_fp32_with_bf16():
+    path = REPO_DIR / "conf" / "experiment" / "precision_ablation.yaml"
+    assert {o for job in jobs(path) for o in job} >= {"precision=fp32", "precision=bf16"}
+    with initialize_config_dir(config_dir=str(REPO_DIR / "conf"), version_base="1.3"):
+        arms = [JobConfig.from_hydra(compose("synthesize", overrides=[f"experiment={path.stem}", *job]))
+                for job in jobs(path) if "problems=builtin_l1" in job]
+    assert {a.verify.precision for a in arms} == {"fp32", "bf16"}
+    assert len({(a.loop.mode, a.analysis.kind, a.verify.backward) for a in arms}) == 1  # only the precision differs

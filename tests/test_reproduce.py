@@ -1,6 +1,7 @@
 """make reproduce: the model check, an oracle dry run of one sweep at tiny size, and missing references."""
 
 import os
+import signal
 import subprocess
 import sys
 
@@ -26,10 +27,11 @@ def test_missing_key_stops_at_once_and_suggests_the_oracle(tmp_path):
 def test_make_reproduce_with_a_litellm_model_string_names_its_key(tmp_path):
     # Any litellm model string: litellm says which variable its provider reads.
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "MAKEFLAGS")}
-    res = subprocess.run(["make", "-s", "-C", str(REPO_DIR), "reproduce", "MODELS=openai/gpt-5", f"PYTHON={sys.executable}"],
-                         capture_output=True, text=True, env=env, timeout=300)
+    # The checkout's Makefile, started elsewhere: the checkout's own store (`make demo` writes one) is not looked at.
+    res = subprocess.run(["make", "-s", "-f", str(REPO_DIR / "Makefile"), "reproduce", "MODELS=openai/gpt-5",
+                          f"PYTHON={sys.executable}"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert res.returncode != 0 and "needs OPENAI_API_KEY" in res.stderr, res.stderr[-2000:]
-    assert "unknown model" not in res.stderr and not (REPO_DIR / "mlflow.db").exists()
+    assert "unknown model" not in res.stderr and list(tmp_path.iterdir()) == []  # stopped before any store
 
 
 def oracle_dry_run(tmp_path, ablation: str) -> str:
@@ -43,15 +45,38 @@ def oracle_dry_run(tmp_path, ablation: str) -> str:
 
 def test_oracle_dry_run_of_one_sweep_writes_tables(tmp_path):
     table = oracle_dry_run(tmp_path, "single_vs_iterative")
-    assert "| oracle† | cpu | 1 | Iterative | 1 | 1/1 [1.00, 1.00] |" in table
-    assert "| oracle† | cpu | 1 | Single shot | 1 | 1/1 [1.00, 1.00] |" in table
+    assert "| Iterative | 1/1 [100–100%] |" in table and "| Single shot | 1/1 [100–100%] |" in table
     # One oracle kernel timed in both arms (three timings): the caption says how much its timings varied.
-    assert "† not an LLM: oracle" in table and "Kernels timed more than once in this experiment (1)" in table
+    assert "oracle† on cpu, level 1, n = 1" in table and "† Not an LLM: kforge's hand-written solutions" in table
+    assert "(1 kernel timed repeatedly varied by a median of" in table
     assert (tmp_path / "results" / "single_vs_iterative_fast_p.png").is_file()
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
     exp = client.get_experiment_by_name("kforge-single_vs_iterative")
     kinds = [r.data.tags.get("kforge.kind") for r in client.search_runs([exp.experiment_id])]
     assert kinds.count("sweep-job") == 2 and kinds.count("problem") == 2 and kinds.count("tables") == 1
+
+
+def test_sigterm_stops_the_running_sweep_and_ends_quietly(tmp_path):
+    """A scheduler's SIGTERM to kforge-reproduce reaches the sweep it runs, which closes its job as after Ctrl-C;
+    kforge-reproduce reads its lines to the end (dying first left it writing into a closed pipe: a
+    BrokenPipeError traceback) and says how to continue, with no later sweep started."""
+    cmd = [sys.executable, str(REPO_DIR / "pipelines" / "reproduce.py"), "--models", "oracle", "--backends", "cpu",
+           "--levels", "1", "--iterations", "2", "--ablations", "single_vs_iterative,iterative_vs_beam", "--",
+           "problems.names=[level1/1_ReLU,level1/2_Softmax]", "model.latency_s=1.0", *TINY]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    lines = []
+    for line in proc.stdout:  # the sweep's first iteration line: a job is under way
+        lines.append(line)
+        if "iter_000" in line:
+            os.kill(proc.pid, signal.SIGTERM)
+            break
+    lines += proc.stdout.readlines()
+    out = "".join(lines)
+    assert proc.wait(timeout=300) == 128 + signal.SIGTERM, out[-3000:]
+    assert "Traceback" not in out and "BrokenPipe" not in out and "Logging error" not in out, out[-3000:]
+    assert "kforge: interrupted;" in out and "stopped by SIGTERM in the single_vs_iterative sweep" in out
+    assert "=== iterative_vs_beam" not in out and not (tmp_path / "results").exists()
 
 
 def test_problem_without_reference_is_tagged_not_fatal(tmp_path, pool):
@@ -77,8 +102,7 @@ def test_the_fourth_ablation_compares_the_chain_and_beam_search(tmp_path):
     from kforge.report.tables import ABLATIONS
     assert "iterative_vs_beam" in ABLATIONS
     table = oracle_dry_run(tmp_path, "iterative_vs_beam")
-    assert "| oracle† | cpu | 1 | Beam search | 1 | 1/1 [1.00, 1.00] |" in table
-    assert "| oracle† | cpu | 1 | Iterative | 1 | 1/1 [1.00, 1.00] |" in table
+    assert "| Beam search | 1/1 [100–100%] |" in table and "| Iterative | 1/1 [100–100%] |" in table
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
     exp = client.get_experiment_by_name("kforge-iterative_vs_beam")
     problems = client.search_runs([exp.experiment_id], "tags.`kforge.kind` = 'problem'")
@@ -113,9 +137,19 @@ def test_the_reference_transfer_matrix_runs_offline_on_cpu_opencl_and_the_triton
 def test_the_backward_ablation_tables_the_forward_against_a_training_step(tmp_path):
     """`make reproduce`'s backward_ablation runs the oracle offline in both passes and tables them by `pass`."""
     table = oracle_dry_run(tmp_path, "backward_ablation")
-    assert "| oracle† | cpu | 1 | Forward only | 1 | 1/1 [1.00, 1.00] |" in table, table
-    assert "| oracle† | cpu | 1 | Training step | 1 | 1/1 [1.00, 1.00] |" in table, table
+    assert "| Forward only | 1/1 [100–100%] |" in table and "| Training step | 1/1 [100–100%] |" in table, table
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
     exp = client.get_experiment_by_name("kforge-backward_ablation")
     jobs = [r for r in client.search_runs([exp.experiment_id]) if r.data.tags.get("kforge.kind") == "sweep-job"]
     assert sorted(r.data.params["pass"] for r in jobs) == ["forward", "training"]
+
+
+def test_the_precision_ablation_tables_fp32_against_bf16(tmp_path):
+    """`make reproduce`'s precision_ablation runs the oracle offline in fp32 and bf16 and tables them by precision;
+    MLflow's runs carry the factor as a parameter."""
+    table = oracle_dry_run(tmp_path, "precision_ablation")
+    assert "| FP32 | 1/1 [100–100%] |" in table and "| BF16 | 1/1 [100–100%] |" in table, table
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    exp = client.get_experiment_by_name("kforge-precision_ablation")
+    jobs = [r for r in client.search_runs([exp.experiment_id]) if r.data.tags.get("kforge.kind") == "sweep-job"]
+    assert sorted(r.data.params["precision"] for r in jobs) == ["bf16", "fp32"]

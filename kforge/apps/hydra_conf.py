@@ -5,16 +5,24 @@ Hydra reads ``model=X`` as the file ``conf/model/X.yaml``. A litellm model strin
 before Hydra composes, every ``model=`` value with a ``/`` that is not such a file is registered as a
 config of its own: the generic litellm model (``conf/model/litellm.yaml``) with that string. Sweeps
 (``-m model=gpt-5,openai/gpt-4o``) work the same, launchers included (they carry Hydra's config store
-to their jobs). A name without a ``/`` must be a file, so a typo is still answered with the choices.
+to their jobs). A name without a ``/`` must be a file, so a typo is still answered with the choices:
+`check_choices` answers an unknown choice of any group (``backend=metal``, ``model=gtp-5``) before Hydra composes,
+and `discard_run_dir` takes back the folder Hydra made for a job that was refused before it ran.
 """
 
 from __future__ import annotations
 
+import difflib
+import shutil
+from pathlib import Path
 from typing import Any
 
 from .. import DATA_DIR
+from ..errors import ConfigError
 
 CONF_DIR = DATA_DIR / "conf"
+#: Folders of ``conf/`` that are Hydra's own, not a kforge group (``hydra/launcher=joblib`` is Hydra's to check).
+HYDRA_GROUPS = ("hydra",)
 
 
 def model_strings(overrides: list[str]) -> list[str]:
@@ -52,6 +60,63 @@ def register_model_strings(overrides: list[str]) -> list[str]:
     from ..workload.config import register_workload_files
     register_workload_files(overrides, CONF_DIR)  # and workload=FILE.py, a model file (kforge/workload/config.py)
     return found
+
+
+def _group_choices(conf_dir: Path, group: str) -> list[str]:
+    return sorted(p.stem for p in (conf_dir / group).glob("*.yaml"))
+
+
+def _free_form(group: str, value: str) -> bool:
+    """A choice that names no file of the group yet is valid: a litellm model string, a workload's model file."""
+    if group == "model":
+        return "/" in value
+    return group == "workload" and (value.endswith(".py") or "/" in value)
+
+
+def check_choices(overrides: list[str], conf_dir: Path = CONF_DIR) -> None:
+    """Answer an unknown choice of a config group among Hydra command-line ``overrides`` (``backend=metal``,
+    ``problems=builtin_l9``, ``experiment=nope``, one value of a sweep) with `ConfigError` naming the group's
+    choices, before Hydra composes (it would print its config search path and exit 1). A bare model name must be
+    a file of ``conf/model``; one with a ``/`` is a litellm model string."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    groups = {p.name for p in conf_dir.iterdir() if p.is_dir() and p.name not in HYDRA_GROUPS}
+    given = [o for o in overrides if "=" in o and not o.startswith("-") and o.split("=", 1)[0].lstrip("+~")
+             .split("@", 1)[0] in groups]
+    for override in OverridesParser.create().parse_overrides(given):
+        if override.is_delete():
+            continue
+        group, value = override.key_or_group, override.value()
+        values = list(getattr(value, "list", None) or []) if override.is_sweep_override() else [value]
+        for v in values:
+            if v is None or not isinstance(v, str) or (conf_dir / group / f"{v}.yaml").is_file() or _free_form(group, v):
+                continue
+            choices = _group_choices(conf_dir, group)
+            near = difflib.get_close_matches(v, choices, n=1)
+            also = ", or any litellm model string with its provider (openai/gpt-5, anthropic/claude-opus-4-5)" \
+                if group == "model" else ", or a model file (workload=my_model.py)" if group == "workload" else ""
+            raise ConfigError(f"unknown choice {group}={v}{f' (did you mean {group}={near[0]}?)' if near else ''}; "
+                              f"valid {group} choices: {', '.join(choices)}{also}")
+
+
+#: What Hydra writes into a job's folder before the job itself runs.
+_HYDRA_OWN = (".hydra",)
+
+
+def discard_run_dir(output_dir: str | Path, stop: str | Path) -> None:
+    """Remove the folder Hydra made for a job refused before it ran (``outputs/DATE/TIME/`` holding only
+    Hydra's ``.hydra/`` and the job's log), and the folders above it that it leaves empty, below ``stop`` (the
+    directory the command was started in)."""
+    out, stop = Path(output_dir).resolve(), Path(stop).resolve()
+    if not out.is_dir() or any(p.name not in _HYDRA_OWN and p.suffix != ".log" for p in out.iterdir()):
+        return  # the job wrote something of its own: not ours to delete
+    shutil.rmtree(out, ignore_errors=True)
+    for parent in out.parents:
+        if parent == stop or stop not in parent.parents:
+            break
+        try:
+            parent.rmdir()  # only when empty
+        except OSError:
+            break
 
 
 def compose(config_name: str, overrides: list[str]):

@@ -19,6 +19,7 @@ import argparse
 import logging
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -26,8 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from .. import PACKAGE_DIR
+from ..errors import ConfigError
 from ..log import setup as setup_logging
-from .hydra_conf import CONF_DIR, generic_model
+from .hydra_conf import CONF_DIR, check_choices, generic_model
 
 log = logging.getLogger(__name__)
 
@@ -43,24 +45,23 @@ def model_config(name: str) -> dict[str, Any]:
     if "/" in name:
         return generic_model(name)
     known = sorted(p.stem for p in (CONF_DIR / "model").glob("*.yaml") if p.stem != "litellm")
-    raise SystemExit(f"kforge: unknown model {name!r}: choose from {', '.join(known)}, or give a litellm model "
-                     "string with its provider (e.g. openai/gpt-5, anthropic/claude-opus-4-5)")
+    raise ConfigError(f"unknown model {name!r}: choose from {', '.join(known)}, or give a litellm model "
+                      "string with its provider (e.g. openai/gpt-5, anthropic/claude-opus-4-5)")
 
 
 def check_models(models: list[str]) -> None:
-    """Stop at once, naming the variable, if a model cannot be called."""
-    from ..errors import ConfigError
+    """`ConfigError` naming the variable (or the valid models) if a model cannot be called."""
     from ..llm import LLMError, ModelConfig, make_model
     for name in models:
         try:
             cfg = ModelConfig.from_dict(model_config(name), "model")
         except ConfigError as exc:
-            raise SystemExit(f"kforge: --models {name}: {exc}") from None
+            raise ConfigError(f"--models {name}: {exc}") from None
         try:
             make_model(cfg).check()
         except LLMError as exc:
-            raise SystemExit(f"kforge: {exc}\nkforge: set the key and run again, or pass MODELS=oracle for an offline "
-                             "dry run (hand-written kernels, not an LLM)") from None
+            raise ConfigError(f"{exc}\nkforge: set the key and run again, or pass MODELS=oracle for an offline "
+                              "dry run (hand-written kernels, not an LLM)") from None
 
 
 def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -74,9 +75,41 @@ def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
 _LAUNCH, _JOB = re.compile(r"\[HYDRA\] Launching (\d+) jobs?"), re.compile(r"\[HYDRA\] \t#(\d+) : (.*)")
 
 
-def _sweep(cmd: list[str], env: dict[str, str], name: str, started: float) -> int:
+class Stop:
+    """Ctrl-C and SIGTERM while sweeps run: passed on to the running sweep, once per signal received (a sweep
+    runs in its own session, so a terminal's Ctrl-C reaches it through here alone, and a second one still
+    means "now"), and remembered, so that no later sweep starts. kforge-reproduce keeps reading the sweep's
+    output until the sweep has closed its jobs: dying first would leave it writing into a closed pipe."""
+
+    def __init__(self) -> None:
+        self.signal: int | None = None
+        self.proc: subprocess.Popen | None = None
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        self.signal = self.signal or signum
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signum)
+
+    def install(self) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self)
+
+
+def _die_with_parent() -> None:
+    """In the sweep's process (Linux): SIGTERM, a graceful stop, should kforge-reproduce die without passing a
+    signal on (SIGKILL); elsewhere nothing."""
+    try:
+        import ctypes
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _sweep(cmd: list[str], env: dict[str, str], name: str, started: float, stop: Stop) -> int:
     """Run one sweep, passing its output through, with a progress line as each of its jobs starts."""
-    proc, total = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True, bufsize=1), "?"
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True, bufsize=1, start_new_session=True,
+                            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+    stop.proc, total = proc, "?"
     for line in proc.stdout:
         print(line, end="", flush=True)
         if m := _LAUNCH.search(line):
@@ -105,7 +138,37 @@ def sweeps(ablation: str, backends: str, sources: str | None) -> list[list[str]]
     return out
 
 
+#: Backends whose kernels are C++ built through kforge's build cache (`kforge build` compiles them).
+BUILT = ("cpu", "cuda")
+
+
+def prebuild(models: list[str], backends: list[str], levels: list[int], env: dict[str, str], stop: "Stop",
+             ablations: list[str] = ()) -> None:
+    """Compile the oracle's kernels for these backends and levels into the build cache before the sweeps, all
+    cores at once while nothing is being timed: every arm of every ablation then finds them built (a cold
+    cache otherwise builds them one by one inside the first sweep, beside its timed runs). The precision and
+    backward ablations' arms answer with their own solutions (bf16, training steps): those too."""
+    from ..problems import builtin_solution_path, load_builtin
+    if "oracle" not in models:
+        return
+    arms = [("fp32", False)] + ([("bf16", False)] if "precision_ablation" in ablations else []) + \
+        ([("fp32", True)] if "backward_ablation" in ablations else [])
+    for backend in (b for b in backends if b in BUILT):
+        found = (builtin_solution_path(pr, backend, precision, backward)
+                 for pr in load_builtin(levels=levels) for precision, backward in arms)
+        paths = sorted({str(p) for p in found if p})
+        if not paths:
+            continue
+        print(f"\n=== building the oracle's {len(paths)} {backend} kernels into the build cache", flush=True)
+        cmd = [sys.executable, "-m", "kforge.cli", "build", *paths, "--backend", backend,
+               "--jobs", str(max(1, os.cpu_count() or 1))]
+        stop.proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+        if stop.proc.wait() != 0:  # a kernel that does not build is the sweep's to report, as a verdict
+            log.warning("kforge: building the oracle's %s kernels failed; the sweeps build what they need", backend)
+
+
 def main(argv: list[str] | None = None) -> int:
+    from ..job.config import check_overrides
     from ..report.tables import ABLATIONS
     setup_logging()
     ap = argparse.ArgumentParser(prog="kforge-reproduce", description=__doc__,
@@ -125,16 +188,42 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for every sweep (after --)")
     args = ap.parse_args(argv)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
-    check_models(models)
+    try:
+        check_models(models)
+    except ConfigError as exc:
+        print(f"kforge: {exc}", file=sys.stderr)
+        return 2
+    ablations = [a for a in args.ablations.split(",") if a]
+    unknown = [a for a in ablations if a not in ABLATIONS]
+    if unknown:
+        print(f"kforge: unknown ablation {unknown[0]!r} (choose from {', '.join(ABLATIONS)})", file=sys.stderr)
+        return 2
     if args.iterations is None:
         # The oracle answers the same kernel every time: more iterations only re-verify it.
         args.iterations = 2 if all(m in OFFLINE for m in models) else 5
     prefix = "kernelbench_l" if args.kernelbench else "builtin_l"
     groups = ",".join(f"{prefix}{lvl.strip()}" for lvl in args.levels.split(",") if lvl.strip())
+    try:  # a wrong backend, level or override is answered now, not by each sweep's Hydra
+        common = [f"backend={args.backends}", f"problems={groups}", *args.overrides]
+        check_overrides(common)
+        check_choices(common)
+    except ConfigError as exc:
+        print(f"kforge: {exc}", file=sys.stderr)
+        return 2
     env = _env({"KERNELBENCH_DIR": str(Path(args.kernelbench).expanduser().resolve())} if args.kernelbench else None)
     uri = args.tracking_uri or f"sqlite:///{Path.cwd() / 'mlflow.db'}"
-    ablations, started = [a for a in args.ablations.split(",") if a], time.monotonic()
+    started, stop = time.monotonic(), Stop()
+    stop.install()
+    # The whole built-in suite at these levels (not a part of it picked by problems.*=): the oracle's kernels are
+    # known before any sweep asks for them.
+    if not args.kernelbench and not any(o.lstrip("+~").startswith("problems.") for o in args.overrides):
+        prebuild(models, [b.strip() for b in args.backends.split(",")],
+                 [int(lv) for lv in args.levels.split(",") if lv.strip()], env, stop, ablations)
     for ablation in ablations:
+        if stop.signal:
+            print(f"kforge-reproduce: stopped by {signal.Signals(stop.signal).name} before the {ablation} sweep; "
+                  "run the same command again to continue", file=sys.stderr, flush=True)
+            return 128 + stop.signal
         if ablation not in ABLATIONS:
             raise SystemExit(f"kforge: unknown ablation {ablation!r} (choose from {', '.join(ABLATIONS)})")
         for extra in sweeps(ablation, args.backends, args.sources):
@@ -142,13 +231,20 @@ def main(argv: list[str] | None = None) -> int:
                    f"model={','.join(models)}", *extra, f"problems={groups}",
                    f"loop.iterations={args.iterations}", f"tracking.uri={uri}", *args.overrides]
             print(f"\n=== {ablation}: kforge-synthesize {' '.join(cmd[3:])}", flush=True)
-            if _sweep(cmd, env, f"{ablation} ({ablations.index(ablation) + 1} of {len(ablations)})", started) != 0:
+            rc = _sweep(cmd, env, f"{ablation} ({ablations.index(ablation) + 1} of {len(ablations)})", started, stop)
+            if stop.signal:
+                print(f"kforge-reproduce: stopped by {signal.Signals(stop.signal).name} in the {ablation} sweep; "
+                      "finished problems are in MLflow: run the same command again to continue", file=sys.stderr,
+                      flush=True)
+                return 128 + stop.signal
+            if rc != 0:
                 log.error("kforge: the %s sweep failed; finished problems are in MLflow. Fix the cause and run "
                           "`make reproduce` again with the same settings.", ablation)
                 return 1
     cmd = [sys.executable, "-m", "kforge.apps.tables", f"tracking_uri={uri}", f"out_dir={args.out}",
            f"ablations=[{args.ablations}]"]
-    return subprocess.run(cmd, env=env).returncode
+    stop.proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    return stop.proc.wait()
 
 
 if __name__ == "__main__":

@@ -13,11 +13,13 @@ Each Hydra job is one MLflow parent run; each problem a nested run; each iterati
 from __future__ import annotations
 
 import sys
+from pathlib import Path
+from typing import Any
 
 import hydra
 from omegaconf import DictConfig
 
-from .hydra_conf import CONF_DIR, register_model_strings
+from .hydra_conf import CONF_DIR, check_choices, discard_run_dir, register_model_strings
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="synthesize", version_base="1.3")
@@ -43,14 +45,20 @@ def _job(cfg: DictConfig) -> float:
             with open_dict(cfg):
                 cfg.workers.gpus = split_gpus(detect_gpus(), hc.job.num, n_jobs)
             tags["gpus"] = ",".join(map(str, cfg.workers.gpus))
+    pool = sweep_pool(cfg.workers) if hc.mode.name == "MULTIRUN" else None
     try:
-        result = run(cfg, tags=tags)
+        result = run(cfg, tags=tags, pool=pool)
     except (LLMError, ConfigError, ProblemError) as exc:
         print(f"kforge: {exc}", file=sys.stderr)
+        discard_run_dir(hc.runtime.output_dir, Path.cwd())  # refused before it ran: no outputs/DATE/TIME/ left
         sys.exit(2)
     except KeyboardInterrupt:  # before the problems started, or while the job was being closed
         print("kforge: interrupted; finished problems are in MLflow: run the same command again to continue",
               file=sys.stderr)
+        sys.exit(130)
+    except BrokenPipeError:  # whoever read the job's lines is gone (its results are in MLflow): end quietly
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
         sys.exit(130)
     if result.interrupted:
         sys.exit(130)
@@ -58,11 +66,38 @@ def _job(cfg: DictConfig) -> float:
     return float(result.stats.get("fast_0") or 0.0)
 
 
+#: The worker pool of the sweep jobs this process runs, by what makes a pool (GPUs, build workers, spares).
+_POOLS: dict[tuple, Any] = {}
+
+
+def sweep_pool(workers: Any):
+    """One worker pool for every job of a sweep that this process runs (Hydra's basic launcher runs them one
+    after another here; a joblib worker process, several): each job would otherwise start its workers again,
+    torch imported in every one (5-10 s a job on 2 cores). A job with other GPUs, build workers or spares gets a
+    pool of its own, the earlier one closed; one closed under a job (a second Ctrl-C) is replaced. Closed when
+    the process exits."""
+    import atexit
+
+    from ..verify import WorkerPool
+    gpus = None if workers.gpus is None else tuple(int(g) for g in workers.gpus)
+    key = (gpus, workers.build, bool(workers.spare))
+    pool = _POOLS.get(key)
+    if pool is None or pool.closed:
+        for old in _POOLS.values():
+            old.close()
+        _POOLS.clear()
+        pool = _POOLS[key] = WorkerPool(gpus=None if gpus is None else list(gpus), build_workers=workers.build,
+                                        spare=bool(workers.spare))
+        atexit.register(pool.close)
+    return pool
+
+
 def main() -> None:
     from ..errors import ConfigError
     from ..job.config import check_overrides
-    try:  # a misspelt key gets kforge's answer (the valid keys), not Hydra's "not in struct"
+    try:  # a misspelt key or choice gets kforge's answer (the valid ones), not Hydra's "not in struct" or search path
         check_overrides(sys.argv[1:])
+        check_choices(sys.argv[1:])
     except ConfigError as exc:
         print(f"kforge: {exc}", file=sys.stderr)
         sys.exit(2)

@@ -10,15 +10,18 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
 
-from .hydra_conf import CONF_DIR
+from .hydra_conf import CONF_DIR, discard_run_dir
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="tables", version_base="1.3")
-def main(cfg: DictConfig) -> None:
+def _tables(cfg: DictConfig) -> None:
+    from hydra.core.hydra_config import HydraConfig
+
     from ..job.config import TablesConfig
     from ..errors import ConfigError
     from ..report.render import build_all
@@ -27,6 +30,7 @@ def main(cfg: DictConfig) -> None:
         conf = TablesConfig.from_hydra(cfg)  # strict: a misspelt key, a wrong type or value is named
     except ConfigError as exc:
         print(f"kforge: {exc}", file=sys.stderr)
+        discard_run_dir(HydraConfig.get().runtime.output_dir, Path.cwd())  # refused: leave no outputs/ folder
         sys.exit(2)
     client = open_client(conf.tracking_uri or default_uri())
     results = build_all(client, conf.out_dir, list(conf.ablations), conf.baseline, conf.resamples, conf.confidence)
@@ -60,6 +64,17 @@ def log_tables(client, experiment: str, name: str, files: list) -> str:
         client.log_artifact(rid, str(path), "tables")
     client.set_terminated(rid)
     return rid
+
+
+def main() -> None:
+    from ..errors import ConfigError
+    from ..job.config import TablesConfig, check_overrides
+    try:  # a misspelt key gets kforge's answer (the valid keys), not Hydra's "not in struct"
+        check_overrides(sys.argv[1:], root=TablesConfig)
+    except ConfigError as exc:
+        print(f"kforge: {exc}", file=sys.stderr)
+        sys.exit(2)
+    _tables()
 
 
 if __name__ == "__main__":

@@ -56,6 +56,9 @@ def read_candidate_file(path: str):
     """A candidate from a file: a program, or a model's reply (markdown) to extract it from."""
     from ..evaluate import read_candidate
     p = Path(path)
+    if p.is_dir():
+        raise UsageError(f"{path} is a directory: give one candidate file (a .py defining ModelNew, or a model's "
+                         "reply); to judge a folder of generations, use `kforge eval PROBLEMS_DIR GENERATIONS_DIR`")
     if not p.is_file():
         raise UsageError(f"{path}: no such candidate file")
     # A reply saved from a model (markdown) goes through the same extraction the agents use.

@@ -16,14 +16,16 @@ def add_parser(sub) -> None:
     p.add_argument("--dir", help="a KernelBench checkout (or its KernelBench/ folder) instead of the built-in suite")
     p.add_argument("--level", help="level(s), e.g. 1 or 1,2")
     p.add_argument("--ids", help="problem ids, e.g. 1-5,19")
-    p.add_argument("--size", choices=SIZES, default=None, help="size preset (default: the file's own constants)")
+    p.add_argument("--size", choices=SIZES, default=None,
+                   help="size preset (default: the one `kforge verify --backend` runs, cpu for the cpu backend; "
+                        "default: the file's own constants)")
     p.add_argument("--set", action="append", metavar="NAME=VALUE", help="override a module constant (repeatable)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--audit", action="store_true",
                    help="run each reference on the device and report its flags (stochastic, degenerate, "
                         "launch_bound), time, FLOPs, bytes and memory; cached per problem, size and device")
-    p.add_argument("--backend", default="cpu", help="with --audit: whose device to audit on (cpu, cuda, triton); "
-                   "with --solution: whose solution")
+    p.add_argument("--backend", default="cpu", help="whose device's size preset to list and, with --audit, to audit "
+                   "on (cpu, cuda, triton); with --solution: whose solution")
     p.add_argument("--solution", metavar="NAME", help="print the path of a built-in problem's hand-written solution "
                    "(what the oracle answers), e.g. level1/1_ReLU: a candidate to try from any install")
     p.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32",
@@ -41,6 +43,8 @@ def cmd_problems(args: argparse.Namespace) -> int:
     if args.solution:
         return _print_solution(args.solution, args.backend, args.precision, args.backward)
     overrides = parse_set(args.set)
+    if args.size is None:  # what `kforge verify` runs on this backend's device, not the file's constants
+        args.size = _default_size(args)
     if args.dir:
         problems = load_directory(args.dir, levels=args.level, ids=args.ids, size=args.size, overrides=overrides)
     else:
@@ -54,9 +58,16 @@ def cmd_problems(args: argparse.Namespace) -> int:
     for p in problems:
         consts = ", ".join(f"{k}={v}" for k, v in p.constants.items() if isinstance(v, (int, float)))
         print(f"{p.key:34} {p.size:8} {fmt_num(p.flops):>8} {fmt_num(p.bytes):>8}  {consts}")
-    print(f"\n{len(problems)} problem(s); sizes: " + ", ".join(SIZES)
-          + " (--size), single constants with --set NAME=VALUE")
+    print(f"\n{len(problems)} problem(s) at the {args.size} size preset"
+          + (f", what `kforge verify` runs with --backend {args.backend}" if args.size == _default_size(args) else "")
+          + "; other presets: " + ", ".join(s for s in SIZES if s != args.size)
+          + " (--size; default is the file's own constants), single constants with --set NAME=VALUE")
     return 0
+
+
+def _default_size(args: argparse.Namespace) -> str:
+    from ..problems import default_size
+    return default_size(backend_of(args.backend).device)
 
 
 def _print_solution(name: str, backend: str, precision: str = "fp32", backward: bool = False) -> int:

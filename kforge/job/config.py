@@ -228,6 +228,11 @@ class TablesConfig(StrictConfig):
 NOT_JOB_KEYS = ("hydra", "experiment", "precision")
 
 
+def _not_keys(root: type) -> list[str]:
+    """The top-level keys that are no setting of ``root`` but valid on its command line."""
+    return [*NOT_JOB_KEYS] if root is JobConfig else ["hydra"]
+
+
 def check_overrides(overrides: list[str], root: type = JobConfig) -> None:
     """Answer a misspelt key among Hydra command-line ``overrides`` (``loop.iteratons=3``, with or without
     ``+``) with `ConfigError` naming the valid keys at that level, before Hydra composes; flags (``-m``) and
@@ -241,13 +246,13 @@ def check_overrides(overrides: list[str], root: type = JobConfig) -> None:
     given = [o for o in overrides if "=" in o and not o.startswith("-")]  # flags and their values pass
     for override in OverridesParser.create().parse_overrides(given):
         parts = re.split(r"[./]", override.key_or_group)  # a group's path too (hydra/launcher=joblib)
-        if parts[0] in NOT_JOB_KEYS:
+        if parts[0] in _not_keys(root):
             continue
         cls, where = root, ""
         for part in parts:
             if part not in field_names(cls):
                 raise ConfigError(f"unknown setting {override.key_or_group} (valid under {where or 'the top level'}: "
-                                  f"{', '.join(sorted(field_names(cls) + ([*NOT_JOB_KEYS] if not where else [])))})")
+                                  f"{', '.join(sorted(field_names(cls) + (_not_keys(root) if not where else [])))})")
             sub, _ = _dataclass_in(typing.get_type_hints(cls).get(part))
             if sub is None:
                 break  # a value, or a mapping whose keys are free

@@ -47,6 +47,10 @@ class Progress(LoopObserver):
         self.bar.write(status_line(problem, step.record, self.budget))
 
     def problem_ended(self, problem: Problem, result: ProblemResult) -> None:
+        s = result.settled.get(_settled_baseline(result))
+        if s is not None:  # the finalists were re-timed against each other (kforge.loop.finalists)
+            self.bar.write(f"{problem.key:34} finalists re-timed {s.timings} times each: best iter_"
+                           f"{result.best_iteration:03d} {s.text()}")
         if result.error:
             last = result.error.strip().splitlines()[-1]
             self.bar.write(f"{problem.key:<34} kforge failed on this problem ({last}); the traceback is "
@@ -77,35 +81,58 @@ OFFLINE_MODELS = {"oracle": "the oracle: hand-written solutions, not an LLM",
 
 
 def print_summary(results: list[ProblemResult], stats: dict[str, Any], out=None, *,
-                  cut_off: list[ProblemResult] = (), model_kind: str | None = None) -> None:
-    """The closing table: a row per finished problem, and per problem ``cut_off`` by an interrupt (its best
-    so far, not counted in the job's metrics); then the metrics over finished problems, tokens and cost."""
+                  cut_off: list[ProblemResult] = (), model_kind: str | None = None,
+                  skipped: list[ProblemResult] = ()) -> None:
+    """The closing table: a row per finished problem, per problem ``cut_off`` by an interrupt (its best so far)
+    and per problem ``skipped`` because it fails on its own (neither counted in the job's metrics, both said so);
+    then the metrics over finished problems, tokens and cost."""
     out = out or sys.stdout  # looked up now: a caller may have redirected it
     print("\nproblem                            best state           iters  speedup(eager)  speedup(compile)", file=out)
-    fmt = lambda x: f"{x:.2f}x" if x else "-"  # noqa: E731
-    for r, note in [(r, "") for r in results] + [(r, " (cut off)") for r in cut_off]:
-        state = "correct" if r.correct else (r.records[-1].state if r.records else ("error" if r.error else "-"))
-        print(f"{r.problem.key:34} {state + note:20} {len(r.records):5}  {fmt(r.speedup_eager):>14}  "
-              f"{fmt(r.speedup_compile):>16}", file=out)
-    print("\n" + _metrics_line(results, stats, cut_off), file=out)
+    rows = [(r, "") for r in results] + [(r, " (cut off)") for r in cut_off] + [(r, " (skipped)") for r in skipped]
+    for r, note in rows:
+        state = "correct" if r.correct else (
+            "problem_error" if r.problem_error else r.records[-1].state if r.records else ("error" if r.error else "-"))
+        print(f"{r.problem.key:34} {state + note:20} {len(r.records):5}  {_x(r.speed('eager')):>14}  "
+              f"{_x(r.speed('compile')):>16}", file=out)
+    print("\n" + _metrics_line(results, stats, cut_off, skipped), file=out)
+    if any(s is not None and s.spans_one for r, _ in rows for s in (r.speed("eager"), r.speed("compile"))):
+        print("~ the speedup's interval spans 1.0: not known to be faster or slower, whatever its figure", file=out)
     shown = [x for r in [*results, *cut_off] for x in r.records]
     tokens = (f"tokens {sum(x.prompt_tokens for x in shown)} in / {sum(x.completion_tokens for x in shown)} out")
     print(f"{tokens} · {_cost(shown, model_kind)}", file=out)
 
 
-def _metrics_line(results: list[ProblemResult], stats: dict[str, Any], cut_off: list[ProblemResult]) -> str:
-    """Correctness and speed over the finished problems, saying how many those are."""
+def _x(s) -> str:
+    """A reported speedup (`kforge.verify.retime.Speedup`), ``~`` marking one whose interval spans 1.0."""
+    return "-" if s is None else f"{s.value:.2f}x" + (" ~" if s.spans_one else "  ")
+
+
+def _settled_baseline(result: ProblemResult) -> str:
+    """The baseline a re-timing chose by (eager, unless only compile's figure is there)."""
+    return "eager" if "eager" in result.settled else next(iter(result.settled), "eager")
+
+
+def _metrics_line(results: list[ProblemResult], stats: dict[str, Any], cut_off: list[ProblemResult],
+                  skipped: list[ProblemResult] = ()) -> str:
+    """Correctness and speed over the finished problems, saying how many those are of all the job's problems."""
     solved = sum(1 for r in cut_off if r.correct)
     later = (f"; {len(cut_off)} cut off ({solved} with a correct kernel so far) are not counted: a rerun "
              "finishes them") if cut_off else ""
+    if skipped:
+        later += (f"; {len(skipped)} skipped (the problem itself fails: problem_error) {'is' if len(skipped) == 1 else 'are'}"
+                  " not counted")
     if not results:
         return "no problem finished in this job" + later
     k, g = sum(1 for r in results if r.correct), stats.get("geomean_speedup")
-    head = f"correct {stats['fast_0']:.0%} ({k} of {len(results)} finished)"
+    total = len(results) + len(cut_off) + len(skipped)
+    head = f"correct {stats['fast_0']:.0%} ({k} of {len(results)} finished" + (
+        f", of {total} problems)" if total > len(results) else ")")
     if not g:
         return f"{head} · no correct kernels{later}" if not k else f"{head} · untimed{later}"
-    return (f"{head} · fast_1 {stats['fast_1']:.0%} · fast_1.5 {stats['fast_1.5']:.0%} · geomean speedup {g:.2f}x"
-            f"{later}")
+    noisy = sum(1 for r in results if (s := r.speed("eager")) is not None and s.spans_one and s.value > 1.0)
+    within = f" ({noisy} within noise ~)" if noisy else ""
+    return (f"{head} · fast_1 {stats['fast_1']:.0%}{within} · fast_1.5 {stats['fast_1.5']:.0%} · geomean speedup "
+            f"{g:.2f}x{later}")
 
 
 def _cost(records: list, model_kind: str | None) -> str:

@@ -47,10 +47,20 @@ def expected_cflags(backend, source: str | None = None) -> list[str]:
     return [str(f) for f in flags] if isinstance(flags, list) else []
 
 
+def builds_cpp(source: str) -> bool:
+    """Whether a candidate builds C++ through torch's extension loader (``load_inline`` or ``load``), the
+    builds kforge's builder caches; one that calls neither builds nothing."""
+    from ..backends.cpu import CpuBackend
+    return any(re.search(p, source, re.MULTILINE) for p in CpuBackend.kernel_patterns)
+
+
 def pch_pending(backend, build_cache: str | os.PathLike, source: str | None = None) -> bool:
     """True when this backend's first build will precompile torch's header: the cache holds none for this
-    torch, this compiler and the flags the build will likely use (`expected_cflags`)."""
+    torch, this compiler and the flags the build will likely use (`expected_cflags`). A ``source`` that
+    builds no C++ (`builds_cpp`) compiles no header."""
     if backend.name not in COMPILED or not backend.options.get("pch", True) or not sys.platform.startswith("linux"):
+        return False
+    if source is not None and not builds_cpp(source):
         return False
     from ..backends.build import PCH_STAMP, compiler_line, pch_stamp
     from ..sandbox.devices import torch_version  # from torch's package metadata: importing torch costs seconds

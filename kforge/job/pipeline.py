@@ -335,7 +335,8 @@ def _report(end: JobEnd, tracker: Any, parent: str | None, todo: list[Problem], 
     for r in end.skipped:
         print(f"kforge: {r.problem.key} was skipped: the problem itself fails ("
               f"{r.problem_error.strip().splitlines()[-1]}); its traceback is in MLflow")
-    print_summary(end.results, end.stats, cut_off=[r for r in end.ended if r.stopped], model_kind=model_kind)
+    print_summary(end.results, end.stats, cut_off=[r for r in end.ended if r.stopped], model_kind=model_kind,
+                  skipped=end.skipped)
     print(closing_line(tracker))
 
 
@@ -356,4 +357,5 @@ def job_labels(job: Job) -> dict[str, str]:
             Tags.PROFILER: resolve_profiler(cfg.profiler.kind, backend),
             Tags.PROBLEMS_SOURCE: WORKLOAD_SOURCE if job.workload is not None else cfg.problems.source,
             Tags.RULES: cfg.verify.rules, Tags.PASS: "training" if cfg.verify.backward else "forward",
+            Tags.PRECISION: cfg.verify.precision,
             Tags.LEVEL: ",".join(levels), Tags.CONFIG_HASH: config_hash(job.conf)}

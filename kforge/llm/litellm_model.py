@@ -13,6 +13,14 @@ from typing import Any
 from .base import CallContext, LLMError, LLMResponse, MissingAPIKey, ModelConfig
 from .cache import ResponseCache
 
+#: The one variable litellm reads for each of these providers' keys (``litellm.validate_environment``), so a
+#: missing key is answered without importing litellm (seconds of CPU, half a minute on a busy machine);
+#: tests/llm/test_litellm_model.py checks each entry against litellm. Other providers ask litellm.
+PROVIDER_KEYS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "mistral": "MISTRAL_API_KEY",
+                 "groq": "GROQ_API_KEY", "deepseek": "DEEPSEEK_API_KEY", "xai": "XAI_API_KEY",
+                 "openrouter": "OPENROUTER_API_KEY", "together_ai": "TOGETHERAI_API_KEY",
+                 "fireworks_ai": "FIREWORKS_AI_API_KEY", "cohere": "COHERE_API_KEY"}
+
 # Worth retrying: the next attempt may well succeed.
 _TRANSIENT = ("RateLimitError", "InternalServerError", "ServiceUnavailableError", "BadGatewayError",
               "APIConnectionError", "Timeout", "APIError")
@@ -60,6 +68,18 @@ class LiteLLMModel:
         """Fail before any problem starts on a provider litellm does not know or a missing key (litellm knows
         which variables each provider reads; local servers need none)."""
         c = self.config
+        label = c.model if c.name == c.model else f"{c.name} ({c.model})"
+        if c.api_key_env:
+            if not os.environ.get(c.api_key_env):
+                raise MissingAPIKey(f"model {label} needs an API key: set {c.api_key_env} in the environment, or "
+                                    "pick an offline model: model=oracle")
+        provider, slash, _ = c.model.partition("/")
+        if slash and provider in PROVIDER_KEYS and not c.api_base and "mock_response" not in c.extra:
+            var = c.api_key_env or PROVIDER_KEYS[provider]
+            if not os.environ.get(var):
+                raise MissingAPIKey(f"model {label} needs {var} set in the environment (e.g. export {var}=...), or "
+                                    "pick an offline model: model=oracle")
+            return  # a provider litellm knows, its key set: nothing left to ask litellm
         litellm = _litellm()
         try:
             litellm.get_llm_provider(c.model, api_base=c.api_base)
@@ -67,11 +87,7 @@ class LiteLLMModel:
             raise LLMError(f"litellm does not know the provider of model {c.model!r}: write PROVIDER/MODEL with one "
                            "of https://docs.litellm.ai/docs/providers (e.g. openai/gpt-5, anthropic/claude-opus-4-5, "
                            f"hosted_vllm/NAME with model.api_base=URL) ({type(exc).__name__})") from None
-        label = c.model if c.name == c.model else f"{c.name} ({c.model})"
         if c.api_key_env:
-            if not os.environ.get(c.api_key_env):
-                raise MissingAPIKey(f"model {label} needs an API key: set {c.api_key_env} in the environment, or "
-                                    "pick an offline model: model=oracle")
             return
         if c.api_base or "mock_response" in c.extra:
             return

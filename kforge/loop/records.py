@@ -15,6 +15,7 @@ from ..agents import Attempt, Recommendation, Reference
 from ..metrics import speedup_over, summary, total_cost
 from ..problems import Problem
 from ..verify import Verdict
+from ..verify.retime import Speedup, measured
 
 if TYPE_CHECKING:
     from ..workload.record import WorkloadRecord
@@ -78,6 +79,13 @@ class ProblemResult:
     """Cut off by Ctrl-C or SIGTERM before its last iteration: a rerun continues it."""
     problem_error: str | None = None
     """The problem itself is broken (a `kforge.problems.ProblemError` from the verifier): skipped, its traceback."""
+    timings: dict[str, list[Verdict]] = field(default_factory=dict)
+    """Every verification of each correct kernel, by source hash: a kernel met again pools its timings."""
+    kernels: dict[str, tuple[str | None, int]] = field(default_factory=dict)
+    """Each correct kernel's code and the iteration it first came in, by source hash."""
+    settled: dict[str, Speedup] = field(default_factory=dict)
+    """The best kernel's speedup per baseline after the finalists were re-timed against each other at the end of
+    the problem (`kforge.loop.finalists`); empty where none competed: its own timings then say it."""
 
     @property
     def correct(self) -> bool:
@@ -96,28 +104,75 @@ class ProblemResult:
 
     def best_speedup(self, vs: str) -> float | None:
         """The best kernel's speedup over ``vs`` (eager where ``compile`` was not timed); None if unsolved."""
-        v = self.best_verdict
-        return speedup_over(vs, v.speedup_eager, v.speedup_compile, or_eager=True) if v is not None else None
+        s = self.speed(vs) or (self.speed("eager") if vs != "eager" else None)
+        return s.value if s is not None else None
+
+    def speed(self, vs: str) -> Speedup | None:
+        """The best kernel's speedup over ``vs`` with its interval, as reported: re-timed against the other
+        finalists (`settled`), else the median of its own timings; None if unsolved or untimed."""
+        if self.best_verdict is None:
+            return None
+        return self.settled.get(vs) or measured(self._pool(_key(self.best_code, self.best_verdict)), vs)
 
     def offer(self, code: str | None, verdict: Verdict, iteration: int, vs: str) -> bool:
-        """Keep this kernel as the best if it is correct and ranks above the best so far; whether it did."""
-        better = verdict.correct and (self.best_verdict is None or
-                                      rank_speedup(verdict, vs) > rank_speedup(self.best_verdict, vs))
+        """Keep this kernel as the best if it is correct and its figure (the median of every timing of its source,
+        `kforge.verify.retime.measured`) ranks above the best's; whether it did. A kernel met again is no new
+        result: its timing joins the others of its source, and it never becomes the best a second time, whatever
+        this timing says (keeping the largest of several noisy timings rewards noise)."""
+        if not verdict.correct:
+            return False
+        key = _key(code, verdict)
+        pool = self.timings.setdefault(key, [])
+        if not any(v is verdict for v in pool):
+            pool.append(verdict)
+        self.kernels.setdefault(key, (code, iteration))
+        better = self.best_verdict is None or (key != _key(self.best_code, self.best_verdict) and
+                                               self.rank(key, vs) > self.rank(_key(self.best_code,
+                                                                                   self.best_verdict), vs))
         if better:
             self.best_code, self.best_verdict, self.best_iteration = code, verdict, iteration
         return better
 
+    def rank(self, key: str, vs: str) -> float:
+        """What ranks a correct kernel (by source hash): the median of its timings over ``vs`` (eager where
+        ``compile`` was not timed)."""
+        pool = self._pool(key)
+        s = measured(pool, vs) or (measured(pool, "eager") if vs != "eager" else None)
+        return s.value if s is not None else 0.0
+
+    def finalists(self, k: int, vs: str) -> list[str]:
+        """The source hashes of the ``k`` best-ranked correct kernels whose code is known, best first."""
+        known = [key for key, (code, _) in self.kernels.items() if code is not None]
+        return sorted(known, key=lambda key: self.rank(key, vs), reverse=True)[:k]
+
+    def settle(self, retimed: dict[str, list[Verdict]], vs: str) -> None:
+        """The finalists' re-timed verifications by source hash: the best is the one whose re-timed figure ranks
+        first, and its re-timed figures (median and interval) are what the problem reports."""
+        figures = {k: measured(v, vs) or measured(v, "eager") for k, v in retimed.items() if v}
+        if not figures:
+            return
+        key = max(figures, key=lambda k: figures[k].value)
+        code, iteration = self.kernels[key]
+        self.best_code, self.best_verdict, self.best_iteration = code, self._pool(key)[0], iteration
+        self.settled = {b: s for b in ("eager", "compile") if (s := measured(retimed[key], b)) is not None}
+
+    def _pool(self, key: str) -> list[Verdict]:
+        # A best kernel restored from MLflow (resume) came in without an offer: its own verdict is its timing.
+        return self.timings.get(key) or ([self.best_verdict] if self.best_verdict is not None else [])
+
     def reached(self, target: float | None, vs: str) -> bool:
         """Whether the best kernel meets ``loop.target_speedup`` (None: no target)."""
-        return bool(target) and self.best_verdict is not None and rank_speedup(self.best_verdict, vs) >= target
+        return bool(target) and self.best_verdict is not None and (self.best_speedup(vs) or 0.0) >= target
 
     @property
     def speedup_eager(self) -> float | None:
-        return self.best_verdict.speedup_eager if self.best_verdict else None
+        s = self.speed("eager")
+        return s.value if s is not None else None
 
     @property
     def speedup_compile(self) -> float | None:
-        return self.best_verdict.speedup_compile if self.best_verdict else None
+        s = self.speed("compile")
+        return s.value if s is not None else None
 
     @property
     def kernel_share(self) -> float | None:
@@ -226,6 +281,14 @@ class LoopObserver(Protocol):
 
     def problem_abandoned(self, problem: Problem) -> None:
         """Left without a result (a BaseException other than a kforge error went through the loop)."""
+
+
+def _key(code: str | None, verdict: Verdict) -> str:
+    """A kernel's source hash (the verdict's; a verdict made without one: its code's)."""
+    if verdict.source_hash:
+        return verdict.source_hash
+    import hashlib
+    return hashlib.sha256((code or "").encode()).hexdigest()[:16]
 
 
 def rank_speedup(verdict: Verdict, vs: str) -> float:

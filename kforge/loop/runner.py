@@ -23,6 +23,7 @@ from .advice import Advisor, GenericAdvisor
 from .beam import BeamSearch
 from .chain import ChainSearch
 from .config import LoopConfig
+from .finalists import MeasuredOnce, settle
 from .records import JobEnd, JobStart, LoopObserver, LoopState, ProblemResult, job_stats
 from .step import stopping
 from .strategy import LoopVerifier, SearchStrategy
@@ -40,10 +41,11 @@ class ProblemLoop:
     def __init__(self, agent: GenerationAgent, verifier: LoopVerifier, config: LoopConfig,
                  advisor: Advisor | None = None, observers: Sequence[LoopObserver] = (),
                  stop: threading.Event | None = None, strategy: SearchStrategy | None = None):
-        self.agent, self.verifier, self.config = agent, verifier, config
+        self.stop = stop or threading.Event()
+        # A kernel met again in a problem is not verified again (kforge.loop.finalists).
+        self.agent, self.verifier, self.config = agent, MeasuredOnce(verifier, self.stop), config
         self.advisor: Advisor = advisor or GenericAdvisor()
         self.observers = list(observers)
-        self.stop = stop or threading.Event()
         self.strategy = strategy or strategy_for(config)
 
     def tell(self, event: str, *args: Any) -> None:
@@ -63,6 +65,8 @@ class ProblemLoop:
         self.tell("problem_started", problem, reference, resume)
         try:
             self.strategy.search(self, problem, reference, state)
+            if not state.result.stopped:
+                settle(self, problem, state.result)  # the finalists re-timed against each other
         except ProblemError as exc:  # a malformed problem file, or one that fails when run (`ProblemFails`)
             state.result.problem_error = traceback.format_exc()
             log.warning("kforge: %s skipped: the problem itself fails (%s); the sweep goes on",
@@ -173,7 +177,7 @@ def run_problems(problems: list[Problem], loop: ProblemLoop, *, concurrency: int
     done = list(done)
     loop.tell("job_started", JobStart(list(problems), done))
     sweep = _Sweep(problems, loop, concurrency, references or {}, resumes or {})
-    runs_before = loop.verifier.pool.counters["run"]
+    runs_before = loop.verifier.pool.counters["run"] - loop.verifier.retimings  # first verifications only
     interrupted = False
     for t in sweep.threads:
         t.start()
@@ -186,7 +190,7 @@ def run_problems(problems: list[Problem], loop: ProblemLoop, *, concurrency: int
     # Finished problems (earlier ones included) make the job's figures; cut-off and skipped ones do not.
     results = done + [r for r in ended if not r.stopped and not r.problem_error]
     end = JobEnd(results, job_stats(results, loop.config.speedup_vs), ended, len(done),
-                 loop.verifier.pool.counters["run"] - runs_before, interrupted)
+                 loop.verifier.pool.counters["run"] - loop.verifier.retimings - runs_before, interrupted)
     loop.tell("job_ended", end)
     if interrupted:
         raise Interrupted(end) from None

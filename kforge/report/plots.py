@@ -18,13 +18,15 @@ from ..figure import BASELINE_NAMES, integer_ticks, pyplot
 
 #: What a factor is called in a heading or an axis.
 FACTOR_NAMES = {"loop_mode": "Loop", "reference": "Reference", "analysis": "Analysis", "profiler": "Profiler",
-                "model": "Model", "backend": "Backend", "level": "Level", "pass": "Pass"}
+                "model": "Model", "backend": "Backend", "level": "Level", "pass": "Pass",
+                "precision": "Precision"}
 #: What a factor's values are called in a table or legend (others: their words, capitalised).
 VALUE_NAMES = {("loop_mode", "single_shot"): "Single shot", ("loop_mode", "iterative"): "Iterative",
                ("loop_mode", "beam"): "Beam search", ("reference", "none"): "No reference",
                ("analysis", "off"): "No analysis", ("analysis", "rules"): "Rule-based analysis",
                ("analysis", "llm"): "LLM analysis", ("profiler", "none"): "No profiler",
-               ("pass", "forward"): "Forward only", ("pass", "training"): "Training step"}
+               ("pass", "forward"): "Forward only", ("pass", "training"): "Training step",
+               **{("precision", p): p.upper() for p in ("fp32", "tf32", "bf16", "fp16")}}
 #: A reference's kind (``oracle:cpu`` is the oracle's kernels for the cpu backend).
 REFERENCE_KINDS = {"oracle": "Oracle kernels", "mlflow": "Earlier runs' kernels"}
 

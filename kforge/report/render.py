@@ -1,7 +1,7 @@
-"""The ablation tables as files: Markdown, CSV and LaTeX (booktabs). A table has a short caption (what is
-compared, over what baseline, what the brackets are) and notes beside it (each column, the timing noise,
-the rows that are not LLMs: under the Markdown table, in ``NAME_notes.tex`` for LaTeX). Markdown and LaTeX
-use a reader's words (``Single shot``); the CSVs keep the identifiers and say their units."""
+"""The ablation tables as files: Markdown, CSV and LaTeX (booktabs). What a table shows and its caption and
+notes are `layout`'s: the notes stand beside the table (under the Markdown table, in ``NAME_notes.tex`` for
+LaTeX, whose results are two tables, correctness and speed). Markdown and LaTeX use a reader's words
+(``Single shot``); the CSVs keep the identifiers, every column and row, and say their units."""
 
 from __future__ import annotations
 
@@ -11,66 +11,27 @@ from typing import Any
 
 import pandas as pd
 
-from .plots import factor_name, title_of, value_name
+from .layout import KEYS, PARTS, Cell, caption, layout, notes, part_keys
+from .plots import title_of
 from .tables import (ABLATIONS, COLUMNS, Context, ablation_table, by_iteration, dedupe, fast_p_curve, kernel_timings,
                      transfer_markdown, transfer_matrix,
-                     load_runs, not_llms, timing_noise, timings_frame)
+                     load_runs, not_llms, timings_frame)
 
-#: What a speedup's baseline is, in a caption.
-BASELINES = {"eager": "PyTorch eager", "compile": "torch.compile of the reference"}
 #: LaTeX for characters that are special to it or outside what pdflatex reads by default.
 LATEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
          "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "<": r"\textless{}",
          ">": r"\textgreater{}", "|": r"\textbar{}", "–": "--", "†": r"\textsuperscript{\dag}", "×": r"$\times$"}
+#: KernelBench's fast_p as a paper writes it (fast$_{1.5}$), in headings and prose.
+FAST_P = re.compile(r"fast\\_(p|[\d.]*\d)")
 
 
 def latex_escape(text: Any) -> str:
     return "".join(LATEX.get(ch, ch) for ch in str(text))
 
 
-def caption(name: str, factor: str, ctx: Context, not_llms: dict[str, str]) -> str:
-    """A sentence or two, as a paper's caption: what is compared, over what, what the brackets are."""
-    text = (f"{title_of(name)}: correctness and speedup over {BASELINES[ctx.baseline]} per model, backend, level "
-            f"and {factor_name(factor).lower()} (level all pools the levels). Brackets: {ctx.confidence:.0%} "
-            "bootstrap intervals over problems.")
-    return text + (" † Not an LLM." if not_llms else "")
-
-
-def notes(name: str, factor: str, ctx: Context, not_llms: dict[str, str]) -> str:
-    """What the caption leaves out, for the text beside the table: how speedup is measured, each column,
-    how much timings varied, what the non-LLM rows are."""
-    parts = [f"Speedup = time of {BASELINES[ctx.baseline]} / time of the kernel (medians of timed calls, "
-             "measured in the same process)."]
-    fill = {"baseline": BASELINES[ctx.baseline], "confidence": f"{ctx.confidence:.0%}"}
-    parts += [c.caption.format(**fill) for c in COLUMNS if c.caption]
-    noise = timing_noise(ctx.timings)
-    if noise.kernels:
-        parts.append(f"Kernels timed more than once in this experiment ({noise.kernels}) varied between timings by a "
-                     f"median of {noise.median:.0%} and at most {noise.worst:.0%} (fastest / slowest - 1).")
-    if not_llms:
-        parts.append("† not an LLM: " + "; ".join(f"{m} = {what}" for m, what in sorted(not_llms.items())) + ".")
-    return " ".join(parts)
-
-
-#: Column headings as a reader names them (the CSV keeps the keys).
-HEADINGS = {"n": "n", "correct": "Correct", "kernel share": "Kernel share", "degenerate": "Degenerate",
-            "geomean speedup": "Geomean speedup", "timing range": "Timing range"}
-
-
-Cell = tuple[str, str]
-"""A cell's main text, and its detail (an interval, a count; may be empty)."""
-
-
-def cells(table: pd.DataFrame, factor: str, not_llms: dict[str, str]) -> tuple[list[str], list[list[Cell]]]:
-    """Headings and every cell."""
-    heads = ["Model", "Backend", "Level", factor_name(factor), *(HEADINGS.get(c.header, c.header) for c in COLUMNS)]
-    rows = []
-    for _, r in table.iterrows():
-        model = f"{r['model']}†" if r["model"] in not_llms else str(r["model"])
-        values = [v.parts() if hasattr(v, "parts") else (str(v), "") for v in (r[c.key] for c in COLUMNS)]
-        rows.append([(model, ""), (str(r["backend"]), ""), (str(r["level"]), ""),
-                     (value_name(factor, r[factor]), ""), *values])
-    return heads, rows
+def latex_prose(text: str) -> str:
+    """``text`` escaped, with fast_p written as a paper writes it."""
+    return FAST_P.sub(lambda m: f"fast$_{{{m.group(1)}}}$", latex_escape(text))
 
 
 def to_markdown(heads: list[str], rows: list[list[Cell]]) -> str:
@@ -92,27 +53,58 @@ def _tex_cell(cell: Cell) -> str:
 
 
 def _tex_head(head: str) -> str:
-    if re.fullmatch(r"fast_[\d.]+", head):  # KernelBench's fast_p, as a paper writes it
-        return rf"fast$_{{{head[5:]}}}$"
     first, _, rest = head.partition(" ")
-    return _stack(latex_escape(first), latex_escape(rest))
+    return _stack(latex_prose(first), latex_prose(rest))
 
 
-def to_latex(heads: list[str], rows: list[list[Cell]], text: str, label: str, notes_file: str = "") -> str:
+def _grouped(rows: list[list[Cell]], lead: int) -> list[tuple[bool, list[Cell]]]:
+    """Rows with their first ``lead`` cells left blank where they repeat the row above (a model's name once for its
+    block, as a paper prints it), each with whether it starts a new block of the first column."""
+    out, above = [], None
+    for row in rows:
+        same = 0
+        while above is not None and same < lead and row[same] == above[same]:
+            same += 1
+        out.append((above is not None and lead > 0 and same == 0, [("", "")] * same + row[same:]))
+        above = row
+    return out
+
+
+#: About the width of one column of a two-column paper (3.3 in at 10 pt), in ems.
+COLUMN_EM = 24.0
+
+
+def width_em(heads: list[str], rows: list[list[Cell]]) -> float:
+    """A rough width of the typeset table in ems (half an em a character, intervals a size smaller, 1.2 em
+    between columns): whether it fits one column of a two-column paper."""
+    def col(i: int) -> float:
+        words = max((len(w) for w in heads[i].split(" ", 1)), default=0)
+        cells = max((max(len(r[i][0]), 0.8 * len(r[i][1])) for r in rows), default=0)
+        return 0.5 * max(words, cells) + 1.2
+    return sum(col(i) for i in range(len(heads)))
+
+
+def to_latex(heads: list[str], rows: list[list[Cell]], text: str, label: str, notes_file: str = "",
+             lead: int = 0) -> str:
     """A booktabs table environment to ``\\input``; the preamble needs ``\\usepackage{booktabs,graphicx}``.
 
-    The caption is ``text`` (short); the notes are in ``notes_file`` beside it. A table wider than the text
-    is scaled down to its width (never up); the type is the document's, intervals a size smaller.
+    The caption is ``text`` (short); the notes are in ``notes_file`` beside it. A table that fits one column of
+    a two-column paper (`width_em`) is a ``table``; a wider one a ``table*``, which spans both columns there and
+    is a plain table in a one-column document. The type is the document's, intervals a
+    size smaller; a table still wider than the text (many models, backends and levels at once) is scaled down
+    to its width, never up. The first ``lead`` columns (model, backend, level) print once per block.
     """
     head = " & ".join(_tex_head(h) for h in heads) + r" \\"
-    body = [" & ".join(_tex_cell(c) for c in row) + r" \\" for row in rows]
+    body = [(r"\addlinespace" + "\n" if new else "") + " & ".join(_tex_cell(c) for c in row) + r" \\"
+            for new, row in _grouped(rows, lead)]
+    env = "table" if width_em(heads, rows) <= COLUMN_EM else "table*"
     return "\n".join([
         r"% kforge ablation table; needs \usepackage{booktabs,graphicx}"
         + (f"; its notes (what each column is) are in {notes_file}" if notes_file else ""),
-        r"\begin{table}[htbp]", r"\centering", rf"\caption{{{latex_escape(text)}}}",
+        rf"\begin{{{env}}}[htbp]", r"\centering", rf"\caption{{{latex_prose(text)}}}",
         rf"\label{{tab:{label}}}", r"\smallskip", r"\resizebox{\ifdim\width>\linewidth\linewidth\else\width\fi}{!}{%",
         rf"\begin{{tabular}}{{{'l' * len(heads)}}}", r"\toprule", head, r"\midrule", *body, r"\bottomrule",
-        r"\end{tabular}}", r"\end{table}", ""])
+        r"\end{tabular}}", rf"\end{{{env}}}", ""])
 
 
 def to_csv_frame(table: pd.DataFrame, factor: str) -> pd.DataFrame:
@@ -130,15 +122,21 @@ def to_csv_frame(table: pd.DataFrame, factor: str) -> pd.DataFrame:
 def write_table(table: pd.DataFrame, factor: str, out_dir: Path, name: str, ctx: Context,
                 not_llms: dict[str, str]) -> dict[str, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
-    heads, rows = cells(table, factor, not_llms)
-    text, more = caption(name, factor, ctx, not_llms), notes(name, factor, ctx, not_llms)
+    lay = layout(table, factor, not_llms)
+    text, more = caption(name, factor, ctx, not_llms, lay), notes(ctx)
     paths = {"md": out_dir / f"{name}.md", "csv": out_dir / f"{name}.csv", "tex": out_dir / f"{name}.tex",
              "notes": out_dir / f"{name}_notes.tex", "timings": out_dir / f"{name}_timings.csv"}
-    paths["md"].write_text(f"### {title_of(name)}\n\n{to_markdown(heads, rows)}\n{text}\n\nNotes. {more}\n")
+    paths["md"].write_text(f"### {title_of(name)}\n\n{to_markdown(lay.heads, lay.rows)}\n{text}\n\nNotes. {more}\n")
     to_csv_frame(table, factor).to_csv(paths["csv"], index=False)
-    paths["tex"].write_text(to_latex(heads, rows, text, name.replace("_", "-"), paths["notes"].name))
-    paths["notes"].write_text(f"% notes to Table~\\ref{{tab:{name.replace('_', '-')}}} (kforge)\n"
-                              f"{latex_escape(more)}\n")
+    label = name.replace("_", "-")
+    tables = []
+    for i, (part, shows, columns) in enumerate(PARTS):  # correctness, then speed: each fits a page
+        sub = lay.columns(part_keys(lay, factor, columns, first=i == 0))
+        tables.append(to_latex(sub.heads, sub.rows, caption(name, factor, ctx, not_llms, sub, shows),
+                               f"{label}-{part}", paths["notes"].name, lead=sum(k in KEYS for k in sub.keys)))
+    paths["tex"].write_text("\n".join(tables))
+    paths["notes"].write_text(f"% notes to Tables~\\ref{{tab:{label}-{PARTS[0][0]}}} and~\\ref{{tab:{label}-{PARTS[1][0]}}} "
+                              f"(kforge)\n{latex_prose(more)}\n")
     timings_frame(ctx.timings).rename(columns=timing_columns(ctx.baseline)).to_csv(paths["timings"], index=False)
     return paths
 

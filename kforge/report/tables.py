@@ -1,13 +1,11 @@
 """The paper's ablation tables, from MLflow runs, with pandas.
 
-One row per (model, backend, level, factor), plus an ``all`` level per (model, backend, factor); its
-columns are `COLUMNS`, the one list to extend: problems n, correctness rate, fast_1 and fast_1.5 (k/n
-with a bootstrap interval over problems), the mean kernel share of the best kernels, how many problems
-the audit flags degenerate (left out of fast_p, the geomean and the kernel share), the geometric-mean
-speedup of correct kernels (with its interval), and its timing range: what the geomean would be if every best kernel had taken its slowest
-or its fastest timing recorded for the same source anywhere in the experiment (another iteration,
-another arm, a rerun), which is how far timing noise alone moves it. `render` writes Markdown,
-CSV and LaTeX; `plots` draws fast_p curves and correctness and speedup by iteration.
+One row per (model, backend, level, factor), plus an ``all`` level per (model, backend, factor) over several; its
+columns are `COLUMNS`, the one list to extend: problems n, correctness rate, fast_1 and fast_1.5 (k/n with a
+bootstrap interval over problems), the kernel share, the problems the audit flags degenerate, the geomean
+speedup of correct kernels, the problems whose speedup is within noise, and the geomean's timing range (the
+geomean had every best kernel taken its slowest or fastest timing of its source in the experiment: how far
+timing noise alone moves it). `render` writes Markdown, CSV and LaTeX; `plots` draws the figures.
 
 Runs are deduplicated: for one configuration and problem only the newest finished run counts, so a
 resumed or repeated sweep never counts a problem twice (its older runs' timings still feed the range).
@@ -32,6 +30,7 @@ ABLATIONS: dict[str, tuple[str, str]] = {
     "profiling_ablation": ("kforge-profiling_ablation", "analysis"),
     "iterative_vs_beam": ("kforge-iterative_vs_beam", "loop_mode"),
     "backward_ablation": ("kforge-backward_ablation", "pass"),
+    "precision_ablation": ("kforge-precision_ablation", "precision"),
 }
 #: What the models that are not LLMs are (their rows are marked, and the caption says so).
 NOT_LLMS = {"oracle": "kforge's hand-written solutions", "scripted": "replies fixed in advance"}
@@ -213,6 +212,15 @@ def timing_range(group: pd.DataFrame, ctx: Context) -> TimingRange:
     return TimingRange(geomean(slow), geomean(fast), retimed, len(slow))
 
 
+def within_noise(group: pd.DataFrame, ctx: Context) -> int | str:
+    """Problems whose best kernel's speedup interval spans 1.0 (`kforge.verify.retime`); ``-``: none logged."""
+    fair = _fair(group, ctx)
+    if "speed_lo" not in fair or fair["speed_lo"].isna().all():
+        return "-"
+    lo, hi = (pd.to_numeric(fair[c], errors="coerce").to_numpy(dtype=float) for c in ("speed_lo", "speed_hi"))
+    return int((~np.isnan(_speed(fair, ctx)) & (lo <= 1.0) & (hi >= 1.0)).sum())
+
+
 #: The table's columns, in order. A new column is one entry here (and its caption sentence).
 COLUMNS: list[Column] = [
     Column("n", "n", lambda g, ctx: len(g), "n: problems (the newest finished run of each)."),
@@ -233,6 +241,8 @@ COLUMNS: list[Column] = [
            "its timing range and the kernel share leave them out, correct counts them."),
     Column("geomean_speedup", "geomean speedup", geomean_speedup,
            "geomean speedup: over correct kernels, with its {confidence} bootstrap interval over problems."),
+    Column("within_noise", "within noise", within_noise,
+           "within noise: problems whose best kernel's speedup interval spans 1, not known to be faster or slower."),
     Column("timing_range", "timing range", timing_range,
            "timing range: the geomean if every best kernel took its slowest or its fastest recorded timing of the "
            "same source in this experiment (other iterations, arms, reruns), then how many of the problems with a "
@@ -264,6 +274,7 @@ def load_runs(client, experiment: str, baseline: str = "eager", iterations: bool
                    **{field: metric(m, Metrics.best_speedup(b)) for b, field in SPEEDUP_FIELD.items()},
                    iterations=m.get(Metrics.ITERATIONS), cost_usd=m.get(Metrics.TOTAL_COST_USD),
                    kernel_share=m.get(Metrics.BEST_KERNEL_SHARE),
+                   speed_lo=metric(m, Metrics.best_speedup_lo(baseline)), speed_hi=metric(m, Metrics.best_speedup_hi(baseline)),
                    degenerate="degenerate" in t.get(Tags.PROBLEM_FLAGS, "").split(","))
         speed = _history(client, r.info.run_id, speedup_metric(baseline))
         row.update(_kernelbench_best(_history(client, r.info.run_id, Metrics.CORRECT_KERNELBENCH), speed))
@@ -296,8 +307,10 @@ def kernel_timings(runs: pd.DataFrame) -> dict[tuple, list[float]]:
     """Every recorded speedup of each kernel (correct iterations with a kernel hash), any run's."""
     out: dict[tuple, list[float]] = {}
     for _, row in runs.iterrows():
+        seen = set()  # a kernel met again in a run repeats its one timing (kforge.loop.finalists): counted once
         for _, ok, speed, kernel in row.get("steps") or []:
-            if ok and kernel and speed:
+            if ok and kernel and speed and (kernel, speed) not in seen:
+                seen.add((kernel, speed))
                 out.setdefault((*(row[k] for k in TIMING_KEYS), kernel), []).append(speed)
     return out
 
@@ -307,7 +320,8 @@ def summarise(group: pd.DataFrame, ctx: Context) -> dict[str, Any]:
 
 
 def ablation_table(df: pd.DataFrame, factor: str, ctx: Context | None = None) -> pd.DataFrame:
-    """Rows by model x backend x level x factor, plus an ``all`` level row per model x backend x factor.
+    """Rows by model x backend x level x factor, plus an ``all`` level row per model x backend x factor that
+    spans several levels (with one level, that row would repeat the level's).
 
     Each `COLUMNS` entry is a column of values (`Estimate`, `TimingRange`, ...) with ``text()``.
     """
@@ -319,7 +333,8 @@ def ablation_table(df: pd.DataFrame, factor: str, ctx: Context | None = None) ->
     for values, group in df.groupby(keys, dropna=False):
         rows.append(dict(zip(keys, values), **summarise(group, ctx)))
     for values, group in df.groupby(["model", "backend", factor], dropna=False):
-        rows.append(dict(zip(["model", "backend", factor], values), level="all", **summarise(group, ctx)))
+        if group["level"].nunique(dropna=False) > 1:
+            rows.append(dict(zip(["model", "backend", factor], values), level="all", **summarise(group, ctx)))
     out = pd.DataFrame(rows)
     out["level"] = out["level"].astype(str)
     return out.sort_values(keys, key=lambda s: s.map(str)).reset_index(drop=True)

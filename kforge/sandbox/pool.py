@@ -313,6 +313,11 @@ class WorkerPool:
                 self._info[f"ceilings:{kind}"] = value
         return value
 
+    @property
+    def closed(self) -> bool:
+        """Whether `close` was called (a second Ctrl-C closes the pool under a job)."""
+        return self._closed
+
     def close(self) -> None:
         with self._lock:
             self._closed = True

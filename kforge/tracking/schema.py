@@ -55,6 +55,9 @@ class Tags:
     PASS = "pass"
     """What a verification judges: ``forward`` alone, or a ``training`` step, forward then backward
     (``verify.backward``): the backward ablation's factor."""
+    PRECISION = "precision"
+    """The precision the workload ran in (``verify.precision``: fp32, tf32, bf16, fp16): the precision ablation's
+    factor."""
     DEVICE_NAME, GPU = "device_name", "gpu"
     """The parent run's hardware (``gpu`` on a CUDA backend only)."""
     SPEEDUP_VS = "speedup_vs"
@@ -89,16 +92,16 @@ class Params:
 
     MODEL, BACKEND, LOOP_MODE, REFERENCE = Tags.MODEL, Tags.BACKEND, Tags.LOOP_MODE, Tags.REFERENCE
     PROFILER, ANALYSIS, RULES, LEVEL, PROBLEM = Tags.PROFILER, Tags.ANALYSIS, Tags.RULES, Tags.LEVEL, Tags.PROBLEM
-    PASS = Tags.PASS
+    PASS, PRECISION = Tags.PASS, Tags.PRECISION
     #: On both runs (``level``: a job's levels, comma-separated).
-    JOB = (MODEL, BACKEND, LOOP_MODE, REFERENCE, PROFILER, ANALYSIS, RULES, PASS, LEVEL)
+    JOB = (MODEL, BACKEND, LOOP_MODE, REFERENCE, PROFILER, ANALYSIS, RULES, PASS, PRECISION, LEVEL)
     #: On a problem run.
     PROBLEM_RUN = (*JOB, PROBLEM)
 
 
 #: The tags that tell one configuration from another in the tables.
 CONFIG_TAGS = (Tags.MODEL, Tags.BACKEND, Tags.LOOP_MODE, Tags.REFERENCE, Tags.PROFILER, Tags.ANALYSIS, Tags.SIZE,
-               Tags.PROBLEMS_SOURCE, Tags.PASS)
+               Tags.PROBLEMS_SOURCE, Tags.PASS, Tags.PRECISION)
 #: A candidate run's tags, copied from its eval row where present (``state`` always).
 CANDIDATE_TAGS = ("problem", "level", "problem_id", "sample_id", "backend", "candidate", "candidate_hash")
 
@@ -163,10 +166,30 @@ class Metrics:
     """Problems skipped because the problem itself fails (`kforge.problems.ProblemError`)."""
     REPLAYED_CALLS = "replayed_calls"
     """Model calls answered from the cache or by replay: not made, their tokens not counted again."""
+    # A problem run: its arm's figures, as the tables count them, over the newest finished problem runs that share
+    # its value of the experiment's factor (its group in the ablation view, which shows them as the group's row).
+    ARM_PROBLEMS = "arm_problems"
+    ARM_CORRECTNESS_RATE = "arm_correctness_rate"
+    ARM_FAST_1 = "arm_fast_1"
+
+    @staticmethod
+    def arm_geomean_speedup(baseline: str) -> str:
+        """The arm's geometric-mean speedup of correct kernels (degenerate problems left out), as in the tables."""
+        return f"arm_geomean_{speedup_metric(baseline)}"
 
     @staticmethod
     def best_speedup(baseline: str) -> str:
         return f"best_{speedup_metric(baseline)}"
+
+    @staticmethod
+    def best_speedup_lo(baseline: str) -> str:
+        """The lower end of the best speedup's interval (`kforge.verify.retime`: what timing noise leaves)."""
+        return f"best_{speedup_metric(baseline)}_lo"
+
+    @staticmethod
+    def best_speedup_hi(baseline: str) -> str:
+        """The upper end of the best speedup's interval."""
+        return f"best_{speedup_metric(baseline)}_hi"
 
     @staticmethod
     def geomean_speedup(baseline: str) -> str:
@@ -284,6 +307,10 @@ class WorkloadMetrics:
     SPEEDUP_COMPILE = "workload_speedup_vs_compile"
     BOUND = "workload_amdahl_bound"
     """1 / (1 - Σs + Σ s/k) over the solved regions' shares s and their own speedups k."""
+    SPEEDUP_LO, SPEEDUP_HI = "workload_speedup_vs_eager_lo", "workload_speedup_vs_eager_hi"
+    """The end-to-end speedup's interval (`kforge.verify.retime`)."""
+    BOUND_LO, BOUND_HI = "workload_amdahl_bound_lo", "workload_amdahl_bound_hi"
+    """Amdahl's bound at the ends of the regions' intervals."""
     MODEL_MS = "workload_model_ms"
     """The model's operator time per forward in the profile."""
 

@@ -180,6 +180,9 @@ class Tracker:
                   Metrics.TOTAL_COMPLETION_TOKENS: sum(r.completion_tokens for r in recs),
                   Metrics.TOTAL_COST_USD: total_cost(r.cost_usd for r in recs),
                   Metrics.REPLAYED_CALLS: sum(r.replayed_calls for r in recs)}
+        for b in ("eager", "compile"):  # the reported speedup's interval (kforge.verify.retime)
+            s = result.speed(b)
+            values.update({Metrics.best_speedup_lo(b): s.lo, Metrics.best_speedup_hi(b): s.hi} if s else {})
         with self._lock:
             self.client.log_batch(run_id, metrics=as_metrics(values))
             self.client.set_tag(run_id, Tags.STATE, result.outcome)
@@ -243,7 +246,8 @@ class Tracker:
         if out is not None:
             values.update({m.REPLACED_SHARE: out.replaced_share, m.CORRECT: float(out.correct),
                            m.SPEEDUP_EAGER: out.speedup_eager, m.SPEEDUP_COMPILE: out.speedup_compile,
-                           m.BOUND: out.bound})
+                           m.BOUND: out.bound, m.SPEEDUP_LO: out.speedup_lo, m.SPEEDUP_HI: out.speedup_hi,
+                           m.BOUND_LO: out.bound_lo, m.BOUND_HI: out.bound_hi})
         tags = [RunTag(WorkloadTags.STATE, record.state), RunTag(WorkloadTags.MESSAGE, record.message[:5000]),
                 RunTag(WorkloadTags.UNSOLVED, ",".join(u.name for u in record.unsolved))]
         with self._lock:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..problems import Problem, load_problem_file
+from ..verify.retime import ROUNDS, measured, retime, timing_only
 from .extract import Region, Workload
 from .profile import WorkloadError
 from .source import SourceError, closure, import_bindings, module_names, rename_top_level, strip_entry_points
@@ -152,7 +153,10 @@ class RegionOutcome:
     replaced: bool
     """Its kernel is in the assembled model (False: the model's own module runs)."""
     speedup: float | None = None
-    """The kernel's speedup over eager on the region's problem, when known."""
+    """The kernel's speedup over eager on the region's problem, when known: re-timed beside the assembled model."""
+    speedup_lo: float | None = None
+    speedup_hi: float | None = None
+    """Its interval (`kforge.verify.retime`), where it was re-timed."""
 
 
 @dataclass
@@ -173,6 +177,12 @@ class WorkloadResult:
     source: str = ""
     """The assembled program."""
     verdict: dict[str, Any] = field(default_factory=dict)
+    speedup_lo: float | None = None
+    speedup_hi: float | None = None
+    """The end-to-end speedup's interval over eager (`kforge.verify.retime`)."""
+    bound_lo: float | None = None
+    bound_hi: float | None = None
+    """The bound at the lower and upper ends of the regions' intervals."""
 
     @property
     def correct(self) -> bool:
@@ -190,18 +200,28 @@ class WorkloadResult:
         lines = [f"whole model: {self.state}" + (f" ({self.message})" if self.message and not self.correct else ""),
                  f"  regions replaced: {len(self.replaced)}/{len(self.regions)} ({self.replaced_share * 100:.1f}% "
                  f"of the model's time; regions cover {self.coverage * 100:.1f}%)",
-                 f"  end-to-end speedup: {fmt(self.speedup_eager)} vs eager, {fmt(self.speedup_compile)} vs "
-                 f"torch.compile; Amdahl bound {fmt(self.bound)}"]
+                 f"  end-to-end speedup: {fmt(self.speedup_eager)}{_interval(self.speedup_lo, self.speedup_hi)} vs "
+                 f"eager, {fmt(self.speedup_compile)} vs torch.compile; Amdahl bound {fmt(self.bound)}"
+                 f"{_interval(self.bound_lo, self.bound_hi)}" + (f" (both re-timed {ROUNDS} rounds, interleaved)"
+                                                                if self.speedup_lo is not None else "")]
         for r in self.regions:
             lines.append(f"  {'replaced' if r.replaced else 'original'} {r.name} ({r.share * 100:.1f}%"
-                         + (f", {r.speedup:.2f}x alone" if r.speedup is not None else "") + ")")
+                         + (f", {r.speedup:.2f}x{_interval(r.speedup_lo, r.speedup_hi)} alone"
+                            if r.speedup is not None else "") + ")")
         return "\n".join(lines)
 
 
+def _interval(lo: float | None, hi: float | None) -> str:
+    return f" [{lo:.2f}-{hi:.2f}]" + (" ~" if lo <= 1.0 <= hi else "") if lo is not None and hi is not None else ""
+
+
 def evaluate(workload: Workload, verifier, backend, kernels: dict[str, RegionKernel], *, config=None,
-             problem: Problem | None = None) -> WorkloadResult:
+             problem: Problem | None = None, rounds: int = ROUNDS) -> WorkloadResult:
     """Assemble the regions' kernels (a region absent from ``kernels`` keeps its module) and verify the
-    assembled model against the model file with ``verifier``."""
+    assembled model against the model file with ``verifier``. A correct one is then timed again with every
+    replaced region's kernel on its own problem, ``rounds`` rounds interleaved (`kforge.verify.retime`), so the
+    end-to-end speedup and the regions' speedups behind Amdahl's bound come from the same timings, each a median
+    with its interval."""
     problem = problem or load_problem_file(workload.model, size=workload.size if workload.size in ("cpu", "gpu")
                                            else None)
     by_region = {r.name: kernels.get(r.name) or kernels.get(r.path) for r in workload.regions}
@@ -210,16 +230,45 @@ def evaluate(workload: Workload, verifier, backend, kernels: dict[str, RegionKer
     # down with literal arguments): the model file's shape variants are not its sizes.
     config = dataclasses.replace(config or verifier.config, variants=False)
     verdict = verifier.verify(problem, source, backend, config)
-    outcomes = [RegionOutcome(r.name, r.path, r.share, by_region[r.name] is not None,
-                              by_region[r.name].speedup if by_region[r.name] is not None else None)
-                for r in workload.regions]
+    cfg = config
+    speeds = _retimed(workload, verifier, backend, problem, source, by_region, cfg, rounds) \
+        if verdict.correct and not cfg.skip_timing and rounds > 0 else {}
+    outcomes = []
+    for r in workload.regions:
+        k, s = by_region[r.name], speeds.get(r.name)
+        outcomes.append(RegionOutcome(r.name, r.path, r.share, k is not None, s.value if s else (k.speedup if k else None),
+                                      s.lo if s else None, s.hi if s else None))
     done = [o for o in outcomes if o.replaced]
-    speedups = [o.speedup for o in done]
-    bound = amdahl_bound([o.share for o in done], speedups) if all(s is not None for s in speedups) else None
-    return WorkloadResult(state=str(verdict.state), message=verdict.message, speedup_eager=verdict.speedup_eager,
+    shares, speedups = [o.share for o in done], [o.speedup for o in done]
+    bound = amdahl_bound(shares, speedups) if all(s is not None for s in speedups) else None
+    ends = {}
+    if bound is not None and all(o.speedup_lo is not None for o in done):
+        ends = {"bound_lo": amdahl_bound(shares, [max(o.speedup_lo, 1e-6) for o in done]),
+                "bound_hi": amdahl_bound(shares, [o.speedup_hi for o in done])}
+    whole = speeds.get(_MODEL)
+    return WorkloadResult(state=str(verdict.state), message=verdict.message,
+                          speedup_eager=whole.value if whole else verdict.speedup_eager,
                           speedup_compile=verdict.speedup_compile, bound=bound, coverage=workload.coverage,
                           replaced_share=sum(o.share for o in done), regions=outcomes, source=source,
-                          verdict=verdict.to_dict())
+                          verdict=verdict.to_dict(), speedup_lo=whole.lo if whole else None,
+                          speedup_hi=whole.hi if whole else None, **ends)
+
+
+#: `_retimed`'s key for the assembled model itself.
+_MODEL = ""
+
+
+def _retimed(workload: Workload, verifier, backend, problem: Problem, source: str,
+             by_region: dict[str, RegionKernel | None], cfg, rounds: int) -> dict[str, Any]:
+    """The assembled model (key ``""``) and each replaced region's kernel timed ``rounds`` rounds, interleaved:
+    their speedups over eager (`kforge.verify.retime.Speedup`) by region name."""
+    programs = {_MODEL: (problem, source)}
+    programs.update({name: (workload.load_region(next(r for r in workload.regions if r.name == name)), k.source)
+                     for name, k in by_region.items() if k is not None})
+    timing = timing_only(cfg, rounds)
+    timed = retime(lambda name: verifier.verify(programs[name][0], programs[name][1], backend, timing),
+                   list(programs), rounds)
+    return {name: s for name, verdicts in timed.items() if (s := measured(verdicts, "eager")) is not None}
 
 
 def check_regions(workload: Workload, verifier, backend, kernels: dict[str, str], *,

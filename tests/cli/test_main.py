@@ -19,6 +19,11 @@ def test_problems_lists_the_suite(capsys):
     assert main(["problems"]) == 0
     out = capsys.readouterr().out
     assert "level1/1_ReLU" in out and "level3/2_AttentionBlock" in out and "12 problem(s)" in out
+    # The sizes a cpu verify runs (the cpu preset), said so; not the file's own constants (BATCH=4096).
+    relu = next(line for line in out.splitlines() if line.startswith("level1/1_ReLU"))
+    assert "BATCH=64," in relu and "at the cpu size preset, what `kforge verify` runs with --backend cpu" in out
+    assert main(["problems", "--size", "default"]) == 0
+    assert "BATCH=4096," in capsys.readouterr().out
 
 
 def test_a_reader_that_stops_early_is_no_error():
@@ -71,6 +76,8 @@ def test_usage_errors_exit_two(tmp_path, capsys):
     assert "no such problem file" in capsys.readouterr().err
     assert main(["verify", "relu", str(tmp_path / "missing.py")]) == 2
     assert "no such candidate file" in capsys.readouterr().err
+    assert main(["verify", "relu", str(tmp_path)]) == 2  # a directory (an empty one too) is said to be one
+    assert f"{tmp_path} is a directory: give one candidate file" in capsys.readouterr().err
     assert main(["verify", "relu", cand, "--backend", "metal9"]) == 2
     assert "unknown backend 'metal9' (choose from cpu, cuda, triton, opencl, cute, tilelang)" in capsys.readouterr().err
     bad = tmp_path / "bad.py"
@@ -112,6 +119,9 @@ def test_first_build_says_it_compiles_torch_headers(tmp_path):
     cached("this", **pch_stamp(torch.__version__, compiler_line(), ["-O3", "-fopenmp"]))
     assert not pch_pending(cpu, tmp_path)
     assert not pch_pending(get_backend("triton", device="cpu"), tmp_path / "other")  # Triton builds no C++
+    torch_only = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x.relu()\n"
+    assert not pch_pending(cpu, tmp_path / "other", torch_only)  # a candidate with no C++ builds nothing
+    assert pch_pending(cpu, tmp_path / "other", plain)
 
 
 def test_the_readme_quick_start_paths_come_from_the_install(capsys):

@@ -41,9 +41,9 @@ def test_addresses_come_from_the_named_store_from_any_directory(tmp_path, monkey
     view = json.loads(open_client(f"sqlite:///{db}").get_experiment(tracker.experiment_id)
                       .tags[f"mlflow.sharedViewState.{ABLATION_VIEW}"])
     state = json.loads(view["state"])
-    assert state["groupBy"]["groupByKeys"] == [{"mode": "tag", "groupByData": "loop_mode"}]
-    assert state["selectedColumns"][:3] == ["tags.`loop_mode`", "metrics.`best_correct`",
-                                           "metrics.`best_speedup_vs_eager`"]
+    assert state["groupBy"] == {"aggregateFunction": "max", "groupByKeys": [{"mode": "tag", "groupByData": "loop_mode"}]}
+    assert state["selectedColumns"][:4] == ["params.`loop_mode`", "metrics.`arm_correctness_rate`",
+                                           "metrics.`arm_fast_1`", "metrics.`arm_geomean_speedup_vs_eager`"]
     assert state["searchFilter"] == "tags.`kforge.kind` = 'problem'" and view["name"] == "kforge: problems by loop_mode"
 
 
@@ -78,4 +78,35 @@ def test_the_jobs_closing_line_names_the_command_and_the_view(tmp_path):
 @pytest.mark.parametrize("factor,group", [("model", "model"), (None, "level")])
 def test_the_view_groups_by_the_factor(factor, group):
     state = ablation_state(factor)
-    assert state["groupBy"]["groupByKeys"][0]["groupByData"] == group and state["selectedColumns"][0] == f"tags.`{group}`"
+    assert state["groupBy"]["groupByKeys"][0]["groupByData"] == group and state["selectedColumns"][0] == f"params.`{group}`"
+
+
+def test_every_problem_run_carries_its_arms_figures_as_the_tables_count_them(tmp_path):
+    """MLflow's group row can take only the min, mean or max of a column: with the arm's figures alike on every run
+    of the arm, its max is the tables' figure (a geomean, not a mean; four digits, no float noise)."""
+    from kforge.report.browse import arm_figures, log_arm_figures, _problem_runs
+    tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "kforge-x")
+    client = tracker.client
+    arms = {"single_shot": [(True, 2.0, ""), (True, 0.5, ""), (False, None, "")],
+            "iterative": [(True, 4.0, ""), (True, 1.2, ""), (True, 100.0, "degenerate")]}
+    for mode, problems in arms.items():
+        parent = tracker.start_parent(mode, {}, "", {"loop_mode": mode})
+        for i, (ok, speedup, flags) in enumerate(problems):
+            rid = tracker.start_problem(parent, f"p{i}", {"loop_mode": mode, "problem": f"level1/p{i}", "level": "1",
+                                                          "problem_flags": flags})
+            client.log_metric(rid, "best_correct", float(ok))
+            if speedup:
+                client.log_metric(rid, "best_speedup_vs_eager", speedup)
+            client.set_terminated(rid)
+    runs = _problem_runs(client, tracker.experiment_id)
+    figures = arm_figures(runs, "loop_mode")
+    assert figures["single_shot"]["arm_problems"] == 3 and figures["single_shot"]["arm_fast_1"] == pytest.approx(1 / 3)
+    assert figures["single_shot"]["arm_geomean_speedup_vs_eager"] == pytest.approx(1.0)  # sqrt(2.0 * 0.5)
+    assert figures["iterative"]["arm_correctness_rate"] == 1.0  # the degenerate problem counts as correct...
+    assert figures["iterative"]["arm_geomean_speedup_vs_eager"] == pytest.approx((4.0 * 1.2) ** 0.5)  # ...not here
+    assert log_arm_figures(client, runs, "loop_mode") == 6
+    logged = {r.data.tags["problem"] + r.data.tags["loop_mode"]: r.data.metrics for r in
+              _problem_runs(client, tracker.experiment_id)}
+    assert {m["arm_fast_1"] for k, m in logged.items() if k.endswith("single_shot")} == {0.3333}  # four digits
+    assert {m["arm_geomean_speedup_vs_eager"] for k, m in logged.items() if k.endswith("iterative")} == {2.191}
+    assert log_arm_figures(client, _problem_runs(client, tracker.experiment_id), "loop_mode") == 0  # nothing new

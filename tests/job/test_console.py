@@ -34,9 +34,9 @@ def stats_of(results: list[ProblemResult]) -> dict:
     return summary([(r.correct, r.speedup_eager) for r in results])
 
 
-def printed(results, cut_off=(), model_kind=None) -> str:
+def printed(results, cut_off=(), model_kind=None, skipped=()) -> str:
     buf = io.StringIO()
-    print_summary(results, stats_of(results), buf, cut_off=list(cut_off), model_kind=model_kind)
+    print_summary(results, stats_of(results), buf, cut_off=list(cut_off), model_kind=model_kind, skipped=list(skipped))
     return buf.getvalue()
 
 
@@ -56,8 +56,17 @@ def test_a_finished_job_says_over_how_many_problems_its_rates_are():
     assert "cost $0 (a scripted model, not an LLM)" in out
     # Half finished, half cut off: the rates are the finished half's, and the line says the rest waits.
     out = printed([result(RELU, ["correct"])], [result(SOFTMAX, ["numerical_mismatch"], stopped=True)])
-    assert "correct 100% (1 of 1 finished)" in out and "1 cut off (0 with a correct kernel so far)" in out
+    assert "correct 100% (1 of 1 finished, of 2 problems)" in out and "1 cut off (0 with a correct kernel so far)" in out
     assert "numerical_mismatch (cut off)" in out
+
+
+def test_a_skipped_problem_is_counted_visibly_not_hidden_from_the_rate():
+    """One of two problems fails on its own (problem_error): not "correct 100% (1 of 1 finished)"."""
+    broken = ProblemResult(SOFTMAX, problem_error="ValueError: the reference fails on its own")
+    out = printed([result(RELU, ["correct"])], skipped=[broken])
+    assert "correct 100% (1 of 1 finished, of 2 problems)" in out
+    assert "1 skipped (the problem itself fails: problem_error) is not counted" in out
+    assert "level1/2_Softmax" in out and "problem_error (skipped)" in out
 
 
 def test_cost_of_a_litellm_model():
@@ -83,3 +92,14 @@ def test_the_oracle_says_why_it_has_no_kernel_on_the_iteration_line(tmp_path):
     line = status_line(problem, record, budget=1)
     assert "generation_failure" in line and "has no solution for" in line and "on the cpu backend" in line
 
+
+
+def test_a_speedup_whose_interval_spans_one_is_flagged():
+    """1.06x over eager with a timing this noisy is not known to be faster: the row and the line say so."""
+    noisy = ProblemResult(RELU)
+    run, ref = (TimingStats(median_ms=ms, mean_ms=ms, std_ms=0.2 * ms, n=20, min_ms=ms, rel_err=0.05)
+                for ms in (2.0, 2.12))
+    noisy.offer("code", Verdict(State.CORRECT, "ok", runtime=run, ref=ref), 0, "eager")
+    out = printed([noisy, result(SOFTMAX, ["correct"])])
+    assert "1.06x ~" in out and "1.50x  " in out and "fast_1 100% (1 within noise ~)" in out
+    assert "~ the speedup's interval spans 1.0: not known to be faster or slower" in out

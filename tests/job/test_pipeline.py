@@ -155,13 +155,22 @@ def test_missing_key_fails_before_any_problem(tmp_path, monkeypatch):
                           f"tracking.uri=sqlite:///{tmp_path}/mlflow.db"], capture_output=True, text=True,
                          env=env, cwd=tmp_path, timeout=300)
     assert res.returncode == 2 and "OPENAI_API_KEY" in res.stderr, res.stderr[-2000:]
-    assert not (tmp_path / "mlflow.db").exists()  # nothing started
+    # Nothing started, and the folder Hydra made for the job is taken back: no outputs/DATE/TIME/ left.
+    assert list(tmp_path.iterdir()) == []
 
 
-def test_wrong_override_names_the_choices(tmp_path):
-    res = subprocess.run([sys.executable, str(REPO_DIR / "pipelines" / "synthesize.py"), "backend=metal9"],
+@pytest.mark.parametrize("override, answer", [
+    ("backend=metal9", "unknown choice backend=metal9; valid backend choices: cpu, cuda, triton"),
+    ("model=gtp-5", "unknown choice model=gtp-5 (did you mean model=gpt-5?); valid model choices: claude-opus, gpt-5"),
+    ("problems=builtin_l9", "unknown choice problems=builtin_l9 (did you mean problems=builtin_l3?); valid problems "
+                            "choices: builtin_all, builtin_l1"),
+    ("experiment=nope", "unknown choice experiment=nope; valid experiment choices: demo, iterative_vs_beam"),
+])
+def test_an_unknown_choice_is_answered_like_a_misspelt_key(tmp_path, override, answer):
+    res = subprocess.run([sys.executable, str(REPO_DIR / "pipelines" / "synthesize.py"), override],
                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
-    assert res.returncode != 0 and "metal9" in res.stderr and "cpu" in res.stderr and "cuda" in res.stderr
+    assert res.returncode == 2 and f"kforge: {answer}" in res.stderr, res.stderr[-2000:]
+    assert "Config search path" not in res.stderr and list(tmp_path.iterdir()) == []
 
 
 def test_multirun_over_loop_modes_makes_two_parent_runs(tmp_path):

@@ -81,6 +81,9 @@ def test_builtin_workload_end_to_end_with_the_oracle(oracle_job):
     assert m[WMetrics.CORRECT] == 1.0 and m[WMetrics.SOLVED] == 6 == m[WMetrics.REGIONS]
     assert m[WMetrics.SPEEDUP_EAGER] > 0 and m[WMetrics.BOUND] > 0
     assert m[WMetrics.REPLACED_SHARE] == pytest.approx(m[WMetrics.COVERAGE], rel=1e-3)  # every region replaced
+    # The end-to-end speedup and the bound come from the same re-timing, each with its interval.
+    assert m[WMetrics.SPEEDUP_LO] <= m[WMetrics.SPEEDUP_EAGER] <= m[WMetrics.SPEEDUP_HI]
+    assert m[WMetrics.BOUND_LO] <= m[WMetrics.BOUND] <= m[WMetrics.BOUND_HI]
     assert m[WMetrics.COVERAGE] == pytest.approx(workload.coverage, rel=1e-3) and 0.5 < workload.coverage <= 1.0
     assert m[WMetrics.MODEL_MS] == pytest.approx(workload.total_ms, rel=1e-3)
     # The observer wrote the workload on the parent run before it ended the run, with the job's own figures.

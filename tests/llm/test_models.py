@@ -3,6 +3,7 @@
 import pytest
 
 from kforge.llm import CallContext, LLMError, MissingAPIKey, ModelConfig, ResponseCache, make_model
+from kforge.llm.litellm_model import PROVIDER_KEYS
 from kforge.problems import resolve_problem
 
 MESSAGES = [{"role": "user", "content": "write a kernel"}]
@@ -77,6 +78,25 @@ def test_missing_key_names_the_variable(monkeypatch):
     with pytest.raises(MissingAPIKey, match="MY_KEY"):
         make_model(ModelConfig(name="x", model="openai/gpt-5", api_key_env="MY_KEY")).check()
     make_model(ModelConfig(name="local", model="hosted_vllm/x", api_base="http://127.0.0.1:9")).check()
+
+
+def test_a_known_providers_key_is_checked_without_importing_litellm(monkeypatch):
+    from kforge.llm import litellm_model
+    monkeypatch.setattr(litellm_model, "_litellm", lambda: pytest.fail("imported litellm to check a key"))
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    with pytest.raises(MissingAPIKey, match="claude-opus \\(anthropic/claude-opus-4-5\\) needs ANTHROPIC_API_KEY"):
+        make_model(ModelConfig(name="claude-opus", model="anthropic/claude-opus-4-5")).check()
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
+    make_model(ModelConfig(name="claude-opus", model="anthropic/claude-opus-4-5")).check()
+
+
+@pytest.mark.parametrize("provider", sorted(PROVIDER_KEYS))
+def test_the_fast_key_table_says_what_litellm_says(provider, monkeypatch):
+    import litellm
+    monkeypatch.delenv(PROVIDER_KEYS[provider], raising=False)
+    assert litellm.validate_environment(model=f"{provider}/some-model")["missing_keys"] == [PROVIDER_KEYS[provider]]
+    monkeypatch.setenv(PROVIDER_KEYS[provider], "sk-test")
+    assert litellm.validate_environment(model=f"{provider}/some-model")["keys_in_environment"]
 
 
 def test_scripted_replays_in_order_and_runs_out():

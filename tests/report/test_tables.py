@@ -87,7 +87,15 @@ def test_table_numbers(store):
     assert (row.correct.k, row.fast_1.k, row["fast_1.5"].k) == (3, 3, 2)
     assert row.geomean_speedup.value == pytest.approx((4.0 * 1.2 * 1.6) ** (1 / 3))  # 1.6 read from the old name
     assert row.correct.text() == "3/3 [1.00, 1.00]"
-    assert set(t.level) == {"1", "all"}
+    assert set(t.level) == {"1"}  # one level: no "all" row repeating it
+
+
+def test_an_all_row_pools_several_levels(store):
+    exp = store.get_experiment_by_name("kforge-single_vs_iterative").experiment_id
+    make_run(store, exp, "p", "level2/e", 2, "iterative", True, 2.0)
+    t = table(store)
+    every = t[(t.level == "all") & (t.loop_mode == "iterative")].iloc[0]
+    assert set(t.level) == {"1", "2", "all"} and (every.n, every.correct.k) == (4, 4)
 
 
 def test_bootstrap_intervals_by_hand():
@@ -135,9 +143,9 @@ def test_identical_kernels_in_two_arms_show_their_timing_noise(tmp_path):
     assert noise.kernels == 1 and noise.worst == pytest.approx(0.41 / 0.29 - 1)
     files = build_all(client, tmp_path / "results", ["single_vs_iterative"])["single_vs_iterative"]["files"]
     md = files["md"].read_text()
-    assert "| oracle† | cpu | 1 | Single shot | 1 | 1/1 [1.00, 1.00] |" in md and "0.29–0.41 (1/1)" in md
-    assert "† not an LLM: oracle = kforge's hand-written solutions" in md
-    assert "Speedup = time of PyTorch eager / time of the kernel" in md and "a median of 41%" in md
+    assert "| Single shot | 1/1 [100–100%] |" in md and "0.29–0.41 (1/1)" in md
+    assert "oracle† on cpu, level 1, n = 1, none degenerate" in md and "† Not an LLM: kforge's hand-written" in md
+    assert "Speedup is PyTorch eager's median time over the kernel's" in md and "a median of 41%" in md
     timings = pd.read_csv(files["timings"]).iloc[0]  # its columns say what they hold: speedups, not times
     assert timings["timings_n"] == 3 and timings["min_speedup_vs_eager"] == pytest.approx(0.29)  # 0.41, 0.30, 0.29
     assert timings["max_speedup_vs_eager"] == pytest.approx(0.41) and "min" not in timings.index
@@ -165,8 +173,10 @@ def test_files_written(store, tmp_path):
     res = build_all(store, tmp_path / "results", ["single_vs_iterative", "reference_transfer"], baseline="compile")
     files = res["single_vs_iterative"]["files"]
     md = files["md"].read_text()
-    assert "| m | cpu | 1 | Iterative | 3 | 3/3 [1.00, 1.00] |" in md and "torch.compile of the reference" in md
-    assert "| Model | Backend | Level | Loop | n | Correct | fast_1 |" in md and "loop_mode" not in md
+    # What every row shares (model m, cpu, level 1, n = 3, no degenerate problem) is said once, in the caption.
+    assert "| Iterative | 3/3 [100–100%] |" in md and "torch.compile of the reference" in md
+    assert "| Loop | Correct (kforge) | fast_1 (kforge) | fast_1.5 (kforge) | Correct (KB) | fast_1 (KB) |" in md
+    assert "by loop; m on cpu, level 1, n = 3, none degenerate." in md and "loop_mode" not in md
     assert "not an LLM" not in md  # model "m" stands for an LLM here
     csv = pd.read_csv(files["csv"])
     assert list(csv.columns[:7]) == ["model", "backend", "level", "loop_mode", "n", "correct_k", "correct"]
@@ -186,7 +196,7 @@ def test_latex_escapes_what_latex_reads_as_commands(store, tmp_path):
     tex = build_all(store, tmp_path, ["single_vs_iterative"])["single_vs_iterative"]["files"]["tex"].read_text()
     # Every special character is escaped, but for the comment sign that ends the \resizebox line on purpose.
     body = "\n".join(line.removesuffix("{%") for line in tex.splitlines() if not line.startswith("%"))
-    body = re.sub(r"fast\$_\{[\d.]+\}\$", "fast", body)  # fast_p's subscript is LaTeX math on purpose
+    body = re.sub(r"fast\$_\{[\d.p]+\}\$", "fast", body)  # fast_p's subscript is LaTeX math on purpose
     assert re.search(r"(?<!\\)[_%&#$]", body.replace(" & ", " ").replace(r"\\", "")) is None, body
     assert r"\toprule" in tex and r"\bottomrule" in tex and r"\caption{" in tex and "fast$_{1.5}$" in tex
 
@@ -200,13 +210,34 @@ def test_latex_compiles_with_pdflatex(store, tmp_path):
     res = build_all(store, tmp_path, ["single_vs_iterative", "reference_transfer"])
     # The preamble is what the files say they need, and nothing else.
     needs = {re.search(r"needs (\\usepackage\{.*\})", r["files"]["tex"].read_text()).group(1) for r in res.values()}
-    doc = tmp_path / "doc.tex"
-    doc.write_text("\\documentclass{article}\n" + "\n".join(sorted(needs)) + "\n\\begin{document}\n"
-                   + "".join(f"\\input{{{r['files']['tex'].name}}}\n" for r in res.values()) + "\\end{document}\n")
-    out = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", doc.name], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stdout[-3000:]
-    assert (tmp_path / "doc.pdf").stat().st_size > 1000 and "Overfull" not in out.stdout
+    for options in ("", "twocolumn"):  # a page, and a column of a two-column paper
+        doc = tmp_path / "doc.tex"
+        doc.write_text(f"\\documentclass[{options}]{{article}}\n" + "\n".join(sorted(needs)) + "\n\\begin{document}\n"
+                       + "".join(f"\\input{{{r['files'][k].name}}}\n" for r in res.values() for k in ("tex", "notes"))
+                       + "\\end{document}\n")
+        out = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", doc.name], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stdout[-3000:]
+        assert (tmp_path / "doc.pdf").stat().st_size > 1000 and "Overfull" not in out.stdout
+
+
+def test_a_table_narrow_enough_for_a_column_is_a_table_and_a_wide_one_spans_the_page():
+    from kforge.report.render import to_latex
+    narrow = to_latex(["Loop", "Geomean speedup"], [[("Iterative", ""), ("0.47", "[0.34–0.69]")]], "c", "x")
+    wide = to_latex(["Model", "Level", "Loop", *["Correct (kforge)"] * 5],
+                    [[("claude-opus-4-5", ""), ("1", ""), ("Single shot", ""), *[("10/12", "[58–100%]")] * 5]], "c", "y")
+    assert "\\begin{table}[htbp]" in narrow and "\\begin{table*}[htbp]" in wide and "\\end{table*}" in wide
+
+
+def test_a_models_name_prints_once_for_its_block_of_rows():
+    from kforge.report.render import to_latex
+    rows = [[("gpt-5", ""), ("1", ""), ("Iterative", "")], [("gpt-5", ""), ("1", ""), ("Single shot", "")],
+            [("gpt-5", ""), ("2", ""), ("Iterative", "")], [("opus", ""), ("1", ""), ("Iterative", "")]]
+    body = to_latex(["Model", "Level", "Loop"], rows, "c", "z", lead=2).split("\\midrule\n")[1]
+    lines = [line for line in body.splitlines() if line.endswith("\\\\")]
+    assert lines == ["gpt-5 & 1 & Iterative \\\\", " &  & Single shot \\\\", " & 2 & Iterative \\\\",
+                     "opus & 1 & Iterative \\\\"]
+    assert body.count("\\addlinespace") == 1  # a space between the models' blocks
 
 
 def test_kernel_share_column_and_degenerate_problems_apart(tmp_path):
@@ -235,14 +266,34 @@ def test_the_caption_is_short_and_the_notes_stand_beside_the_table(store, tmp_pa
     """A paper takes the caption as it is: a sentence or two; what each column means is in the notes."""
     files = build_all(store, tmp_path, ["single_vs_iterative"])["single_vs_iterative"]["files"]
     tex = files["tex"].read_text()
-    cap = re.search(r"\\caption\{(.*)\}", tex).group(1)
-    assert len(cap.split()) <= 45 and cap.count(". ") <= 2, cap
-    assert cap.startswith("Single vs iterative: correctness and speedup over PyTorch eager") and "loop" in cap
+    correctness, speed = re.findall(r"\\caption\{(.*)\}", tex)
+    for cap in (correctness, speed):
+        assert len(cap.split()) <= 45 and cap.count(". ") <= 2, cap
+        assert cap.startswith("Single vs iterative: ") and "by loop;" in cap and "Brackets: 95" in cap
+    assert "problems solved (k/n) and fast$_{p}$ over PyTorch eager" in correctness
+    assert "geomean speedup of correct kernels over PyTorch eager" in speed
     notes = files["notes"].read_text()
-    assert "bootstrap interval" in notes and "timing range" in notes and "tab:single-vs-iterative" in notes
+    assert "timing range" in notes and "tab:single-vs-iterative-correctness" in notes and "fast$_{p}$" in notes
+    body = notes.split("\n", 1)[1].strip()
+    assert body.count(". ") + 1 <= 3 and len(body.split()) <= 110, body  # two or three sentences
     assert files["notes"].name in tex.splitlines()[0]  # the table's first line says where its notes are
     md = files["md"].read_text()
-    assert md.startswith("### Single vs iterative\n") and "\nNotes. Speedup = time of PyTorch eager" in md
+    assert md.startswith("### Single vs iterative\n") and "\nNotes. Speedup is PyTorch eager's median time" in md
+
+
+def test_within_noise_counts_problems_whose_speedup_interval_spans_one(tmp_path):
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    exp = client.create_experiment("kforge-single_vs_iterative", artifact_location=(tmp_path / "art").as_uri())
+    parent = client.create_run(exp).info.run_id
+    for problem, (speedup, lo, hi) in {"level1/a": (1.1, 0.9, 1.3), "level1/b": (1.6, 1.4, 1.8),
+                                       "level1/c": (0.95, 0.8, 1.05)}.items():
+        rid = make_run(client, exp, parent, problem, 1, "iterative", True, speedup)
+        client.log_batch(rid, metrics=[Metric("best_speedup_vs_eager_lo", lo, 0, 0),
+                                       Metric("best_speedup_vs_eager_hi", hi, 0, 0)])
+    make_run(client, exp, parent, "level1/a", 1, "single_shot", True, 1.2)  # logged before intervals were
+    t = ablation_table(dedupe(load_runs(client, "kforge-single_vs_iterative")), "loop_mode").set_index("loop_mode")
+    assert t.loc["iterative", "within_noise"] == 2 and t.loc["iterative", "fast_1"].k == 2  # a: faster, within noise
+    assert t.loc["single_shot", "within_noise"] == "-"
 
 
 def test_the_transfer_matrix_pairs_each_source_with_the_targets_own_run_without_a_reference():

@@ -65,3 +65,31 @@ def test_a_wrong_region_kernel_is_caught_by_the_whole_model_check(oracle_kernels
         result = evaluate(w, verifier, "cpu", best, problem=problem)
     assert result.state == "numerical_mismatch", (result.state, result.message)
     assert result.bound is None  # speedups unknown
+
+
+def test_the_bound_and_the_end_to_end_speedup_come_from_the_same_retiming(oracle_kernels):
+    """The model's own modules as kernels, timed on a busy machine: every figure is the median of three
+    interleaved rounds, each with the range of its rounds; the bound is computed from the regions' re-timed
+    figures (not the speedups the loop handed in), so both say "not known to be faster" alike."""
+    from kforge.verify.verdict import State, TimingStats, Verdict
+    problem, w, kernels = oracle_kernels
+    rounds: dict[str, int] = {}
+
+    class Busy:  # each program: 1.0x, then 0.6x, then 1.5x
+        config = VerifyConfig(compile_ref=False)
+
+        def verify(self, prob, source, backend, config=None):
+            i = rounds[prob.key] = rounds.get(prob.key, -1) + 1
+            s = (1.0, 0.6, 1.5)[i % 3] if config is not None else 9.0  # the first, full verification: a lucky 9x
+
+            def stats(ms):
+                return TimingStats(median_ms=ms, mean_ms=ms, std_ms=0.0, n=20, min_ms=ms, rel_err=0.01)
+            return Verdict(State.CORRECT, "ok", runtime=stats(1.0), ref=stats(s))
+    result = evaluate(w, Busy(), "cpu", {name: RegionKernel(src, 5.0) for name, src in kernels.items()},
+                      problem=problem)
+    assert result.correct and (result.speedup_eager, result.speedup_lo, result.speedup_hi) == (1.0, 0.6, 1.5)
+    assert all((r.speedup, r.speedup_lo, r.speedup_hi) == (1.0, 0.6, 1.5) for r in result.regions)
+    assert result.bound == pytest.approx(1.0, abs=0.01) and result.bound_lo < 1.0 < result.bound_hi
+    # The assembled model: verified, then three rounds; each region: three rounds (the loop verified it).
+    assert rounds.pop(problem.key) == 3 and list(rounds.values()) == [2] * len(w.regions)
+    assert "0.99x [0.60-1.50] ~" in result.summary() or "1.00x [0.60-1.50] ~" in result.summary()

@@ -1,0 +1,51 @@
+"""Hydra's view of kforge's configs: an unknown choice is answered with the group's choices before Hydra composes,
+and a refused job's folder is taken back."""
+
+import pytest
+
+from kforge.apps.hydra_conf import check_choices, discard_run_dir
+from kforge.errors import ConfigError
+
+
+@pytest.mark.parametrize("overrides", [
+    ["model=oracle", "backend=cuda", "problems=builtin_l2", "experiment=demo"],
+    ["model=openai/gpt-5"], ["model=hosted_vllm/Qwen/Qwen2.5-Coder-32B-Instruct"],  # litellm model strings
+    ["workload=transformer_block"], ["workload=my_model.py"], ["experiment=null"], ["~experiment"],
+    ["-m", "loop=single_shot,iterative"], ["hydra/launcher=joblib"], ["loop.iterations=3", "model.cache=false"],
+])
+def test_valid_choices_pass(overrides):
+    check_choices(overrides)
+
+
+@pytest.mark.parametrize("overrides, says", [
+    (["backend=metal"], "unknown choice backend=metal; valid backend choices: cpu, cuda, triton"),
+    (["-m", "backend=cpu,cudaa"], "unknown choice backend=cudaa (did you mean backend=cuda?)"),
+    (["model=gtp-5"], "valid model choices: claude-opus, gpt-5, litellm, ollama, oracle, scripted, vllm, or any "
+                      "litellm model string"),
+    (["+experiment=nope"], "unknown choice experiment=nope"),
+    (["loop=beem"], "(did you mean loop=beam?)"),
+])
+def test_an_unknown_choice_names_the_groups_choices(overrides, says):
+    with pytest.raises(ConfigError) as err:
+        check_choices(overrides)
+    assert says in str(err.value)
+
+
+def test_a_refused_jobs_folder_is_taken_back_and_nothing_else(tmp_path):
+    kept = tmp_path / "outputs" / "2026-01-01" / "09-00-00"
+    kept.mkdir(parents=True)
+    (kept / "synthesize.log").write_text("an earlier job's log\n")
+    refused = tmp_path / "outputs" / "2026-01-01" / "10-00-00"
+    (refused / ".hydra").mkdir(parents=True)
+    (refused / ".hydra" / "config.yaml").write_text("resume: true\n")
+    (refused / "synthesize.log").write_text("")
+    discard_run_dir(refused, tmp_path)
+    assert not refused.exists() and kept.is_dir()  # the day's folder holds another job: it stays
+    discard_run_dir(kept, tmp_path)
+    assert list(tmp_path.iterdir()) == []  # emptied up to where the command was started, not further
+    worked = tmp_path / "outputs" / "a"
+    worked.mkdir(parents=True)
+    (worked / "workload.json").write_text("{}")  # a job that wrote something of its own is not touched
+    discard_run_dir(worked, tmp_path)
+    assert (worked / "workload.json").is_file()
+

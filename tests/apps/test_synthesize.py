@@ -1,0 +1,19 @@
+"""``kforge-synthesize``: what the jobs of one sweep process share."""
+
+
+def test_the_jobs_of_a_sweep_share_one_worker_pool():
+    """Hydra runs a sweep's jobs one after another in one process: their workers start once, not per job."""
+    from types import SimpleNamespace
+
+    from kforge.apps.synthesize import sweep_pool
+    same = SimpleNamespace(gpus=None, build=1, spare=True)
+    first = sweep_pool(same)
+    try:
+        assert sweep_pool(SimpleNamespace(gpus=None, build=1, spare=True)) is first
+        first.close()  # a second Ctrl-C closed it under a job: the next job gets a fresh one
+        again = sweep_pool(same)
+        assert again is not first and not again.closed
+        other = sweep_pool(SimpleNamespace(gpus=[], build=2, spare=False))  # other workers: a pool of its own
+        assert other is not again and again.closed and other.build_workers == 2
+    finally:
+        sweep_pool(same).close()
