@@ -31,7 +31,7 @@ VIEW_TAG = f"mlflow.sharedViewState.{VIEW_ID}"
 #: then the rest of the configuration.
 VIEW_COLUMNS = tuple(f"{kind}.`{name}`" for kind, name in (
     ("params", Params.MODEL), ("params", Params.BACKEND), ("params", Params.LOOP_MODE),
-    ("tags", Tags.STATE), ("metrics", Metrics.best_speedup("eager")), ("metrics", Metrics.CORRECTNESS_RATE),
+    ("params", Params.PRECISION), ("params", Params.PASS), ("tags", Tags.STATE), ("metrics", Metrics.best_speedup("eager")), ("metrics", Metrics.CORRECTNESS_RATE),
     ("metrics", Metrics.FAST_1), ("metrics", Metrics.geomean_speedup("eager")), ("metrics", Metrics.ITERATIONS),
     ("metrics", Metrics.PROBLEMS), ("params", Params.LEVEL), ("params", Params.REFERENCE), ("params", Params.ANALYSIS),
     ("metrics", Metrics.best_speedup("compile")), ("metrics", Metrics.TOTAL_COST_USD)))
