@@ -14,7 +14,7 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 KFORGE_ROOT := $(patsubst %/,%,$(dir $(abspath $(lastword $(MAKEFILE_LIST)))))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup chromium test test-gpu
+.PHONY: help setup chromium lint test test-gpu
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "} {printf "  make %-12s %s\n", $$1, $$2}'
@@ -35,7 +35,10 @@ chromium: ## install Debian's chromium for the browser test where it is missing 
 	else echo "kforge: no /usr/bin/chromium, and not root with apt-get: tests/test_mlflow_browser.py will skip" \
 		"(Debian: sudo apt-get install chromium)"; fi
 
-test: ## run the test suite (GPU tests skip themselves where no GPU is visible)
+lint: ## ruff over the project's code (candidate corpora and built-in solutions are data and left as written)
+	$(PYTHON) -m ruff check kforge tests benchmarks pipelines scripts
+
+test: lint ## lint, then run the test suite (GPU tests skip themselves where no GPU is visible)
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
 
 test-gpu: ## run only the GPU tests (on a machine with an NVIDIA GPU)

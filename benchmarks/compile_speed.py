@@ -64,8 +64,9 @@ def example_sources(backend: str) -> dict:
 
 def build_once(kwargs: dict, mode: str, cache: Path) -> float:
     """Build in a fresh directory under ``mode``; returns seconds."""
-    import torch.utils.cpp_extension as ce
     import copy
+
+    import torch.utils.cpp_extension as ce
 
     from kforge.backends.build import Builder
     kw = copy.deepcopy(kwargs)  # torch's load_inline edits the source lists it is given

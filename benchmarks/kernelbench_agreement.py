@@ -52,8 +52,22 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 from kernelbench_agreement_table import (  # noqa: E402
-    BACKENDS, PRECISIONS, AgreementInputError, Entry, classify_kernelbench, classify_kforge, join, read_jsonl,
-    read_manifest, render_csv, render_markdown, render_text, summarize, summary_lines, write_kforge_manifest)
+    BACKENDS,
+    PRECISIONS,
+    AgreementInputError,
+    Entry,
+    classify_kernelbench,
+    classify_kforge,
+    join,
+    read_jsonl,
+    read_manifest,
+    render_csv,
+    render_markdown,
+    render_text,
+    summarize,
+    summary_lines,
+    write_kforge_manifest,
+)
 
 STEPS = ("build", "kforge", "kernelbench", "report")
 #: Modules KernelBench's eval.py, timing.py and utils.py import that evaluation needs.

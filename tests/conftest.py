@@ -10,6 +10,7 @@ import pytest
 from kforge.sandbox.gpus import detect_gpus
 from kforge.verify import WorkerPool
 
+
 def pytest_collection_modifyitems(config, items):
     if detect_gpus():
         return

@@ -6,10 +6,10 @@ import json
 import pytest
 from mlflow.tracking import MlflowClient
 
-from kforge.tracking import view as mlflow_view
 from kforge.loop import IterationRecord, ProblemResult, job_stats
 from kforge.problems import load_builtin
 from kforge.tracking import Tracker, metric, metric_history, open_client
+from kforge.tracking import view as mlflow_view
 from kforge.verify import Verdict
 from kforge.verify.verdict import TimingStats
 

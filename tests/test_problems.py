@@ -2,8 +2,15 @@ from pathlib import Path
 
 import pytest
 
-from kforge.problems import (ProblemError, load_builtin, load_directory, load_problem_file, parse_ids,
-                             problem_from_source, resolve_problem)
+from kforge.problems import (
+    ProblemError,
+    load_builtin,
+    load_directory,
+    load_problem_file,
+    parse_ids,
+    problem_from_source,
+    resolve_problem,
+)
 
 GOOD = """import torch
 import torch.nn as nn

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..backends import Backend
-from ..llm import CallContext, LLM, LLMError
+from ..llm import LLM, CallContext, LLMError
 from ..problems import Problem
 from ..profile import Profiler, ProfilerUnavailable
 from ..profile.digest import Digest, build

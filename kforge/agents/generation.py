@@ -7,7 +7,7 @@ from typing import Any
 
 from ..backends import Backend
 from ..candidate import Candidate
-from ..llm import CallContext, LLM, LLMError, LLMResponse
+from ..llm import LLM, CallContext, LLMError, LLMResponse
 from ..problems import Problem
 from ..verify import Verdict
 from .prompts import Prompts

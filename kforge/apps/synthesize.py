@@ -27,8 +27,8 @@ def _job(cfg: DictConfig) -> float:
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import open_dict
 
-    from ..llm import LLMError
     from ..job.pipeline import ConfigError, run, split_gpus
+    from ..llm import LLMError
     from ..problems import ProblemError
     from ..sandbox.gpus import detect_gpus
     hc = HydraConfig.get()

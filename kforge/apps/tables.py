@@ -22,8 +22,8 @@ from .hydra_conf import CONF_DIR, discard_run_dir
 def _tables(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
 
-    from ..job.config import TablesConfig
     from ..errors import ConfigError
+    from ..job.config import TablesConfig
     from ..report.render import build_all
     from ..tracking import default_uri, open_client
     try:

@@ -14,7 +14,8 @@ import sys
 from .. import __version__
 from ..log import setup as setup_logging
 from ..problems import ProblemError
-from . import build, eval as eval_command, problems, ui, verify, workload
+from . import build, problems, ui, verify, workload
+from . import eval as eval_command
 from .common import UsageError
 
 __all__ = ["UsageError", "build_parser", "main"]

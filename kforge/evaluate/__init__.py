@@ -4,8 +4,18 @@
 into per-level statistics (correct %, fast_p, geomean speedup) and renders them.
 """
 
-from .runner import (CandidateFile, EvalInputError, EvalResult, discover, load_results, make_row,
-                     parse_generation_name, read_candidate, read_manifest, run_eval)
+from .runner import (
+                     CandidateFile,
+                     EvalInputError,
+                     EvalResult,
+                     discover,
+                     load_results,
+                     make_row,
+                     parse_generation_name,
+                     read_candidate,
+                     read_manifest,
+                     run_eval,
+)
 from .summary import ERROR_STATE, render_markdown, render_text, summarise, write_summary
 
 __all__ = ["ERROR_STATE", "CandidateFile", "EvalInputError", "EvalResult", "discover", "load_results", "make_row",

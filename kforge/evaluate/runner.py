@@ -11,7 +11,6 @@ lives in `kforge.evaluate.summary`.
 from __future__ import annotations
 
 import contextlib
-
 import hashlib
 import json
 import re
@@ -26,8 +25,8 @@ from tqdm import tqdm
 from ..candidate import Candidate
 from ..errors import KforgeError
 from ..manifest import manifest_rows
-from .summary import ERROR_STATE
 from ..problems import Problem, ProblemError, kernelbench_root, parse_ids, resolve_problem
+from .summary import ERROR_STATE
 
 #: The file names KernelBench's scripts/generate_samples.py writes into a run directory.
 GENERATION_NAME = re.compile(r"^level_(\d+)_problem_(\d+)_sample_(\d+)_kernel\.py$")

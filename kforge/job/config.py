@@ -14,7 +14,6 @@ misspelt key on the command line the same way before Hydra composes (Hydra would
 from __future__ import annotations
 
 import re
-
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,10 +25,10 @@ from ..loop import LoopConfig
 from ..metrics import BASELINES
 from ..problems import SIZES
 from ..profile import PROFILERS
-from .reference import ReferenceConfig
 from ..strict import StrictConfig
 from ..verify.config import VerifyConfig
 from ..workload.config import WorkloadConfig
+from .reference import ReferenceConfig
 
 SOURCES = ("builtin", "kernelbench", "huggingface")
 

@@ -16,19 +16,19 @@ from typing import Any
 
 from ..agents import GenerationAgent, Prompts
 from ..backends import Backend, get_backend
-from .config import BackendConfig, JobConfig, ProblemsConfig
-from .config import plain as _plain
-from .console import Progress, closing_line, print_summary
 from ..errors import ConfigError  # callers import it from here too
 from ..llm import LLM, make_model, replaying
 from ..loop import Advisor, Interrupted, JobEnd, LoopObserver, ProblemLoop, ProblemResult, run_problems
 from ..problems import Problem, default_size, load_builtin, load_directory
-from .reference import ReferenceTransferError, load_references, reference_backend
+from ..sandbox.protocol import DeviceInfo
 from ..tracking.observer import JobRun
 from ..tracking.schema import WORKLOAD_SOURCE, Tags
-from .workload import PreparedWorkload, WorkloadStage, prepare_workload
 from ..verify import BackendUnavailable, Verifier, WorkerPool
-from ..sandbox.protocol import DeviceInfo
+from .config import BackendConfig, JobConfig, ProblemsConfig
+from .config import plain as _plain
+from .console import Progress, closing_line, print_summary
+from .reference import ReferenceTransferError, load_references, reference_backend
+from .workload import PreparedWorkload, WorkloadStage, prepare_workload
 
 
 @dataclass

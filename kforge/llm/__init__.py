@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import cache_dir
-from .base import CallContext, LLM, LLMError, LLMResponse, MissingAPIKey, ModelConfig
+from .base import LLM, CallContext, LLMError, LLMResponse, MissingAPIKey, ModelConfig
 from .cache import ResponseCache
 from .offline import OracleModel, ScriptedModel
 from .replay import ReplayingModel, replaying

@@ -19,7 +19,7 @@ import json
 import threading
 from typing import Any
 
-from .base import CallContext, LLM, LLMResponse
+from .base import LLM, CallContext, LLMResponse
 from .cache import ResponseCache
 
 

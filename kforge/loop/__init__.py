@@ -13,8 +13,18 @@ from .advice import Advisor, GenericAdvisor
 from .beam import BeamSearch
 from .chain import ChainSearch
 from .config import MODES, LoopConfig
-from .records import (IterationRecord, JobEnd, JobStart, LoopObserver, LoopState, ProblemResult, Step, job_stats,
-                      make_record, rank_speedup)
+from .records import (
+                      IterationRecord,
+                      JobEnd,
+                      JobStart,
+                      LoopObserver,
+                      LoopState,
+                      ProblemResult,
+                      Step,
+                      job_stats,
+                      make_record,
+                      rank_speedup,
+)
 from .runner import Interrupted, ProblemLoop, run_problems, strategy_for
 from .step import Draft
 from .strategy import LoopVerifier, Runner, SearchStrategy

@@ -19,7 +19,6 @@ from typing import Iterator
 
 from . import progress
 
-
 # A call of the candidate's that has run HANG_FACTOR times as long as the longest of its calls that returned, and
 # HANG_MARGIN_S seconds more, hangs (a busy host makes calls a few times slower, never that much).
 HANG_FACTOR = 4.0

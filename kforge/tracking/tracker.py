@@ -26,8 +26,22 @@ from typing import Any
 from ..metrics import total_cost
 from ..verify.verdict import correct_under
 from . import view
-from .schema import (CANDIDATE_METRICS, CANDIDATE_STATE_INDEX, CANDIDATE_TAGS, JOB_METRIC_NAMES, STATE_CODES, Files,
-                     Kind, Metrics, Tags, WorkloadFiles, WorkloadMetrics, WorkloadTags, iteration_values, level_prefix)
+from .schema import (
+    CANDIDATE_METRICS,
+    CANDIDATE_STATE_INDEX,
+    CANDIDATE_TAGS,
+    JOB_METRIC_NAMES,
+    STATE_CODES,
+    Files,
+    Kind,
+    Metrics,
+    Tags,
+    WorkloadFiles,
+    WorkloadMetrics,
+    WorkloadTags,
+    iteration_values,
+    level_prefix,
+)
 from .store import default_uri, open_client, sqlite_path
 
 log = logging.getLogger(__name__)

@@ -20,6 +20,7 @@ import sys
 from typing import Any
 
 from .schema import Metrics, Params, Tags
+
 #: Where `make ui` serves.
 LOCAL_UI = "http://127.0.0.1:5000"
 KIND_TAG = "mlflow.experimentKind"

@@ -31,8 +31,8 @@ exactly that, so such an output is neither derived nor PyTorch's (`Dataflow.note
 
 from __future__ import annotations
 
-import weakref
 import hashlib
+import weakref
 from typing import Any, Callable, Hashable, Sequence
 
 from torch.utils._python_dispatch import TorchDispatchMode

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import re
+
 from ..backends import Backend
 from ..problems import Problem
 from . import static_rules, static_surroundings  # noqa: F401 - register the rules, in the order they run

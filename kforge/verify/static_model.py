@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ast
 
-from ..candidate import MODEL_NAME, module_level, module_bindings
+from ..candidate import MODEL_NAME, module_bindings, module_level
 
 _DEPTH = 8
 """How many aliases and factories deep a binding is followed (a cycle ends there too)."""

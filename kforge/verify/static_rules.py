@@ -16,8 +16,13 @@ from ..backends import Backend
 from ..problems import Problem
 from ..sandbox.settings import ASSIGNABLE
 from .findings import Finding, rule
-from .static_ast import aliases_of as _aliases, dotted as _dotted, functions as _functions, imports as _imports, \
-    line_of as _line, literal, strings as _strings
+from .static_ast import aliases_of as _aliases
+from .static_ast import dotted as _dotted
+from .static_ast import functions as _functions
+from .static_ast import imports as _imports
+from .static_ast import line_of as _line
+from .static_ast import literal
+from .static_ast import strings as _strings
 from .static_model import model_classes, model_methods
 
 # Modules whose attributes a candidate must never assign (timers, the harness, torch itself).

@@ -18,6 +18,7 @@ from .backward import TrainingStep
 from .compare import as_outputs
 from .timing import Sampler
 
+
 @dataclasses.dataclass
 class RunEnd:
     """How a run ended, before the parts every result carries are added (`kforge.verify.worker`'s run)."""

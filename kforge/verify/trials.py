@@ -24,20 +24,20 @@ from __future__ import annotations
 
 import contextlib
 
+from ..precision import ROUNDINGS
 from ..sandbox.budget import BudgetSpent
 from ..sandbox.harness import Harness, HarnessVerdict, first_line, tail
 from ..sandbox.progress import candidate_code
 from ..sandbox.protocol import ProgramRequest
-from ..precision import ROUNDINGS
 from . import gradients
 from .attribution import CANDIDATE, REFERENCE, attribute, replayed
 from .backward import Backward
 from .compare import as_outputs
 from .config import VerifyConfig
 from .numerics import NumericsChecks, Refs
-from .variants import VariantChecks
 from .protocol import WorkFacet
 from .stateful import FreshModels
+from .variants import VariantChecks
 from .verdict import Attribution, Work
 
 MEASURED_TRIALS = 2

@@ -22,15 +22,33 @@ import traceback
 
 from ..backends import WorkerContext, from_spec
 from ..cachefile import read_json, write_json
+from ..sandbox.harness import (
+    PROBLEM_ERROR,
+    HarnessVerdict,
+    first_line,
+    import_candidate,
+    import_file,
+    phase,
+    phase_times,
+    tail,
+)
 from ..sandbox.protocol import ProtocolError
-from ..sandbox.harness import (PROBLEM_ERROR, HarnessVerdict, first_line, import_candidate, import_file, phase,
-                               phase_times, tail)
 from ..sandbox.writeguard import install_write_guard
 from .phases import OwnPhases
-from .protocol import (AuditRequest, AuditResult, BuildRequest, BuildResult, Outcome, ProblemAudit, RunRequest,
-                       RunResult, VariantsRequest, VariantsResult)
+from .protocol import (
+    AuditRequest,
+    AuditResult,
+    BuildRequest,
+    BuildResult,
+    Outcome,
+    ProblemAudit,
+    RunRequest,
+    RunResult,
+    VariantsRequest,
+    VariantsResult,
+)
 from .stateful import note as stateful_note
-from .timed import TimedRounds, RunEnd
+from .timed import RunEnd, TimedRounds
 from .trials import Trials
 from .verdict import Evidence
 

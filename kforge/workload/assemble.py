@@ -12,14 +12,13 @@ is the verifier's ordinary check of that program against the model file.
 from __future__ import annotations
 
 import dataclasses
-
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..problems import Problem, load_problem_file
 from ..verify.retime import ROUNDS, measured, retime, timing_only
-from .extract import Region, Workload
+from .extract import Workload
 from .profile import WorkloadError
 from .source import SourceError, closure, import_bindings, module_names, rename_top_level, strip_entry_points
 

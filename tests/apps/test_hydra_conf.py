@@ -18,7 +18,7 @@ def test_valid_choices_pass(overrides):
 
 
 @pytest.mark.parametrize("overrides, says", [
-    (["backend=metal"], "unknown choice backend=metal; valid backend choices: cpu, cuda, triton"),
+    (["backend=metal"], "unknown choice backend=metal; valid backend choices: cpu, cuda, cute, opencl, tilelang, triton"),
     (["-m", "backend=cpu,cudaa"], "unknown choice backend=cudaa (did you mean backend=cuda?)"),
     (["model=gtp-5"], "valid model choices: claude-opus, gpt-5, litellm, ollama, oracle, scripted, vllm, or any "
                       "litellm model string"),

@@ -84,7 +84,7 @@ def test_the_view_groups_by_the_factor(factor, group):
 def test_every_problem_run_carries_its_arms_figures_as_the_tables_count_them(tmp_path):
     """MLflow's group row can take only the min, mean or max of a column: with the arm's figures alike on every run
     of the arm, its max is the tables' figure (a geomean, not a mean; four digits, no float noise)."""
-    from kforge.report.browse import arm_figures, log_arm_figures, _problem_runs
+    from kforge.report.browse import _problem_runs, arm_figures, log_arm_figures
     tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "kforge-x")
     client = tracker.client
     arms = {"single_shot": [(True, 2.0, ""), (True, 0.5, ""), (False, None, "")],

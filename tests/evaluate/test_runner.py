@@ -10,9 +10,19 @@ import pytest
 
 from kforge.backends import get_backend
 from kforge.cli import main
-from kforge.evaluate import render_markdown, render_text, summarise
-from kforge.evaluate import (CandidateFile, EvalInputError, discover, load_results, make_row, parse_generation_name,
-                             read_manifest, run_eval)
+from kforge.evaluate import (
+    CandidateFile,
+    EvalInputError,
+    discover,
+    load_results,
+    make_row,
+    parse_generation_name,
+    read_manifest,
+    render_markdown,
+    render_text,
+    run_eval,
+    summarise,
+)
 from kforge.problems import BUILTIN_DIR
 from kforge.sandbox.gpus import detect_gpus
 from kforge.verify import Verifier

@@ -9,12 +9,20 @@ import pytest
 
 from kforge import REPO_DIR
 from kforge.apps.hydra_conf import compose
-from kforge.job.config import (AnalysisConfig, BackendConfig, JobConfig, ProblemsConfig, ProfilerConfig, TablesConfig,
-                           TrackingConfig, WorkersConfig)
 from kforge.errors import ConfigError, KforgeError
+from kforge.job.config import (
+    AnalysisConfig,
+    BackendConfig,
+    JobConfig,
+    ProblemsConfig,
+    ProfilerConfig,
+    TablesConfig,
+    TrackingConfig,
+    WorkersConfig,
+)
+from kforge.job.reference import ReferenceConfig
 from kforge.llm import ModelConfig, make_model
 from kforge.loop import LoopConfig
-from kforge.job.reference import ReferenceConfig
 from kforge.strict import StrictConfig
 from kforge.verify import StaticConfig, TimingConfig, VerifyConfig
 from kforge.workload.config import WorkloadConfig
@@ -113,12 +121,12 @@ def test_kforge_errors_share_a_base_and_keep_their_homes():
     from kforge.backends.build import CompilationError
     from kforge.cli import UsageError
     from kforge.evaluate import EvalInputError
-    from kforge.llm import LLMError, MissingAPIKey
     from kforge.job.pipeline import ConfigError as PipelineConfigError
+    from kforge.job.reference import ReferenceTransferError
+    from kforge.llm import LLMError, MissingAPIKey
     from kforge.problems import ProblemError
     from kforge.profile.base import ProfilerUnavailable
     from kforge.profile.ncu import NcuError
-    from kforge.job.reference import ReferenceTransferError
     from kforge.sandbox.pool import WorkerLost
     from kforge.verify.verifier import BackendUnavailable
     assert PipelineConfigError is ConfigError and issubclass(ConfigError, ValueError)

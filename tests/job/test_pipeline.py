@@ -10,11 +10,12 @@ from mlflow.tracking import MlflowClient
 
 from kforge import REPO_DIR
 from kforge.apps.hydra_conf import model_strings
-from kforge.llm import ModelConfig, make_model
 from kforge.job.pipeline import ConfigError, run
+from kforge.llm import ModelConfig, make_model
 from kforge.tracking import STATE_CODES
 from tests.helpers import FAST, config, fenced, scripted
 from tests.llm.stub_server import StubServer
+
 
 def problem_runs(tmp_path: Path, experiment: str = "kforge"):
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")

@@ -3,9 +3,9 @@
 import pytest
 from mlflow.tracking import MlflowClient
 
-from kforge.problems import load_builtin, load_problem_file
 from kforge.errors import ConfigError
 from kforge.job.reference import ReferenceTransferError, load_references
+from kforge.problems import load_builtin, load_problem_file
 
 SRC = ("import torch\nN = 8\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n"
        "def get_inputs():\n    return [torch.randn(N)]\ndef get_init_inputs():\n    return []\n")

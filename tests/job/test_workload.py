@@ -21,8 +21,8 @@ from kforge.job import workload as job_workload
 from kforge.job.pipeline import ConfigError, run
 from kforge.job.workload import PreparedWorkload, WorkloadStage
 from kforge.llm import ModelConfig, make_model
-from kforge.loop import JobEnd, LoopObserver
 from kforge.llm.offline import OracleModel
+from kforge.loop import JobEnd, LoopObserver
 from kforge.problems import builtin_solution_path
 from kforge.problems.equivalent import builtin_equivalent
 from kforge.report.workload import write_workload_table

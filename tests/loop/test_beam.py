@@ -17,13 +17,13 @@ import pytest
 from kforge.agents import GenerationAgent
 from kforge.agents.analysis import GENERIC_DIRECTIONS, parse_recommendations
 from kforge.backends import get_backend
+from kforge.job.pipeline import run
 from kforge.llm import LLMResponse, ModelConfig
 from kforge.loop import GenericAdvisor, LoopConfig, LoopObserver, LoopState, ProblemLoop, ProblemResult
-from kforge.job.pipeline import run
+from kforge.loop.beam import Node, select_survivors
 from kforge.problems import load_builtin
 from kforge.profile.digest import Digest
 from kforge.profile.rules import classify, findings
-from kforge.loop.beam import Node, select_survivors
 from kforge.verify import Verifier
 from tests.helpers import candidate, config
 from tests.loop.fakes import FakeVerifier, correct, mismatch
@@ -174,7 +174,8 @@ def node(iteration: int, direction: str) -> Node:
 def test_survivors_are_the_fastest_of_distinct_directions_while_one_is_left():
     a, b, c, d, e = node(1, "x"), node(2, "x"), node(3, "y"), node(4, "z"), node(5, "y")
     speed = {1: 5.0, 2: 4.0, 3: 3.0, 4: None, 5: 3.0}.get  # d is not correct
-    pick = lambda nodes, beam: [n.iteration for n in select_survivors(nodes, beam, lambda n: speed(n.iteration))]
+    def pick(nodes, beam):
+        return [n.iteration for n in select_survivors(nodes, beam, lambda n: speed(n.iteration))]
     assert pick([a, b, c, d, e], 2) == [1, 3]  # b is faster than c, but shares a's direction
     assert pick([a, b, c, d, e], 3) == [1, 3, 2]  # no third correct direction: the fastest left
     assert pick([e, c, b, a], 2) == [1, 3]  # equal speeds: the earlier node
@@ -363,6 +364,7 @@ def test_a_wave_cut_off_part_way_resumes_with_its_recorded_nodes_and_makes_the_r
     result = loop.run(relu, resume=state)
     assert model.calls == len(verified) == 4 and [s.record.iteration for s in steps.steps] == [3, 4, 5, 6]
     assert not {s.attempt.candidate.source for s in kept} & set(verified)  # no restored kernel verified again
-    tree = lambda records: [(r.iteration, r.parent, r.depth, r.direction, r.phase, r.state) for r in records]
+    def tree(records):
+        return [(r.iteration, r.parent, r.depth, r.direction, r.phase, r.state) for r in records]
     assert tree(result.records)[:5] == tree(s.record for s in whole_steps.steps)[:5]
     assert [r.iteration for r in result.records] == list(range(7)) and all(r.depth == 2 for r in result.records[5:])

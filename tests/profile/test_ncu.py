@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from kforge.problems import resolve_problem
 from kforge.profile.digest import build
 from kforge.profile.ncu import DURATION, NcuReport, parse_raw_csv, per_call_duration_ms, supported, to_profile
 from kforge.profile.rules import classify
-from kforge.problems import resolve_problem
 
 FIXTURE = Path(__file__).parent / "fixtures" / "ncu_raw_synthetic.csv"
 CAPTURE = Path(__file__).parent / "fixtures" / "ncu_raw_h100_capture.csv"

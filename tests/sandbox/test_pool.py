@@ -8,8 +8,8 @@ import warnings
 import pytest
 
 from kforge.backends import get_backend
-from kforge.sandbox.protocol import ProbeRequest
 from kforge.problems import resolve_problem
+from kforge.sandbox.protocol import ProbeRequest
 from kforge.verify import State, Verifier, WorkerPool
 from tests.helpers import candidate, fast_config
 

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from kforge.backends import get_backend
-from kforge.sandbox.protocol import ProbeRequest
 from kforge.problems import resolve_problem
 from kforge.sandbox.env import scrubbed_env
 from kforge.sandbox.gpus import detect_gpus as pool_gpus
+from kforge.sandbox.protocol import ProbeRequest
 from kforge.sandbox.zygote import SPARE_ENV
 from kforge.verify import State, Verifier, WorkerPool
 from tests.helpers import candidate, fast_config

@@ -5,10 +5,10 @@ from pathlib import Path
 from matplotlib.image import imread
 
 from kforge.loop import IterationRecord, ProblemResult
-from kforge.tracking.tree_plot import plot_tree
 from kforge.problems import resolve_problem
 from kforge.tracking.schema import Files
 from kforge.tracking.tracker import Tracker
+from kforge.tracking.tree_plot import plot_tree
 
 
 def record(it, parent, depth, state, speedup=None, direction="root", best=False):

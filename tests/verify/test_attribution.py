@@ -9,8 +9,19 @@ from pathlib import Path
 import pytest
 import torch
 
-from kforge.verify.attribution import (CANDIDATE, REFERENCE, _HEADER_KERNEL, _HEADER_SYMBOLS, attribute,
-                                       candidate_symbols, demangle, elf_functions, origin_of, replayed, summarise)
+from kforge.verify.attribution import (
+    _HEADER_KERNEL,
+    _HEADER_SYMBOLS,
+    CANDIDATE,
+    REFERENCE,
+    attribute,
+    candidate_symbols,
+    demangle,
+    elf_functions,
+    origin_of,
+    replayed,
+    summarise,
+)
 
 # Names as Kineto reported them on an H100 (torch 2.11, CUDA 13).
 SEEN_ON_H100 = {

@@ -5,7 +5,6 @@ import pytest
 from kforge.problems import problem_from_source
 from kforge.verify import State, Verifier
 from kforge.verify.verifier import ProblemFails
-
 from tests.helpers import fast_config
 
 TAIL = "\ndef get_inputs():\n    return [torch.randn(N, D)]\n\ndef get_init_inputs():\n    return []\n"

@@ -4,8 +4,8 @@ import contextlib
 import dataclasses
 import subprocess
 import sys
-from pathlib import Path
 import time
+from pathlib import Path
 
 import pytest
 
@@ -13,7 +13,6 @@ from kforge.candidate import Candidate
 from kforge.problems import resolve_problem
 from kforge.verify import State, StaticConfig, Verifier, WorkerPool
 from kforge.verify.static import RULES
-
 from tests.helpers import candidate, fast_config
 
 

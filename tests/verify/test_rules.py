@@ -3,7 +3,7 @@
 import pytest
 
 from kforge.errors import ConfigError
-from kforge.verify import State, VerifyConfig
+from kforge.verify import VerifyConfig
 from kforge.verify.rules import RULE_SETS, decide, decide_all
 from kforge.verify.verdict import Facets, Work
 

@@ -3,7 +3,7 @@ busy host's stretched host times."""
 
 import itertools
 
-from kforge.verify.unsync import Gap, REPEATS, persistent, retime, suspicious
+from kforge.verify.unsync import REPEATS, Gap, persistent, retime, suspicious
 
 
 def gap(event_ms: float, host_ms: list[float]) -> Gap:

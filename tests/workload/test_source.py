@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from kforge.workload.source import SourceError, closure, import_bindings, module_names, rename_top_level, \
-    strip_entry_points
+from kforge.workload.source import (
+    SourceError,
+    closure,
+    import_bindings,
+    module_names,
+    rename_top_level,
+    strip_entry_points,
+)
 
 KERNEL = '''
 import torch
