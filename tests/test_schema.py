@@ -4,15 +4,24 @@ from dataclasses import dataclass
 
 import pytest
 
-from kforge.loop import IterationRecord
 from kforge.job.pipeline import run
-from kforge.problems import load_builtin
 from kforge.job.reference import load_references
-from kforge.report.tables import dedupe, load_runs
+from kforge.loop import IterationRecord
+from kforge.problems import load_builtin
+from kforge.report.runs import dedupe, load_runs
 from kforge.tracking import Tracker
 from kforge.tracking.resume import previous_runs
-from kforge.tracking.schema import (ITERATION_METRICS, RENAMED, STATE_CODES, STATE_INDEX, Files, Metrics, Tags, iteration_values,
-                                    metrics_of)
+from kforge.tracking.schema import (
+    ITERATION_METRICS,
+    RENAMED,
+    STATE_CODES,
+    STATE_INDEX,
+    Files,
+    Metrics,
+    Tags,
+    iteration_values,
+    metrics_of,
+)
 from tests.helpers import config, fenced, scripted
 
 

@@ -53,7 +53,8 @@ def arm_figures(runs: list, group: str) -> dict[str, dict[str, float | None]]:
 
     from ..metrics import SPEEDUP_FIELD
     from ..tracking.schema import CONFIG_TAGS, metric
-    from .tables import Context, dedupe, faster, geomean_speedup, rate
+    from .runs import dedupe
+    from .tables import Context, faster, geomean_speedup, rate
     rows = [{**{k: r.data.tags.get(k, "") for k in CONFIG_TAGS}, "group": r.data.tags.get(group, ""),
              "problem": r.data.tags.get(Tags.PROBLEM, ""), "status": r.info.status, "start_time": r.info.start_time,
              "correct": bool(r.data.metrics.get(Metrics.BEST_CORRECT, 0.0)),

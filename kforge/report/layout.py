@@ -16,7 +16,8 @@ from typing import Any
 import pandas as pd
 
 from .plots import factor_name, title_of, value_name
-from .tables import COLUMNS, Context, Estimate, TimingRange, timing_noise
+from .runs import timing_noise
+from .tables import COLUMNS, Context, Estimate, TimingRange
 
 #: What a speedup's baseline is, in a caption.
 BASELINES = {"eager": "PyTorch eager", "compile": "torch.compile of the reference"}

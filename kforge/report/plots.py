@@ -14,8 +14,6 @@ import pandas as pd
 
 from ..figure import BASELINE_NAMES, integer_ticks, pyplot
 
-
-
 #: What a factor is called in a heading or an axis.
 FACTOR_NAMES = {"loop_mode": "Loop", "reference": "Reference", "analysis": "Analysis", "profiler": "Profiler",
                 "model": "Model", "backend": "Backend", "level": "Level", "pass": "Pass",

@@ -13,9 +13,9 @@ import pandas as pd
 
 from .layout import KEYS, PARTS, Cell, caption, layout, notes, part_keys
 from .plots import title_of
-from .tables import (ABLATIONS, COLUMNS, Context, ablation_table, by_iteration, dedupe, fast_p_curve, kernel_timings,
-                     transfer_markdown, transfer_matrix,
-                     load_runs, not_llms, timings_frame)
+from .runs import dedupe, kernel_timings, load_runs, timings_frame
+from .tables import ABLATIONS, COLUMNS, Context, ablation_table, by_iteration, fast_p_curve, not_llms
+from .transfer import transfer_markdown, transfer_matrix
 
 #: LaTeX for characters that are special to it or outside what pdflatex reads by default.
 LATEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",

@@ -6,10 +6,11 @@ rule denied it, the build failed, or the run replied) and calls `conclude`; noth
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .config import VerifyConfig
+from .protocol import Outcome
 from .rules import decide_all
 from .verdict import Attribution, Evidence, Facets, State, TimingStats, Verdict
 
@@ -37,6 +38,15 @@ class Facts:
     def ended(cls, state: State, message: str, rule: str | None = None, **kw: Any) -> "Facts":
         """A verification that ended before a run measured anything: its state is its outcome."""
         return cls(Facets(outcome=state.value, outcome_rule=rule), message, **kw)
+
+    def with_variants(self, outcome: Outcome) -> "Facts":
+        """These facts with the shape variants' outcome (the kforge rules read it; `kforge.verify.rules`)."""
+        facets = replace(self.facets, variant_outcome=outcome.state, variant_rule=outcome.rule,
+                         variant_message=outcome.message)
+        evidence = self.evidence
+        if outcome.mismatch and not evidence.mismatch:
+            evidence = replace(evidence, mismatch=outcome.mismatch)
+        return replace(self, facets=facets, evidence=evidence)
 
 
 @dataclass(frozen=True)

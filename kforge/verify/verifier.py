@@ -16,6 +16,7 @@ from typing import Any
 from ..backends import Backend, get_backend
 from ..candidate import Candidate
 from ..errors import KforgeError
+from ..precision import get_precision
 from ..problems import Problem, ProblemError
 from ..sandbox.gpus import arch_of
 from ..sandbox.harness import PROBLEM_ERROR
@@ -25,9 +26,18 @@ from .build_memo import BuildMemo
 from .compile_ref import CompileRefs, KeptRef
 from .conclude import Facts, Subject, conclude
 from .config import VerifyConfig
-from ..precision import get_precision
-from .protocol import (AuditRequest, BuildRequest, BuildResult, Outcome, ProblemAudit, RunProgress, RunRequest,
-                       RunResult, VariantsRequest, WorkFacet)
+from .protocol import (
+    AuditRequest,
+    BuildRequest,
+    BuildResult,
+    Outcome,
+    ProblemAudit,
+    RunProgress,
+    RunRequest,
+    RunResult,
+    VariantsRequest,
+    WorkFacet,
+)
 from .roofline import roofline
 from .static import StaticConfig, check
 from .static_rules import own_streams
@@ -209,16 +219,16 @@ class Verifier:
         try:
             reply = self._request_retrying(kinds, request, files, cfg.timeout_s)
         except WorkerLost as exc:
-            return _varied(facts, Outcome(state=State.RUNTIME_ERROR.value, message=f"on the shape variants: the "
+            return facts.with_variants(Outcome(state=State.RUNTIME_ERROR.value, message=f"on the shape variants: the "
                                           f"worker process died twice under this candidate: {exc}"))
         r = reply.result
         if r is None:
             ended = self._no_result(reply, cfg)
-            return _varied(facts, Outcome(state=ended.facets.outcome, message=f"on the shape variants: {ended.message}"))
+            return facts.with_variants(Outcome(state=ended.facets.outcome, message=f"on the shape variants: {ended.message}"))
         notes = [f"correct on shape variant(s) {'; '.join(r.checked)}"] if r.checked else []
         notes += [f"shape variant {s} skipped" for s in r.skipped]
         facts = replace(facts, evidence=replace(facts.evidence, notes=facts.evidence.notes + notes))
-        return _varied(facts, r.failure or Outcome(state=State.CORRECT.value))
+        return facts.with_variants(r.failure or Outcome(state=State.CORRECT.value))
 
     def _static(self, problem: Problem, candidate: Candidate, backend: Backend,
                 cfg: VerifyConfig) -> tuple[list, list[dict[str, Any]]]:
@@ -360,16 +370,6 @@ class Verifier:
                      trials=r.trials, phases=r.phases, attribution=r.attribution, runtime=r.runtime, ref=r.ref,
                      compile_ref=compile_ref, ref_strict=r.ref_strict, problem_flags=flags, floor_ms=floor,
                      build=build)
-
-
-def _varied(facts: Facts, outcome: Outcome) -> Facts:
-    """The facts with the shape variants' outcome (the kforge rules read it; `kforge.verify.rules`)."""
-    facets = replace(facts.facets, variant_outcome=outcome.state, variant_rule=outcome.rule,
-                     variant_message=outcome.message)
-    evidence = facts.evidence
-    if outcome.mismatch and not evidence.mismatch:
-        evidence = replace(evidence, mismatch=outcome.mismatch)
-    return replace(facts, facets=facets, evidence=evidence)
 
 
 def _unmeasured(finding: dict[str, Any]) -> WorkFacet:

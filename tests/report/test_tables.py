@@ -11,8 +11,8 @@ from mlflow.entities import Metric, RunTag
 from mlflow.tracking import MlflowClient
 
 from kforge.report.render import build_all, latex_escape
-from kforge.report.tables import (COLUMNS, Context, ablation_table, by_iteration, dedupe, fast_p_curve,
-                                  geomean_speedup, kernel_timings, load_runs, rate, timing_noise)
+from kforge.report.runs import dedupe, kernel_timings, load_runs, timing_noise
+from kforge.report.tables import COLUMNS, Context, ablation_table, by_iteration, fast_p_curve, geomean_speedup, rate
 
 NEW = {"best": "best_speedup_vs_eager", "step": "speedup_vs_eager"}
 OLD = {"best": "best_speedup_eager", "step": "speedup_eager"}  # runs logged before the metrics were renamed
@@ -298,7 +298,8 @@ def test_within_noise_counts_problems_whose_speedup_interval_spans_one(tmp_path)
 
 def test_the_transfer_matrix_pairs_each_source_with_the_targets_own_run_without_a_reference():
     import pandas as pd
-    from kforge.report.tables import transfer_markdown, transfer_matrix
+
+    from kforge.report.transfer import transfer_markdown, transfer_matrix
     rows = [("cpu", "none", "p1", True), ("cpu", "none", "p2", False),
             ("cpu", "oracle:opencl", "p1", True), ("cpu", "oracle:opencl", "p2", True),
             ("cpu", "oracle:triton", "p1", False),
