@@ -30,7 +30,9 @@ class CuteBackend(Backend):
 
     def prepare(self, ctx: WorkerContext) -> None:
         # The DSL's compiled kernels persist there, so the run reuses what an earlier verification compiled.
-        os.environ["CUTE_DSL_CACHE_DIR"] = str(Path(ctx.cache_dir) / "cute")
+        cache = Path(ctx.cache_dir) / "cute"
+        cache.mkdir(parents=True, exist_ok=True)  # made here, trusted: the DSL's own makedirs would touch kforge's cache
+        os.environ["CUTE_DSL_CACHE_DIR"] = str(cache)
 
     def classify(self, exc: BaseException) -> str | None:
         for cls in type(exc).__mro__:

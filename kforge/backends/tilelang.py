@@ -27,7 +27,9 @@ class TileLangBackend(Backend):
     kernel_hint = "a @tilelang.jit tile program (T.prim_func with T.Kernel) whose kernel forward calls"
 
     def prepare(self, ctx: WorkerContext) -> None:
-        os.environ["TILELANG_CACHE_DIR"] = str(Path(ctx.cache_dir) / "tilelang")
+        cache = Path(ctx.cache_dir) / "tilelang"
+        cache.mkdir(parents=True, exist_ok=True)  # made here, trusted: the DSL's own makedirs would touch kforge's cache
+        os.environ["TILELANG_CACHE_DIR"] = str(cache)
 
     def classify(self, exc: BaseException) -> str | None:
         for cls in type(exc).__mro__:

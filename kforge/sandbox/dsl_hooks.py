@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import weakref
 from typing import Any, Callable
 
 from .tripwire import CANDIDATE_FILE
@@ -63,16 +64,22 @@ class DslHooks:
 
     def __init__(self, rec: Any, label: str, kernel_modules: tuple[str, ...]):
         self.rec, self.label, self.kernel_modules = rec, label, kernel_modules
-        self.dlpack: dict[int, tuple[Any, Any]] = {}
-        """id of a DSL tensor made from a torch tensor -> (that DSL tensor, the torch tensor); both are held, so
-        no other object takes the id while it is here (the process serves one candidate)."""
+        self.dlpack: dict[int, tuple[type, weakref.ref]] = {}
+        """id of a DSL tensor made from a torch tensor -> (its type, a weak reference to the torch tensor). Held
+        weakly: a forward makes new ones each call, and holding them would keep every input and output alive
+        (out of device memory within a verification). An entry leaves with its DSL tensor."""
+
+    def _torch_of(self, value: Any) -> Any:
+        entry = self.dlpack.get(id(value))
+        return entry[1]() if entry is not None and type(value) is entry[0] else None
 
     def has_tensors(self, args: tuple, kwargs: dict) -> bool:
         import torch
-        return any(isinstance(a, torch.Tensor) or id(a) in self.dlpack for a in (*args, *kwargs.values()))
+        return any(isinstance(a, torch.Tensor) or self._torch_of(a) is not None for a in (*args, *kwargs.values()))
 
     def as_torch(self, value: Any) -> Any:
-        return self.dlpack.get(id(value), (None, value))[1]
+        tensor = self._torch_of(value)
+        return value if tensor is None else tensor
 
     def is_kernel(self, value: Any) -> bool:
         return callable(value) and type(value).__module__.startswith(self.kernel_modules)
@@ -113,7 +120,11 @@ class DslHooks:
         @functools.wraps(convert)
         def wrapped(tensor: Any, *args: Any, **kwargs: Any) -> Any:
             out = convert(tensor, *args, **kwargs)
-            hooks.dlpack[id(out)] = (out, tensor)
+            hooks.dlpack[id(out)] = (type(out), weakref.ref(tensor))
+            try:
+                weakref.finalize(out, hooks.dlpack.pop, id(out), None)
+            except TypeError:  # not weakly referenceable: its entry stays until another DSL tensor takes the id
+                pass
             return out
         return wrapped
 

@@ -13,7 +13,8 @@ land in
   directory (`LIBRARY_CACHES`: Triton's ``~/.triton``, CuPy's ``~/.cupy``, the CUDA driver's ``~/.nv``),
 * the build cache's ``builds/`` and ``pch/`` (where kforge's own builder puts the candidate's extensions),
   and the build and kernel caches the environment names (`NAMED_CACHES`: ``TORCH_EXTENSIONS_DIR``,
-  ``TRITON_CACHE_DIR``, ``CUPY_CACHE_DIR``, ``CUDA_CACHE_PATH``, ...) wherever they point (where torch,
+  ``TRITON_CACHE_DIR``, ``CUPY_CACHE_DIR``, ``CUDA_CACHE_PATH``, the DSL backends' ``TILELANG_CACHE_DIR`` and
+  ``CUTE_DSL_CACHE_DIR``, ...) wherever they point (where torch,
   Triton, CuPy and the driver keep what they build for the candidate),
 
 and never under kforge's package or data directory, the Python installation, kforge's cache outside those
@@ -55,7 +56,7 @@ LIBRARY_CACHES = ("~/.triton", "~/.cupy", "~/.nv")
 # Variables that move a build or kernel cache: torch's extensions, Triton's and inductor's caches, CuPy's kernel
 # cache, the CUDA driver's JIT cache.
 NAMED_CACHES = ("TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "CUPY_CACHE_DIR",
-                "CUDA_CACHE_PATH")
+                "CUDA_CACHE_PATH", "TILELANG_CACHE_DIR", "CUTE_DSL_CACHE_DIR", "POCL_CACHE_DIR")
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 

@@ -34,6 +34,8 @@ _LIBRARY = re.compile(r"cutlass|cublas|cudnn|xmma|gemm|gemv|cusparse|cufft|_fft|
                       r"splitKreduce|^sm\d+_|^ampere_|^volta_|^turing_|^hopper_|^maxwell_|cask|mkldnn|onednn|"
                       r"^aten::(?:mm|addmm|bmm|baddbmm|addbmm|mv|addmv|dot|vdot|_mkldnn\w*|mkldnn\w*|"
                       r"_scaled_dot_product_flash\w*|_efficient_attention\w*|_flash_attention\w*)$|^pyopencl::", re.I)
+#: How CuTe DSL names the kernels it compiles from Python: kernel_cutlass_<function>_<argument types>.
+_CUTE_DSL_KERNEL = re.compile(r"^kernel_cutlass_")
 _TORCH = re.compile(r"\bat::|\bc10::|^triton_(?:poi|red|per|tem|for|unk)_|^Memcpy|^Memset|elementwise_kernel|"
                     r"reduce_kernel|\bcub::|\bthrust::|CatArrayBatchedCopy|indexSelect|cunn_|softmax_warp|"
                     r"at_cuda_detail|pytorch_flash|distribution_elementwise|fused_dropout|ncclKernel|^aten::|"
@@ -199,10 +201,15 @@ def _section(event, where: dict[str, tuple[float, float]]) -> str | None:
     return None
 
 
+#: Allocations: every kernel needs its output, and on a CPU (no device timeline to leave them off) allocating a
+#: large one took a third of a small ReLU's time, enough to move the kernel share across `strict`'s minimum.
+_ALLOCATIONS = frozenset({"aten::empty", "aten::empty_like", "aten::empty_strided"})
+
+
 def _bookkeeping(name: str) -> bool:
     """The autograd engine's own ranges (``autograd::engine::evaluate_function: ReluBackward0``): they hold the
-    operators a backward node runs, and are none."""
-    return name.startswith("autograd::")
+    operators a backward node runs, and are none; and allocations, which compute nothing."""
+    return name.startswith("autograd::") or name in _ALLOCATIONS
 
 
 def _annotation(event) -> bool:
@@ -272,8 +279,11 @@ def attribute(events, cuda: bool, so_paths: list[str], triton_names: set[str],
         for e in ran:
             start = e.time_range.start
             origin = origin_of(e.name, own)
-            if origin == "unknown" and any(a <= start <= b for a, b in calls):
-                origin = "candidate"  # launched inside one of the candidate's calls, by no known library
+            inside = any(a <= start <= b for a, b in calls)
+            if inside and (origin == "unknown" or _CUTE_DSL_KERNEL.match(e.name)):
+                # launched inside one of the candidate's calls, by no known library, or compiled by CuTe DSL
+                # from the candidate's @cute.kernel (the DSL's names say cutlass, as a CUTLASS library's do)
+                origin = "candidate"
             row = uses[(e.name, origin)]
             row[0] += 1
             row[1] += e.time_range.end - start

@@ -73,6 +73,25 @@ def test_the_candidates_dsl_launches_are_recorded_and_a_librarys_are_not(tmp_pat
     assert rec.calls == 1 and x.tolist() == [4.0] * 4 and "factory" in rec.triton_names
 
 
+def test_dsl_tensors_lead_back_to_their_torch_tensors_without_keeping_them_alive(tmp_path):
+    # A forward makes new DSL tensors from new torch tensors every call: held, they would fill the device.
+    class DslTensor:
+        def __init__(self, t):
+            self.ptr = t.data_ptr()
+
+    hooks = DslHooks(Recorder(), "fake", ("fakedsl",))
+    from_dlpack = hooks.from_dlpack(DslTensor)
+    x = torch.ones(4)
+    wrapped = from_dlpack(x)
+    assert hooks.as_torch(wrapped) is x and hooks.has_tensors((wrapped,), {})
+    stranger = DslTensor(x)  # made some other way: not followed
+    assert hooks.as_torch(stranger) is stranger and not hooks.has_tensors((stranger,), {})
+    del wrapped
+    assert not hooks.dlpack  # its entry left with it
+    kept = from_dlpack(torch.zeros(2))  # the torch tensor dies first: the DSL tensor maps to nothing
+    assert hooks.as_torch(kept) is kept and sys.getrefcount(x) == 2
+
+
 def _gpu_verify(pool, problem, source, backend):
     return Verifier(fast_config(trials=3), pool=pool).verify(problem, source, backend)
 

@@ -149,6 +149,18 @@ def test_ranges_on_the_device_timeline_are_not_kernels():
     assert attribute(own, cuda=True, so_paths=[], triton_names=set())[0].shares == {"unknown": 1.0}
 
 
+
+def test_a_cute_dsl_kernel_is_the_candidates_inside_its_call_and_a_librarys_outside():
+    """CuTe DSL names what it compiles kernel_cutlass_<function>_..., which reads as a CUTLASS library's name
+    (seen on an H100: every cute oracle judged kernel_unused). Inside the candidate's DSL call it is its own;
+    a CUTLASS library kernel there, or that name outside any call of the candidate's, is not."""
+    dsl = "kernel_cutlass_relu_kernel_tensorptrf32gmemo4026531841_tensorptrf32gme"
+    profile = [event(CANDIDATE, 0, 100, device=False), event("kforge::cute::relu", 5, 50),
+               event(dsl, 10, 30), event("void cutlass::Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nn_align1>(Params)",
+                                         30, 40), event(dsl, 60, 70)]
+    a, _ = attribute(profile, cuda=True, so_paths=[], triton_names={"relu"})
+    assert a.shares == pytest.approx({"candidate": 0.5, "library": 0.5}), a.shares
+
 def ops(ref, cand):
     return {REFERENCE: ref, CANDIDATE: cand}
 
