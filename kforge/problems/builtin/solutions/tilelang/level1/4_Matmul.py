@@ -10,7 +10,7 @@ import torch.nn as nn
 
 
 @tilelang.jit(out_idx=[-1])
-def matmul_3xtf32(M, N, K, block_M=128, block_N=128, block_K=16, num_stages=2, threads=256):
+def matmul_3xtf32(M, N, K, block_M=128, block_N=256, block_K=16, num_stages=3, threads=256):
     f32 = "float32"
 
     @T.prim_func
