@@ -161,11 +161,11 @@ def test_missing_key_fails_before_any_problem(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("override, answer", [
-    ("backend=metal9", "unknown choice backend=metal9; valid backend choices: cpu, cuda, triton"),
+    ("backend=metal9", "unknown choice backend=metal9; valid backend choices: cpu, cuda, cute, opencl, tilelang, triton"),
     ("model=gtp-5", "unknown choice model=gtp-5 (did you mean model=gpt-5?); valid model choices: claude-opus, gpt-5"),
     ("problems=builtin_l9", "unknown choice problems=builtin_l9 (did you mean problems=builtin_l3?); valid problems "
                             "choices: builtin_all, builtin_l1"),
-    ("experiment=nope", "unknown choice experiment=nope; valid experiment choices: demo, iterative_vs_beam"),
+    ("experiment=nope", "unknown choice experiment=nope; valid experiment choices: backward_ablation, demo, iterative_vs_beam"),
 ])
 def test_an_unknown_choice_is_answered_like_a_misspelt_key(tmp_path, override, answer):
     res = subprocess.run([sys.executable, str(REPO_DIR / "pipelines" / "synthesize.py"), override],
