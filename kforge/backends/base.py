@@ -43,6 +43,15 @@ class WorkerContext:
     build_only: bool = False
     """True in the build phase (no device visible): compile, do not run."""
 
+    def library_cache(self, folder: str, variable: str) -> None:
+        """Point a library's kernel cache (environment ``variable``) at ``folder`` of kforge's build cache, made
+        here, before candidate code runs: the write guard lets a candidate write where the variable points, not
+        the folders above it that the library's own makedirs would touch."""
+        import os
+        cache = Path(self.cache_dir) / folder
+        cache.mkdir(parents=True, exist_ok=True)
+        os.environ[variable] = str(cache)
+
 
 class Backend:
     """Base class; subclasses set the class attributes and override what differs."""

@@ -14,9 +14,6 @@ and how): nothing here can run without an NVIDIA GPU.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 from .base import Backend, WorkerContext
 
 
@@ -30,9 +27,7 @@ class CuteBackend(Backend):
 
     def prepare(self, ctx: WorkerContext) -> None:
         # The DSL's compiled kernels persist there, so the run reuses what an earlier verification compiled.
-        cache = Path(ctx.cache_dir) / "cute"
-        cache.mkdir(parents=True, exist_ok=True)  # made here, trusted: the DSL's own makedirs would touch kforge's cache
-        os.environ["CUTE_DSL_CACHE_DIR"] = str(cache)
+        ctx.library_cache("cute", "CUTE_DSL_CACHE_DIR")
 
     def classify(self, exc: BaseException) -> str | None:
         for cls in type(exc).__mro__:

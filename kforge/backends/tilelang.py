@@ -12,9 +12,6 @@ wheels and how): nothing here can run without an NVIDIA GPU.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 from .base import Backend, WorkerContext
 
 
@@ -27,9 +24,7 @@ class TileLangBackend(Backend):
     kernel_hint = "a @tilelang.jit tile program (T.prim_func with T.Kernel) whose kernel forward calls"
 
     def prepare(self, ctx: WorkerContext) -> None:
-        cache = Path(ctx.cache_dir) / "tilelang"
-        cache.mkdir(parents=True, exist_ok=True)  # made here, trusted: the DSL's own makedirs would touch kforge's cache
-        os.environ["TILELANG_CACHE_DIR"] = str(cache)
+        ctx.library_cache("tilelang", "TILELANG_CACHE_DIR")
 
     def classify(self, exc: BaseException) -> str | None:
         for cls in type(exc).__mro__:

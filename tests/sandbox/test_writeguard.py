@@ -142,3 +142,17 @@ def test_library_kernel_caches_are_writable_and_kforges_own_stay_refused(tmp_pat
     for kept_out in ("cache_kforges_in_home", "cache_kforges", "home_dotfile", "cache_nv_beside"):
         assert results[kept_out] == "refused" and not Path(targets[kept_out]).exists(), (kept_out, results)
     assert got["finding"][0] == "environment", got
+
+
+def test_a_dsl_kernel_cache_its_backend_made_is_writable_and_the_folder_above_it_is_not(tmp_path, monkeypatch):
+    """TileLang on an H100: its cache's makedirs touched kforge's build cache above it, and every oracle came out
+    cheat_detected. The backend makes the folder and names it before candidate code runs."""
+    from kforge.backends.base import WorkerContext
+    from kforge.sandbox.writeguard import WriteGuard
+    build_cache = tmp_path / "kc" / "ext"
+    monkeypatch.setenv("TILELANG_CACHE_DIR", "")  # restored after the test
+    WorkerContext(cache_dir=str(build_cache)).library_cache("tilelang", "TILELANG_CACHE_DIR")
+    guard = WriteGuard(str(tmp_path / "work"), str(build_cache))
+    assert (build_cache / "tilelang").is_dir()
+    assert guard.allows(str(build_cache / "tilelang" / "kernel_abc" / "kernel.so"))
+    assert not guard.allows(str(build_cache)) and not guard.allows(str(build_cache / "audit" / "x.json"))
