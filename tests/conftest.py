@@ -13,9 +13,9 @@ from kforge import REPO_DIR
 from kforge.sandbox.gpus import detect_gpus
 from kforge.verify import WorkerPool
 
-#: The C++ sources the suite verifies on the CPU, roughly in the order the tests reach them.
-CPU_SOURCES = ("kforge/problems/builtin/solutions/cpu/**/*.py", "prompts/examples/cpu/**/model_new.py",
-               "tests/candidates/cpu/*.py", "tests/exploits/cpu/*.py", "tests/idioms/cpu/*.py")
+#: The C++ sources the suite verifies on the CPU, roughly in the order the tests first reach them.
+CPU_SOURCES = ("kforge/problems/builtin/solutions/cpu/**/*.py", "tests/candidates/cpu/*.py", "tests/exploits/cpu/*.py",
+               "tests/idioms/cpu/*.py", "prompts/examples/cpu/**/model_new.py")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -43,12 +43,13 @@ def cache_dir(tmp_path_factory) -> Path:
 def _prebuild(cache: Path) -> subprocess.Popen | None:
     """Build the suite's CPU sources into the session's cache in the background, one at a time at a lower
     priority: a fresh cache (CI's) otherwise builds each where a test first meets it, one core idle meanwhile.
-    The builder's locks make a test that meets a source being built wait for it instead of building it again.
+    The background starts from the sources the tests reach last, so the two build different sources until they
+    meet (the builder's locks make one wait for the other there, never build twice).
     KFORGE_TEST_PREBUILD=0 turns it off; suites a test starts inherit that."""
     if os.environ.get("KFORGE_TEST_PREBUILD") == "0":
         return None
     os.environ["KFORGE_TEST_PREBUILD"] = "0"
-    files = [str(p) for pattern in CPU_SOURCES for p in sorted(REPO_DIR.glob(pattern))]
+    files = [str(p) for pattern in CPU_SOURCES for p in sorted(REPO_DIR.glob(pattern))][::-1]
     if not files:  # an installed kforge without its checkout's tests
         return None
     return subprocess.Popen([sys.executable, "-m", "kforge.cli", "build", *files, "--backend", "cpu", "--jobs", "1"],
