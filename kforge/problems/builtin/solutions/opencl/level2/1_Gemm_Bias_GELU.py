@@ -5,11 +5,13 @@ import torch.nn as nn
 
 # GELU(x @ W^T + b) in one pass over the output: W (out, in) is first transposed to (in, out) so that eight
 # output features are one float8 load; each work-item computes 4 rows x 8 features and applies the bias and
-# the exact (erf) GELU before storing.
+# the exact (erf) GELU before storing. Any number of features: the transposed weight, the bias and the output
+# are padded to a multiple of eight (zeros), and the padding is cut off the result.
 SOURCE = r"""
-__kernel void transpose(__global const float* src, __global float* dst, const int rows, const int cols) {
+__kernel void transpose(__global const float* src, __global float* dst, const int rows, const int cols,
+                        const int ld) {
     const int c = get_global_id(0), r = get_global_id(1);
-    if (r < rows && c < cols) dst[(long)c * rows + r] = src[(long)r * cols + c];
+    if (r < rows && c < cols) dst[(long)c * ld + r] = src[(long)r * cols + c];
 }
 
 __kernel void linear_gelu(__global const float* X, __global const float* WT, __global const float* bias,
@@ -42,7 +44,6 @@ class ModelNew(nn.Module):
     def __init__(self, in_features: int, out_features: int):
         super().__init__()
         self.linear = nn.Linear(in_features, out_features)
-        assert out_features % 8 == 0
         self.ctx = cl.create_some_context(interactive=False)
         self.queue = cl.CommandQueue(self.ctx)
         program = cl.Program(self.ctx, SOURCE).build()
@@ -53,15 +54,20 @@ class ModelNew(nn.Module):
         x = x.contiguous()
         M, K = x.shape
         N = self.linear.out_features
-        out = torch.empty(M, N)
+        Np = (N + 7) // 8 * 8
+        out = torch.empty(M, Np)
+        bias = np.zeros(Np, dtype=np.float32)
+        bias[:N] = self.linear.bias.detach().numpy()
         ctx, q, mf = self.ctx, self.queue, cl.mem_flags
         x_b = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=x.numpy())
         w_b = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=self.linear.weight.detach().numpy())
-        bias_b = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=self.linear.bias.detach().numpy())
-        wt_b = cl.Buffer(ctx, mf.READ_WRITE, N * K * 4)
-        out_b = cl.Buffer(ctx, mf.WRITE_ONLY, M * N * 4)
-        self.k_transpose(q, (K, N), None, w_b, wt_b, np.int32(N), np.int32(K))
-        self.k_linear_gelu(q, (N // 8, (M + 3) // 4), None, x_b, wt_b, bias_b, out_b,
-                           np.int32(M), np.int32(N), np.int32(K))
+        bias_b = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=bias)
+        wt_b = cl.Buffer(ctx, mf.READ_WRITE, Np * K * 4)
+        out_b = cl.Buffer(ctx, mf.WRITE_ONLY, M * Np * 4)
+        if Np != N:
+            cl.enqueue_fill_buffer(q, wt_b, np.float32(0), 0, Np * K * 4)
+        self.k_transpose(q, (K, N), None, w_b, wt_b, np.int32(N), np.int32(K), np.int32(Np))
+        self.k_linear_gelu(q, (Np // 8, (M + 3) // 4), None, x_b, wt_b, bias_b, out_b,
+                           np.int32(M), np.int32(Np), np.int32(K))
         cl.enqueue_copy(q, out.numpy(), out_b)
-        return out
+        return out[:, :N].contiguous() if Np != N else out
