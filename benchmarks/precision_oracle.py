@@ -37,12 +37,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from kforge.backends import get_backend  # noqa: E402
+from kforge.precision import ROUNDINGS, get_precision  # noqa: E402
 from kforge.problems import builtin_solution_path, load_builtin  # noqa: E402
 from kforge.verify import Verifier, VerifyConfig, WorkerPool  # noqa: E402
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-#: The own harness's relative tolerance: 4 unit roundoffs of the storage dtype.
-RTOL = {"bf16": 4 * 2.0 ** -8, "fp16": 4 * 2.0 ** -11}
 
 
 @dataclass
@@ -164,7 +163,7 @@ def run_own(problems, backends, precision: str, device: str) -> list[Row]:
             row = Row(p.key, name, "correct", solution=_rel(path), harness="own")
             try:
                 with torch.no_grad():
-                    _own_one(ref_mod, path.read_text(), dtype, device, RTOL[precision], row)
+                    _own_one(ref_mod, path.read_text(), dtype, device, ROUNDINGS * get_precision(precision).unit_roundoff, row)
             except Exception as exc:  # a row that says what went wrong; the other problems go on
                 row.state, row.message = "runtime_error", f"{type(exc).__name__}: {str(exc)[:200]}"
             rows.append(row)
