@@ -119,7 +119,7 @@ def test_dsl_oracle_is_correct_on_the_gpu(pool, name, problem):
     v = _gpu_verify(pool, problem, path.read_text(), name)
     assert v.state is State.CORRECT, v.summary()
     assert v.kernel_share and v.kernel_share > 0.5 and v.attribution.output_from_kernel, v.summary()
-    if name == "tilelang" and problem.name in ("4_Matmul", "1_Gemm_Bias_GELU"):  # 3xTF32 on tensor cores
+    if problem.name in ("4_Matmul", "1_Gemm_Bias_GELU"):  # split-operand GEMMs on the tensor cores beat fp32 eager
         assert v.speedup_eager > 1.0, v.summary()
 
 

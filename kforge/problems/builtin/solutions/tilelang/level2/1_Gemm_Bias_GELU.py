@@ -3,41 +3,59 @@ import tilelang.language as T
 import torch
 import torch.nn as nn
 
-# GELU(x @ W^T + b): the GEMM on Hopper's tensor cores with 3xTF32 (fp32 accuracy; see level1/4_Matmul), W read
-# as it is stored (out, in) through T.gemm's transpose_B; bias and the exact erf GELU applied to the accumulator
-# fragment before it is written.
+# GELU(x @ W^T + b) in fp32 on Hopper's tensor cores with split operands (bf16 pieces, 3xBF16; see level1/4_Matmul):
+# x and W are each split once into hi + lo pieces laid out along k, x' = [x_hi | x_lo | x_hi] and W' = [W_hi | W_hi | W_lo],
+# so that one GEMM over 3K gives x_hi W_hi + x_lo W_hi + x_hi W_lo; W' is read as it is stored (out, in) through
+# T.gemm's transpose_B, and the bias and exact erf GELU are applied to the accumulator before it is written.
+TF32_MASK = 0xFFFFE000  # sign, exponent and the 10 mantissa bits TF32 keeps
+PIECE = "bfloat16"  # the pieces' type: "bfloat16" (wgmma, 3xBF16) or "float32" (TF32 pieces, 3xTF32)
+
+
+def _split(v, piece):
+    """v = hi + lo (+ what neither holds): hi is v cut to the piece's precision, lo the rest of it."""
+    if piece == "float32":  # TF32 pieces stored as fp32; the tensor cores read their top 19 bits
+        hi = T.reinterpret(T.reinterpret(v, "uint32") & T.uint32(TF32_MASK), "float32")
+        return hi, v - hi
+    hi = T.Cast(piece, v)
+    return hi, T.Cast(piece, v - T.Cast("float32", hi))
 
 
 @tilelang.jit(out_idx=[-1])
-def linear_gelu(M, N, K, block_M=128, block_N=128, block_K=16, threads=256):
+def split_rows(R, C, lo_slot, piece=PIECE, block=256):
+    """X (R, C) -> (R, 3C): three column blocks, hi in two of them and lo in block ``lo_slot``."""
     f32 = "float32"
 
     @T.prim_func
-    def main(X: T.Tensor((M, K), f32), W: T.Tensor((N, K), f32), bias: T.Tensor((N,), f32),
+    def main(X: T.Tensor((R, C), f32), D: T.Tensor((R, 3 * C), piece)):
+        with T.Kernel(T.ceildiv(C, block), R, threads=block) as (bx, by):
+            for j in T.Parallel(block):
+                c = bx * block + j
+                if c < C:
+                    v = X[by, c]
+                    hi, lo = _split(v, piece)
+                    for s in T.unroll(3):
+                        D[by, s * C + c] = T.if_then_else(s == lo_slot, lo, hi)
+
+    return main
+
+
+@tilelang.jit(out_idx=[-1])
+def linear_gelu(M, N, K, piece=PIECE, block_M=128, block_N=256, block_K=None, num_stages=3, threads=256):
+    f32 = "float32"
+    block_K = block_K or (64 if piece == "bfloat16" else 32)  # 128-byte rows of the operand tiles
+
+    @T.prim_func
+    def main(X: T.Tensor((M, K), piece), W: T.Tensor((N, K), piece), bias: T.Tensor((N,), f32),
              Y: T.Tensor((M, N), f32)):
         with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
-            X_s = T.alloc_shared((block_M, block_K), f32)
-            W_s = T.alloc_shared((block_N, block_K), f32)
-            X_hi = T.alloc_shared((block_M, block_K), f32)
-            X_lo = T.alloc_shared((block_M, block_K), f32)
-            W_hi = T.alloc_shared((block_N, block_K), f32)
-            W_lo = T.alloc_shared((block_N, block_K), f32)
+            X_s = T.alloc_shared((block_M, block_K), piece)
+            W_s = T.alloc_shared((block_N, block_K), piece)
             acc = T.alloc_fragment((block_M, block_N), f32)
             T.clear(acc)
-            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=2):
+            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
                 T.copy(X[by * block_M, k * block_K], X_s)
                 T.copy(W[bx * block_N, k * block_K], W_s)
-                for i, j in T.Parallel(block_M, block_K):
-                    hi = T.reinterpret(T.reinterpret(X_s[i, j], "uint32") & T.uint32(0xFFFFE000), f32)
-                    X_hi[i, j] = hi
-                    X_lo[i, j] = X_s[i, j] - hi
-                for i, j in T.Parallel(block_N, block_K):
-                    hi = T.reinterpret(T.reinterpret(W_s[i, j], "uint32") & T.uint32(0xFFFFE000), f32)
-                    W_hi[i, j] = hi
-                    W_lo[i, j] = W_s[i, j] - hi
-                T.gemm(X_lo, W_hi, acc, transpose_B=True)
-                T.gemm(X_hi, W_lo, acc, transpose_B=True)
-                T.gemm(X_hi, W_hi, acc, transpose_B=True)
+                T.gemm(X_s, W_s, acc, transpose_B=True)
             for i, j in T.Parallel(block_M, block_N):
                 v = acc[i, j] + bias[bx * block_N + j]
                 acc[i, j] = 0.5 * v * (1.0 + T.erf(v * 0.7071067811865476))
@@ -54,7 +72,9 @@ class ModelNew(nn.Module):
 
     def forward(self, x):
         x = x.contiguous()
-        shape = (x.shape[0], self.linear.out_features, x.shape[1])
-        if shape not in self.kernels:
-            self.kernels[shape] = linear_gelu(*shape)
-        return self.kernels[shape](x, self.linear.weight, self.linear.bias)
+        M, K = x.shape
+        N = self.linear.out_features
+        if (M, N, K) not in self.kernels:
+            self.kernels[(M, N, K)] = (split_rows(M, K, 1), split_rows(N, K, 2), linear_gelu(M, N, 3 * K))
+        split_x, split_w, gemm = self.kernels[(M, N, K)]
+        return gemm(split_x(x), split_w(self.linear.weight.detach()), self.linear.bias)
