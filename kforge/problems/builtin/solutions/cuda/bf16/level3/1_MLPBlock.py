@@ -3,9 +3,13 @@ import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
 # Pre-norm MLP block in bf16: LayerNorm (fp32 statistics) -> tensor-core GEMM with bias + exact GELU in its
-# epilogue -> tensor-core GEMM with bias + the residual in its epilogue. The GEMMs are mma.sync m16n8k16
-# (bf16 operands, fp32 accumulators) over a 3-stage cp.async pipeline; each output is rounded to bf16 once.
+# epilogue -> tensor-core GEMM with bias + the residual in its epilogue; fp32 accumulators, each output rounded
+# to bf16 once. On Hopper (sm_90a) the GEMMs are a persistent, warp-specialized wgmma kernel (TMA loads into a
+# 4-stage 128B-swizzled ring, 128 x 256 x 64 tiles); elsewhere, and for operands TMA cannot take, mma.sync
+# m16n8k16 over a 3-stage cp.async pipeline.
 cuda_source = r"""
+#include <cuda.h>           // CUtensorMap (types only: the driver is reached at run time)
+#include <cudaTypedefs.h>   // PFN_cuTensorMapEncodeTiled
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <cstdint>
@@ -216,9 +220,10 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_bf16_kernel(GemmArgs p) {
         }
 }
 
-// C = A @ op(B) (+ bias) (-> GELU) (+ res); b_kn: B is (K, N), else (N, K). Returns nullptr or the CUDA error.
-const char* gemm_bf16(const void* A, int64_t lda, const void* B, int64_t ldb, bool b_kn, void* C, int64_t ldc,
-                      const void* bias, const void* res, int64_t ldr, int M, int N, int K, bool gelu) {
+// The mma.sync path: any GPU from sm_80 on, any shape and alignment.
+static const char* gemm_bf16_mma(const void* A, int64_t lda, const void* B, int64_t ldb, bool b_kn, void* C,
+                                 int64_t ldc, const void* bias, const void* res, int64_t ldr, int M, int N,
+                                 int K, bool gelu) {
     if (M == 0 || N == 0) return nullptr;
     GemmArgs p{static_cast<const bf16*>(A), lda, static_cast<const bf16*>(B), ldb, static_cast<bf16*>(C), ldc,
                static_cast<const bf16*>(bias), static_cast<const bf16*>(res), ldr, M, N, K, gelu ? 1 : 0, 0, 0};
@@ -238,6 +243,281 @@ const char* gemm_bf16(const void* A, int64_t lda, const void* B, int64_t ldb, bo
         gemm_bf16_kernel<false><<<blocks, THREADS, smem>>>(p);
     }
     return launch_status();
+}
+
+// ---- Hopper (sm_90a) path: TMA + wgmma, warp-specialized, persistent --------------------------------------
+// Block tile 128 x 256 x 64. Warpgroup 0 is the producer: one thread streams A (128 x 64) and B (256 x 64) tiles
+// with TMA (128B swizzle) into a 4-stage shared-memory ring guarded by full/empty mbarriers. Warpgroups 1 and 2
+// are consumers, each computing 64 x 256 of the tile with wgmma m64n256k16 (fp32 accumulators in registers:
+// 128 per thread) straight from shared memory, then running the epilogue from registers. setmaxnreg moves the
+// register budget from the producer (40) to the consumers (232). The grid is persistent (one block per SM) and
+// walks the tiles in GROUP_M-row groups so that blocks running together share A and B panels in L2; the
+// producer runs ahead into the next tile while the consumers are in the epilogue. Edge tiles: TMA fills the
+// parts outside the matrices with zeros, and the stores are masked.
+namespace hop {
+constexpr int BM = 128, BN = 256, BK = 64, STAGES = 4, CONSUMERS = 2, THREADS = 128 * (CONSUMERS + 1);
+constexpr int GROUP_M = 8;
+constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;  // 16 + 32 KB
+// + 1 KB so the ring can start on a 1024-byte boundary (the 128B swizzle's period), + the mbarriers
+constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + 1024 + 2 * STAGES * 8;
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define KF_SM90A 1
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    uint32_t done;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    } while (!done);
+}
+// box at coordinates (c0 along the contiguous dimension, c1 along rows) -> shared dst; completes tx on bar
+__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+                 "[%0], [%1, {%3, %4}], [%2];\n"
+                 ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1) : "memory");
+}
+// wgmma shared-memory descriptor, 128B swizzle: start address, leading / stride byte offsets (all >> 4)
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | (uint64_t)(lbo >> 4) << 16 | (uint64_t)(sbo >> 4) << 32 |
+           (uint64_t)1 << 62;
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// keeps the compiler from moving accumulator reads/writes across the asynchronous wgmma window
+__device__ __forceinline__ void fence_acc(float (&d)[128]) {
+    #pragma unroll
+    for (int i = 0; i < 128; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+// d (64 x 256, fp32) = A (64 x 16, K-major) * B (16 x 256; K-major, or N-major when TRANS_B) + (scale_d ? d : 0)
+template <int TRANS_B>
+__device__ __forceinline__ void wgmma_256(float (&d)[128], uint64_t da, uint64_t db, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {@ACC@}, %128, %129, p, 1, 1, 0, %131;\n}\n"
+                 : @ACC_OPS@
+                 : "l"(da), "l"(db), "r"(scale_d), "n"(TRANS_B));
+}
+#endif
+
+// tile index -> (m0, n0): GROUP_M row tiles sweep the column tiles together (their B panels stay in L2)
+__device__ __forceinline__ void tile_origin(int tile, int tiles_m, int tiles_n, int& m0, int& n0) {
+    const int group = GROUP_M * tiles_n, first_m = (tile / group) * GROUP_M;
+    const int gm = min(tiles_m - first_m, GROUP_M);
+    m0 = (first_m + (tile % group) % gm) * BM;
+    n0 = ((tile % group) / gm) * BN;
+}
+
+// B_KN: B is (K, N) n-contiguous (loaded as four 64-column boxes, read N-major); else (N, K) k-contiguous.
+template <bool B_KN>
+__global__ void __launch_bounds__(THREADS, 1)
+    wgmma_gemm_kernel(const __grid_constant__ CUtensorMap tma_a, const __grid_constant__ CUtensorMap tma_b,
+                      const GemmArgs p) {
+#ifdef KF_SM90A
+    extern __shared__ unsigned char smem_raw[];
+    const uint32_t raw = smem_addr(smem_raw);
+    const uint32_t ring = (raw + 1023) & ~1023u;  // stage s: A at ring + s * STAGE_BYTES, B after it
+    const uint32_t full = ring + STAGES * STAGE_BYTES, empty = full + STAGES * 8;
+    const int warpgroup = threadIdx.x / 128;
+    const int tiles_m = (p.M + BM - 1) / BM, tiles_n = (p.N + BN - 1) / BN, tiles = tiles_m * tiles_n;
+    const int kblocks = (p.K + BK - 1) / BK;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; ++s) {
+            mbar_init(full + 8 * s, 1);                   // the producer's expect_tx; TMA completes the bytes
+            mbar_init(empty + 8 * s, CONSUMERS * 4);      // one arrival per consumer warp
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the TMA unit
+    }
+    __syncthreads();
+
+    if (warpgroup == 0) {  // producer
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+        if (threadIdx.x != 0) return;
+        uint32_t it = 0;  // position in the ring, in step with the consumers' count
+        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+            int m0, n0;
+            tile_origin(tile, tiles_m, tiles_n, m0, n0);
+            for (int kb = 0; kb < kblocks; ++kb, ++it) {
+                const uint32_t s = it % STAGES, a = ring + s * STAGE_BYTES, b = a + A_BYTES;
+                mbar_wait(empty + 8 * s, ((it / STAGES) & 1) ^ 1);  // a fresh barrier passes parity 1 at once
+                mbar_expect_tx(full + 8 * s, STAGE_BYTES);         // OOB parts are zero-filled and still counted
+                tma_load(a, &tma_a, full + 8 * s, kb * BK, m0);
+                if (B_KN) {
+                    #pragma unroll
+                    for (int j = 0; j < BN / 64; ++j)
+                        tma_load(b + j * 64 * BK * 2, &tma_b, full + 8 * s, n0 + 64 * j, kb * BK);
+                } else {
+                    tma_load(b, &tma_b, full + 8 * s, kb * BK, n0);
+                }
+            }
+        }
+        return;
+    }
+
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    const int cw = warpgroup - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+    float acc[128];
+    #pragma unroll
+    for (int i = 0; i < 128; ++i) acc[i] = 0.f;
+    uint32_t it = 0;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        int m0, n0;
+        tile_origin(tile, tiles_m, tiles_n, m0, n0);
+        for (int kb = 0; kb < kblocks; ++kb, ++it) {
+            const uint32_t s = it % STAGES;
+            mbar_wait(full + 8 * s, (it / STAGES) & 1);
+            const uint32_t a = ring + s * STAGE_BYTES + cw * 64 * BK * 2, b = ring + s * STAGE_BYTES + A_BYTES;
+            wgmma_fence();
+            #pragma unroll
+            for (int kk = 0; kk < BK / 16; ++kk) {
+                // K-major, 128-byte rows: k16 steps are +32 bytes inside the swizzled row; 8-row groups 1 KB apart.
+                // N-major B: a k16 step is 16 rows (2 KB); 64-column boxes (LBO) 8 KB apart, 8-row groups 1 KB.
+                const uint64_t da = smem_desc(a + kk * 32, 16, 1024);
+                const uint64_t db = B_KN ? smem_desc(b + kk * 16 * 128, 64 * BK * 2, 1024)
+                                         : smem_desc(b + kk * 32, 16, 1024);
+                wgmma_256<B_KN ? 1 : 0>(acc, da, db, (kb | kk) != 0);
+            }
+            wgmma_commit();
+            wgmma_wait<1>();  // the previous k-block's MMAs are done: hand its stage back to the producer
+            if (kb > 0 && lane == 0) mbar_arrive(empty + 8 * ((it - 1) % STAGES));
+        }
+        wgmma_wait<0>();
+        fence_acc(acc);
+        if (kblocks > 0 && lane == 0) mbar_arrive(empty + 8 * ((it - 1) % STAGES));
+
+        // epilogue: thread holds rows r, r + 8 and columns c, c + 1 of each 8-column slice j (N is even here)
+        const int r = m0 + cw * 64 + warp * 16 + lane / 4, c = n0 + (lane % 4) * 2;
+        #pragma unroll
+        for (int j = 0; j < BN / 8; ++j) {
+            const int n = c + 8 * j;
+            if (n >= p.N) continue;
+            float2 bv = make_float2(0.f, 0.f);
+            if (p.bias) bv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p.bias + n));
+            #pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int m = r + 8 * h;
+                if (m >= p.M) continue;
+                float v0 = acc[4 * j + 2 * h] + bv.x, v1 = acc[4 * j + 2 * h + 1] + bv.y;
+                if (p.gelu) { v0 = gelu_erf(v0); v1 = gelu_erf(v1); }
+                if (p.res) {
+                    const bf16* rp = p.res + (int64_t)m * p.ldr + n;
+                    const float2 rv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(rp));
+                    v0 += rv.x; v1 += rv.y;
+                }
+                *reinterpret_cast<__nv_bfloat162*>(p.C + (int64_t)m * p.ldc + n) = __floats2bfloat162_rn(v0, v1);
+            }
+        }
+        fence_acc(acc);  // the next tile's MMAs overwrite acc only after these reads
+    }
+#endif
+}
+
+// Which code the loaded module holds for this GPU: the sm_90a build sets 1 (an sm_80 or PTX build, 0).
+__device__ int g_has_sm90a;
+__global__ void sm90a_probe_kernel() {
+#ifdef KF_SM90A
+    g_has_sm90a = 1;
+#else
+    g_has_sm90a = 0;
+#endif
+}
+
+// cuTensorMapEncodeTiled from the driver at run time, so that the extension does not link libcuda
+static PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+    static const PFN_cuTensorMapEncodeTiled_v12000 fn = []() -> PFN_cuTensorMapEncodeTiled_v12000 {
+        void* f = nullptr;
+        cudaDriverEntryPointQueryResult q;
+#if CUDART_VERSION >= 12050
+        const cudaError_t e =
+            cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q);
+#else
+        const cudaError_t e = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &f, cudaEnableDefault, &q);
+#endif
+        if (e != cudaSuccess || q != cudaDriverEntryPointSuccess) { cudaGetLastError(); return nullptr; }
+        return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+    }();
+    return fn;
+}
+
+// SM count of the current device when it runs the wgmma path (compute capability 9.0, sm_90a code loaded, the
+// encoder found, the shared memory granted), else 0. Probed once per device.
+static int hopper_sms() {
+    static int cached[64];
+    static bool probed[64];
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) { cudaGetLastError(); return 0; }
+    if (!probed[dev]) {
+        probed[dev] = true;
+        int major = 0, minor = 0, sms = 0, has = 0;
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+        if (major == 9 && minor == 0 && tensor_map_encoder() != nullptr) {
+            sm90a_probe_kernel<<<1, 1>>>();
+            if (cudaMemcpyFromSymbol(&has, g_has_sm90a, sizeof(int)) != cudaSuccess) has = 0;
+        }
+        if (has && (cudaFuncSetAttribute(wgmma_gemm_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         SMEM_BYTES) != cudaSuccess ||
+                    cudaFuncSetAttribute(wgmma_gemm_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         SMEM_BYTES) != cudaSuccess))
+            has = 0;
+        cudaGetLastError();  // a failed probe leaves no error behind for the next launch check
+        cached[dev] = has ? sms : 0;
+    }
+    return cached[dev];
+}
+
+// 2-D bf16 tensor map over rows x inner (row pitch ld elements), box box_rows x 64, 128B swizzle, zero fill
+static bool encode_map(CUtensorMap* map, const void* ptr, int64_t inner, int64_t rows, int64_t ld, uint32_t box_rows) {
+    const cuuint64_t dims[2] = {(cuuint64_t)inner, (cuuint64_t)rows};
+    const cuuint64_t strides[1] = {(cuuint64_t)ld * 2};
+    const cuuint32_t box[2] = {64, box_rows}, elem_strides[2] = {1, 1};
+    return tensor_map_encoder()(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(ptr), dims, strides, box,
+                                elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+}  // namespace hop
+
+static bool aligned4(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 3) == 0; }
+
+// C = A @ op(B) (+ bias) (-> GELU) (+ res); b_kn: B is (K, N), else (N, K). Returns nullptr or the CUDA error.
+// The wgmma kernel where it can run: a Hopper GPU, TMA-legal operands (16-byte aligned bases, row pitches a
+// multiple of 8 elements), an even N and 4-byte aligned C / bias / res for the paired stores; else mma.sync.
+const char* gemm_bf16(const void* A, int64_t lda, const void* B, int64_t ldb, bool b_kn, void* C, int64_t ldc,
+                      const void* bias, const void* res, int64_t ldr, int M, int N, int K, bool gelu) {
+    if (M == 0 || N == 0) return nullptr;
+    const bool eligible = K > 0 && aligned16(A) && aligned16(B) && lda % 8 == 0 && ldb % 8 == 0 && N % 2 == 0 &&
+                          aligned4(C) && ldc % 2 == 0 && (!bias || aligned4(bias)) &&
+                          (!res || (aligned4(res) && ldr % 2 == 0));
+    const int sms = eligible ? hop::hopper_sms() : 0;
+    if (sms > 0) {
+        CUtensorMap ta, tb;
+        const bool mapped = hop::encode_map(&ta, A, K, M, lda, hop::BM) &&
+                            (b_kn ? hop::encode_map(&tb, B, N, K, ldb, 64)   // (K, N): 64-column boxes
+                                  : hop::encode_map(&tb, B, K, N, ldb, hop::BN));
+        if (mapped) {
+            GemmArgs p{static_cast<const bf16*>(A), lda, static_cast<const bf16*>(B), ldb, static_cast<bf16*>(C), ldc,
+                       static_cast<const bf16*>(bias), static_cast<const bf16*>(res), ldr, M, N, K, gelu ? 1 : 0, 1, 1};
+            const int tiles = ((M + hop::BM - 1) / hop::BM) * ((N + hop::BN - 1) / hop::BN);
+            const int grid = tiles < sms ? tiles : sms;
+            if (b_kn) hop::wgmma_gemm_kernel<true><<<grid, hop::THREADS, hop::SMEM_BYTES>>>(ta, tb, p);
+            else hop::wgmma_gemm_kernel<false><<<grid, hop::THREADS, hop::SMEM_BYTES>>>(ta, tb, p);
+            return launch_status();
+        }
+    }
+    return gemm_bf16_mma(A, lda, B, ldb, b_kn, C, ldc, bias, res, ldr, M, N, K, gelu);
 }
 
 // ---- LayerNorm over rows of length D, bf16 in and out, fp32 statistics ----------------------------------
@@ -354,8 +634,17 @@ torch::Tensor mlp_block_forward(torch::Tensor x, torch::Tensor ln_w, torch::Tens
 }
 """
 
+# wgmma's 128 accumulator operands, spelled out here rather than by hand in its asm statement
+cuda_source = cuda_source.replace("@ACC@", ", ".join(f"%{i}" for i in range(128))).replace(
+    "@ACC_OPS@", ", ".join(f'"+f"(d[{i}])' for i in range(128)))
+
+# sm_90a for the wgmma kernel; sm_80 SASS and compute_80 PTX (for GPUs after Hopper) for the mma.sync path.
+# Naming archs here also keeps torch from adding its own (an sm_90 build would lack wgmma).
+_CUDA_FLAGS = ["-O3", "-gencode=arch=compute_90a,code=sm_90a", "-gencode=arch=compute_80,code=sm_80",
+               "-gencode=arch=compute_80,code=compute_80"]
+
 _ext = load_inline(name="kf_oracle_cuda_mlp_block_bf16", cpp_sources=[cpp_source], cuda_sources=[cuda_source],
-                   functions=["mlp_block_forward"], extra_cuda_cflags=["-O3"], verbose=False)
+                   functions=["mlp_block_forward"], extra_cuda_cflags=_CUDA_FLAGS, verbose=False)
 
 
 class ModelNew(nn.Module):
