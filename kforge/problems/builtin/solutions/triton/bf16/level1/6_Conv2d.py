@@ -9,8 +9,10 @@ def conv2d_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, NB, C_in, H, W, C_out, H_out,
                   KH: tl.constexpr, KW: tl.constexpr, POOL: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     # Implicit GEMM on the tensor cores, stride 1: rows = conv output pixels, columns = output channels,
-    # reduction over (kh, kw, ci). x is channels-last (NB, H, W, C_in), so a tile's channels are contiguous;
-    # w is the weight permuted to (KH, KW, C_in, C_out). tl.dot on bf16 tiles accumulates in fp32.
+    # reduction over (kh, kw, ci). x is read as it is stored, NCHW: for one channel a tile's pixels run along
+    # memory, so the loads coalesce along the rows (tl.dot takes the tile m-major; a channels-last copy of x
+    # cost as much as the convolution itself on an H100). w is the weight permuted to (KH, KW, C_in, C_out).
+    # tl.dot on bf16 tiles accumulates in fp32.
     # H_out, W_out: the output's size. POOL: row m is position m % 4 of the 2x2 window of pooled pixel m // 4,
     # so the 4 rows of a window are adjacent and reduce with a reshape; then bias and ReLU
     # (relu(max(v) + b) == max(relu(v + b))). The store rounds once to the output's dtype.
@@ -46,8 +48,8 @@ def conv2d_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, NB, C_in, H, W, C_out, H_out,
         ih = oh + (kh - PAD_H)
         iw = ow + (kw - PAD_W)
         pix_ok = m_mask & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
-        a_ptrs = x_ptr + ((n * H + ih) * W + iw).to(tl.int64) * C_in
-        a = tl.load(a_ptrs[:, None] + ci[None, :], mask=pix_ok[:, None] & (ci[None, :] < C_in), other=0.0)
+        a_ptrs = x_ptr + (n.to(tl.int64) * C_in * H * W + ih * W + iw)
+        a = tl.load(a_ptrs[:, None] + (ci * (H * W))[None, :], mask=pix_ok[:, None] & (ci[None, :] < C_in), other=0.0)
         b = tl.load(w_ptr + (tap * C_in + ci[:, None]) * C_out + offs_co[None, :],
                     mask=(ci[:, None] < C_in) & co_mask[None, :], other=0.0)
         acc = tl.dot(a, b, acc)
@@ -73,13 +75,13 @@ def conv2d(x, conv, pool):
     H_out, W_out = H + 2 * pad_h - KH + 1, W + 2 * pad_w - KW + 1
     if pool:
         H_out, W_out = H_out // 2, W_out // 2
-    x_cl = x.permute(0, 2, 3, 1).contiguous()  # channels-last: the GEMM's k runs along memory
+    x = x.contiguous()
     w = conv.weight.permute(2, 3, 1, 0).contiguous()  # (KH, KW, C_in, C_out): contiguous over C_out
     out = torch.empty((NB, C_out, H_out, W_out), dtype=x.dtype, device=x.device)
     BLOCK_M, BLOCK_N, BLOCK_K = 128, 128, 64
     rows = NB * H_out * W_out * (4 if pool else 1)
     grid = (triton.cdiv(rows, BLOCK_M), triton.cdiv(C_out, BLOCK_N))
-    conv2d_kernel[grid](x_cl, w, conv.bias, out, NB, C_in, H, W, C_out, H_out, W_out, pad_h, pad_w,
+    conv2d_kernel[grid](x, w, conv.bias, out, NB, C_in, H, W, C_out, H_out, W_out, pad_h, pad_w,
                         KH=KH, KW=KW, POOL=pool, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
                         num_warps=8, num_stages=3)
     return out
