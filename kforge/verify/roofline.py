@@ -19,6 +19,9 @@ from .protocol import ProblemAudit
 
 #: A candidate this far under the floor is accused (0.8: 20% under).
 TOO_FAST = 0.8
+#: bf16 products per fp32 product for fp32's tolerance on tensor cores: each operand split into bf16 hi + lo,
+#: hi*hi + lo*hi + hi*lo. No fp32 kernel is accused of beating fp32 work at this share of the bf16 rate.
+SPLIT_PRODUCTS = 3
 _ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
@@ -31,11 +34,20 @@ class Roofline:
     note: str | None = None
 
 
+def _fastest(c: dict[str, Any] | None, precision: Precision) -> dict[str, Any] | None:
+    """The ceilings a kernel at the precision might reach: fp32 work done on the tensor cores from split bf16
+    operands (``SPLIT_PRODUCTS`` products each) can outrun the fp32 FMA peak that speed of light reports."""
+    if not c or precision.peak != "fp32_flops" or not c.get("bf16_flops"):
+        return c
+    return {**c, "fp32_flops": max(c.get("fp32_flops") or 0.0, c["bf16_flops"] / SPLIT_PRODUCTS)}
+
+
 def roofline(problem: Problem, audit: ProblemAudit | None, median_ms: float, device: str,
              ceilings: Callable[[bool], dict[str, Any] | None], precision: Precision = PRECISIONS["fp32"]) -> Roofline:
     """``ceilings(fresh)``: the device's measured ceilings (fresh: measured again now). The floor is the
     precision's: its FLOPs at its peak, its bytes at its element size (a file's declared bytes count float32
-    elements; the audit's are measured on the cast tensors)."""
+    elements; the audit's are measured on the cast tensors). The accusation allows fp32 work on the tensor
+    cores (``_fastest``): a 3xBF16 GEMM is fp32-accurate and well above the fp32 FMA peak."""
     declared = bool(problem.flops or problem.bytes)
     if not declared and not (audit and audit.bytes):
         return Roofline()
@@ -50,7 +62,7 @@ def roofline(problem: Problem, audit: ProblemAudit | None, median_ms: float, dev
     def check(fresh: bool) -> tuple[float | None, float | None]:
         c = ceilings(fresh)
         return (floor_ms(measured, c, device, precision.peak),
-                None if degenerate else floor_ms(bound, c, device, precision.peak))
+                None if degenerate else floor_ms(bound, _fastest(c, precision), device, precision.peak))
 
     floor, limit = check(False)
     note = None if declared or not floor else ("speed of light from the audit's FLOPs (matrix products and "
