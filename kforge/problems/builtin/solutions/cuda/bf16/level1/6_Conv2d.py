@@ -3,9 +3,10 @@ import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
 # nn.Conv2d in bf16: an implicit GEMM on the tensor cores (mma.sync m16n8k16, bf16 operands, fp32 accumulators,
-# 4-stage cp.async pipeline). Two small passes first put the input in NHWC (channels padded to a multiple of 8)
-# and the weight in (Cout, KH, KW, C8), so that the GEMM's k runs along memory in 16-byte chunks; padding pixels
-# load as zeros. The epilogue adds the bias to the fp32 accumulators and rounds once to bf16, writing NCHW.
+# 4-stage pipeline) that reads x as stored (NCHW). For one channel, the output pixels of a tile lie along w in
+# memory, so the x tile is kept [k][pixel] and fed to the mma through ldmatrix.trans; a channels-last copy of x
+# first would cost about as much as the convolution itself. Only the small weight gets a layout pass. The
+# epilogue adds the bias to the fp32 accumulators, rounds once to bf16 and writes NCHW through shared memory.
 cuda_source = r"""
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
@@ -24,7 +25,7 @@ static bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
-// 16 bytes global -> shared, asynchronously; src_bytes 0 writes zeros (rows or k past the edge).
+// 16 bytes global -> shared, asynchronously; src_bytes 0 writes zeros (rows past the edge).
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
 }
@@ -48,93 +49,135 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// ---- tiles of a bf16 GEMM with fp32 accumulation ------------------------------------------------------------
-// Block tile 128 x 128 x 32 through a 4-stage cp.async pipeline; 8 warps as 2 (m) x 4 (n), each warp
-// 64 x 32 = 4 x 4 mma tiles of 16 x 8. Shared-memory rows are padded by 16 bytes so that ldmatrix's eight
-// row reads hit distinct banks. Rows and k past the edges load as zeros.
+// Block tile 128 (output channels) x 128 (output pixels) x 32 (k); 8 warps as 2 (m) x 4 (n), each 64 x 32 =
+// 4 x 4 mma tiles of 16 x 8. Shared rows are padded by 16 bytes so that ldmatrix's eight row reads (and the
+// 16-byte stores) hit distinct banks.
 constexpr int BM = 128, BN = 128, BK = 32, STAGES = 4, THREADS = 256;
-constexpr int LDK = BK + 8;  // pitch (elements) of a k-contiguous tile row: 80 bytes
+constexpr int LDK = BK + 8;  // pitch (elements) of a weight tile row [co][k]: 80 bytes
+constexpr int LDN = BN + 8;  // pitch of an x tile row [k][pixel] and of the output staging tile: 272 bytes
 
-// rows r0.. (of nrows) of a k-contiguous matrix, columns k0..k0+BK -> tile[ROWS][LDK]
-template <int ROWS>
-__device__ __forceinline__ void load_rows_k(bf16* tile, const bf16* __restrict__ src, int64_t ld, int nrows, int K,
-                                            int r0, int k0, bool vec) {
-    constexpr int PER_ROW = BK / 8;
-    #pragma unroll
-    for (int i = 0; i < ROWS * PER_ROW / THREADS; ++i) {
-        const int c = threadIdx.x + i * THREADS;
-        const int r = c / PER_ROW, kc = (c % PER_ROW) * 8;
-        const int row = r0 + r, k = k0 + kc;
-        bf16* dst = tile + r * LDK + kc;
-        if (vec) {  // K % 8 == 0: a chunk is all in range or all out
-            const bool ok = row < nrows && k < K;
-            cp_async16(dst, ok ? src + (int64_t)row * ld + k : src, ok ? 16 : 0);
-        } else {
-            #pragma unroll
-            for (int j = 0; j < 8; ++j)
-                dst[j] = (row < nrows && k + j < K) ? src[(int64_t)row * ld + k + j] : __float2bfloat16(0.f);
-        }
-    }
-}
-
-
-// ---- layout passes: NCHW -> NHWC with channels padded to a multiple of 8; OIHW weight -> (O, KH, KW, C8) -----
-// In NHWC a pixel's channels are contiguous, so the implicit GEMM below reads its k (= (kh, kw, c)) in 16-byte
-// chunks of 8 channels. Through a shared-memory tile: reads coalesce along w, writes along c.
-__global__ void nchw_to_nhwc8_kernel(const bf16* __restrict__ x, bf16* __restrict__ xh, int C, int H, int W, int C8) {
-    __shared__ bf16 tile[32][64 + 2];
-    const int w0 = blockIdx.x * 64, h = blockIdx.y, n = blockIdx.z;
-    for (int c0 = 0; c0 < C8; c0 += 32) {
-        for (int i = threadIdx.x; i < 32 * 64; i += blockDim.x) {
-            const int c = i / 64, w = i % 64;
-            tile[c][w] = (c0 + c < C && w0 + w < W) ? x[(((int64_t)n * C + c0 + c) * H + h) * W + w0 + w]
-                                                    : __float2bfloat16(0.f);
-        }
-        __syncthreads();
-        for (int i = threadIdx.x; i < 32 * 64; i += blockDim.x) {
-            const int w = i / 32, c = i % 32;
-            if (w0 + w < W && c0 + c < C8) xh[(((int64_t)n * H + h) * W + w0 + w) * C8 + c0 + c] = tile[c][w];
-        }
-        __syncthreads();
-    }
-}
-
-__global__ void weight_okkc_kernel(const bf16* __restrict__ w, bf16* __restrict__ wk, int Cout, int C, int KH, int KW,
-                                   int C8) {
-    const int64_t total = (int64_t)Cout * KH * KW * C8;
+// ---- weight pass: OIHW -> (O, K) with k = ((kh * CB + cb) * KW + kw) * BK + c for channel cb * BK + c --------
+// Channels are padded to a multiple of BK (zeros), so that every k tile is 32 channels of one tap (kh, kw): the
+// x tile's address then depends only on the tap. kw runs fastest over the tiles: the three shifts of one input
+// row follow one another and find it in L1.
+__global__ void weight_pack_kernel(const bf16* __restrict__ w, bf16* __restrict__ wk, int Cout, int C, int KH,
+                                   int KW, int CB) {
+    const int64_t total = (int64_t)Cout * KH * KW * CB * BK;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
-        const int c = (int)(i % C8);
-        const int64_t r = i / C8;
-        const int kw = (int)(r % KW), kh = (int)((r / KW) % KH), o = (int)(r / ((int64_t)KW * KH));
-        wk[i] = c < C ? w[(((int64_t)o * C + c) * KH + kh) * KW + kw] : __float2bfloat16(0.f);
+        int64_t r = i / BK;
+        const int c = (int)(i % BK), kw = (int)(r % KW);
+        r /= KW;
+        const int cb = (int)(r % CB);
+        r /= CB;
+        const int kh = (int)(r % KH), o = (int)(r / KH), ci = cb * BK + c;
+        wk[i] = ci < C ? w[(((int64_t)o * C + ci) * KH + kh) * KW + kw] : __float2bfloat16(0.f);
     }
 }
 
-// ---- implicit GEMM: out[co][pixel] = sum_k wk[co][k] * im2col[pixel][k] (+ bias) (-> ReLU + 2x2 max-pool) ------
-// M = output channels, N = output pixels, K = KH * KW * C8, on the GEMM above's machinery (128 x 128 x 32 tiles,
-// 4-stage cp.async pipeline, 8 warps of 64 x 32, mma.sync bf16 -> fp32). A block's 128 pixels are 2 output rows
-// x 64 columns: pixel p is row r = (p / 8) % 2, column jj * 8 + p % 8 with jj = p / 16, so a thread's fragments
-// of n8 tiles 2i and 2i + 1 hold the same columns of both rows, i.e. whole 2 x 2 pooling windows.
+// ---- implicit GEMM: out[co][pixel] = sum_k wk[co][k] * im2col[k][pixel] + bias[co] ---------------------------
+// A block's 128 pixels are TH = 128 / TW output rows of TW columns (TW a power of two >= 8, covering Wo when it
+// can), so a run of 8 tile pixels is 8 neighbours along one row: one 16-byte chunk of the x tile.
 struct ConvArgs {
-    const bf16* xh;    // (NB, H, W, C8)
-    const bf16* wk;    // (Cout, Ktot), Ktot = KH * KW * C8
+    const bf16* x;     // (NB, C, H, W)
+    const bf16* wk;    // (Cout, Ktot), packed above
     const bf16* bias;  // (Cout)
-    bf16* out;         // (NB, Cout, Ho, Wo), or (NB, Cout, Ho / 2, Wo / 2) when pooled
-    int H, W, C8, Cout, KH, KW, pad_h, pad_w, Ho, Wo, Ktot, co_tiles;
-    int pair;          // 2-element stores of the unpooled output are aligned (Wo even)
+    bf16* out;         // (NB, Cout, Ho, Wo)
+    int C, H, W, Cout, KH, KW, pad_h, pad_w, Ho, Wo, CB, Ktot, co_tiles, tw_log2;
+    int vec_out;       // Wo % 8 == 0 and out 16-byte aligned: 8 output pixels store as one 16-byte chunk
 };
 
-template <bool POOL>
+// VEC: W % 8 == 0 and x 16-byte aligned, so every aligned run of 8 pixels of an input row is one 16-byte load,
+// all in the image or all padding. A tap shifts the row by s = kw - pad_w elements, which breaks the alignment
+// (and cp.async can't shift), so x goes through registers: two aligned chunks are loaded and funnel-shifted into
+// the 8 wanted pixels. Otherwise (odd W) the 8 pixels load one by one. Both zero the padding.
+template <bool VEC>
 __global__ void __launch_bounds__(THREADS, 2) conv_bf16_kernel(ConvArgs p) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    constexpr int A_STAGE = BM * LDK, B_STAGE = BN * LDK;
+    constexpr int A_STAGE = BM * LDK, B_STAGE = BK * LDN;
     bf16* As = reinterpret_cast<bf16*>(smem_raw);
     bf16* Bs = As + STAGES * A_STAGE;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int wm = (warp / 4) * 64, wn = (warp % 4) * 32;
     const int n = blockIdx.z / p.co_tiles, m0 = (blockIdx.z % p.co_tiles) * BM;
-    const int h0 = blockIdx.y * 2, w0 = blockIdx.x * 64;
-    const bf16* ximg = p.xh + (int64_t)n * p.H * p.W * p.C8;
+    const int lg = p.tw_log2, TW = 1 << lg;
+    const int h0 = blockIdx.y * (BN >> lg), w0 = blockIdx.x * TW;
+    const bf16* ximg = p.x + (int64_t)n * p.C * p.H * p.W;
+
+    // This thread's share of an x tile: pixels 8 * pc .. 8 * pc + 7 of k rows kr and kr + 16. Consecutive lanes
+    // take consecutive chunks of one row, so a warp's loads are 256 contiguous bytes per channel. Addresses are
+    // this thread's part (fixed) plus the tile's (uniform: channel block, tap), kept as counters rather than
+    // divided out of the tile index (divisions cost issue slots the mma need). Offsets within an image fit int.
+    const int pc = threadIdx.x % 16, kr = threadIdx.x / 16;
+    const int oh = h0 + ((pc * 8) >> lg), ow0 = w0 + ((pc * 8) & (TW - 1));
+    const bool pix_ok = oh < p.Ho && ow0 < p.Wo;
+    const int xbase = (kr * p.H + oh) * p.W + ow0, xstep = 16 * p.H * p.W;  // kr + 16: 16 channels on
+    int f_kw = 0, f_cb = 0, f_kh = 0;  // tap and channel block of the next tile to fetch
+    int f_r = 0;                       // s & 7 of the last fetched tile: where its pixels start in chunk q0
+    uint32_t raw[2][8];  // VEC: aligned chunks q0 (words 0-3) and q0 + 8 (words 4-7); else the 8 pixels (0-3)
+
+    auto fetch_x = [&]() {  // global -> registers, for the next k tile
+        const int dh = f_kh - p.pad_h, s = f_kw - p.pad_w, sa = s & ~7;  // floor to 8, also for s < 0
+        const int cmax = p.C - f_cb * BK - kr;                             // row kr + 16 i is a channel if < cmax
+        const bool row_ok = pix_ok && (unsigned)(oh + dh) < (unsigned)p.H;
+        const int off = xbase + (f_cb * BK * p.H + dh) * p.W + sa, q0 = ow0 + sa;
+        #pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const bool ok = row_ok && 16 * i < cmax;
+            const bf16* src = ximg + off + i * xstep;
+            if (VEC) {
+                uint4 lo = make_uint4(0, 0, 0, 0), hi = lo;
+                if (ok && (unsigned)q0 < (unsigned)p.W) lo = __ldg(reinterpret_cast<const uint4*>(src));
+                if (ok && (s & 7) && (unsigned)(q0 + 8) < (unsigned)p.W)
+                    hi = __ldg(reinterpret_cast<const uint4*>(src + 8));
+                raw[i][0] = lo.x; raw[i][1] = lo.y; raw[i][2] = lo.z; raw[i][3] = lo.w;
+                raw[i][4] = hi.x; raw[i][5] = hi.y; raw[i][6] = hi.z; raw[i][7] = hi.w;
+            } else {
+                const unsigned short* s16 = reinterpret_cast<const unsigned short*>(src) + (s & 7);
+                const int iw = q0 + (s & 7);  // = ow0 + s
+                #pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const uint32_t e0 = ok && (unsigned)(iw + 2 * j) < (unsigned)p.W ? __ldg(s16 + 2 * j) : 0u;
+                    const uint32_t e1 = ok && (unsigned)(iw + 2 * j + 1) < (unsigned)p.W ? __ldg(s16 + 2 * j + 1) : 0u;
+                    raw[i][j] = e0 | (e1 << 16);
+                }
+            }
+        }
+        f_r = s & 7;
+        if (++f_kw == p.KW) {  // the packing order: kw fastest, then channel block, then kh
+            f_kw = 0;
+            if (++f_cb == p.CB) f_cb = 0, ++f_kh;
+        }
+    };
+    auto store_x = [&](bf16* tile) {  // registers -> shared x tile [k][pixel], for the last fetched tile
+        const int h = f_r >> 1;
+        #pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            uint32_t o[4];
+            if (VEC) {
+                // words h .. h + 4 of the 16 loaded pixels (selects: a register array can't be indexed at run
+                // time), then a 16-bit funnel shift when the offset is odd. A word's low half is the lower pixel.
+                uint32_t u[5];
+                #pragma unroll
+                for (int j = 0; j < 5; ++j)
+                    u[j] = h == 0 ? raw[i][j] : h == 1 ? raw[i][j + 1] : h == 2 ? raw[i][j + 2] : raw[i][j + 3];
+                #pragma unroll
+                for (int j = 0; j < 4; ++j) o[j] = (f_r & 1) ? __funnelshift_r(u[j], u[j + 1], 16) : u[j];
+            } else {
+                #pragma unroll
+                for (int j = 0; j < 4; ++j) o[j] = raw[i][j];
+            }
+            *reinterpret_cast<uint4*>(tile + (kr + 16 * i) * LDN + pc * 8) = make_uint4(o[0], o[1], o[2], o[3]);
+        }
+    };
+    // weight tile [co][k], asynchronously: rows wr and wr + 64, 8 k from wc; Ktot % BK == 0
+    const int wr = threadIdx.x / (BK / 8), wc = (threadIdx.x % (BK / 8)) * 8;
+    const int woff = (m0 + wr) * p.Ktot + wc, wstep = (BM / 2) * p.Ktot;
+    const bool wok0 = m0 + wr < p.Cout, wok1 = m0 + wr + BM / 2 < p.Cout;
+    auto load_w = [&](bf16* tile, int kt) {
+        const bf16* src = p.wk + woff + kt * BK;
+        cp_async16(tile + wr * LDK + wc, wok0 ? src : p.wk, wok0 ? 16 : 0);
+        cp_async16(tile + (wr + BM / 2) * LDK + wc, wok1 ? src + wstep : p.wk, wok1 ? 16 : 0);
+    };
 
     float acc[4][4][4];
     #pragma unroll
@@ -144,32 +187,27 @@ __global__ void __launch_bounds__(THREADS, 2) conv_bf16_kernel(ConvArgs p) {
             #pragma unroll
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
 
-    auto load_pixels = [&](bf16* tile, int k0) {
-        #pragma unroll
-        for (int i = 0; i < BN * (BK / 8) / THREADS; ++i) {
-            const int c = threadIdx.x + i * THREADS;
-            const int px = c / (BK / 8), kc = (c % (BK / 8)) * 8, k = k0 + kc;
-            const int oh = h0 + (px / 8) % 2, ow = w0 + (px / 16) * 8 + px % 8;
-            const int tap = k / p.C8, ci = k % p.C8;  // C8 % 8 == 0: a chunk never straddles two taps
-            const int ih = oh + tap / p.KW - p.pad_h, iw = ow + tap % p.KW - p.pad_w;
-            const bool ok = k < p.Ktot && oh < p.Ho && ow < p.Wo && ih >= 0 && ih < p.H && iw >= 0 && iw < p.W;
-            cp_async16(tile + px * LDK + kc, ok ? ximg + ((int64_t)ih * p.W + iw) * p.C8 + ci : p.xh, ok ? 16 : 0);
-        }
-    };
-    const int ktiles = (p.Ktot + BK - 1) / BK;
-    auto load_stage = [&](int s, int kt) {
-        load_rows_k<BM>(As + s * A_STAGE, p.wk, p.Ktot, p.Cout, p.Ktot, m0, kt * BK, true);
-        load_pixels(Bs + s * B_STAGE, kt * BK);
-    };
+    const int ktiles = p.Ktot / BK;
     #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
-        if (s < ktiles) load_stage(s, s);
+        if (s < ktiles) {
+            load_w(As + s * A_STAGE, s);
+            fetch_x();
+            store_x(Bs + s * B_STAGE);
+        }
         cp_async_commit();
     }
     for (int kt = 0; kt < ktiles; ++kt) {
         cp_async_wait<STAGES - 2>();
         __syncthreads();
-        if (kt + STAGES - 1 < ktiles) load_stage((kt + STAGES - 1) % STAGES, kt + STAGES - 1);
+        // Stage (kt - 1) % STAGES is free now; the x loads for it are in flight during this tile's mma and land
+        // in shared memory after them (registers in between).
+        const int nt = kt + STAGES - 1;
+        const bool more = nt < ktiles;
+        if (more) {
+            load_w(As + (nt % STAGES) * A_STAGE, nt);
+            fetch_x();
+        }
         cp_async_commit();
         const bf16* as = As + (kt % STAGES) * A_STAGE;
         const bf16* bs = Bs + (kt % STAGES) * B_STAGE;
@@ -181,8 +219,10 @@ __global__ void __launch_bounds__(THREADS, 2) conv_bf16_kernel(ConvArgs p) {
                 ldmatrix_x4(a[mi], as + (wm + mi * 16 + (lane % 16)) * LDK + kk + (lane / 16) * 8);
             #pragma unroll
             for (int nj = 0; nj < 2; ++nj) {
+                // x tile is [k][pixel]: .trans turns its 8 x 8 blocks into the mma's column-major b fragments;
+                // matrices 0, 1: k 0-7, 8-15 of pixels 0-7; 2, 3: the same of pixels 8-15
                 uint32_t r[4];
-                ldmatrix_x4(r, bs + (wn + nj * 16 + (lane % 8) + (lane / 16) * 8) * LDK + kk + ((lane / 8) % 2) * 8);
+                ldmatrix_x4_trans(r, bs + (kk + (lane % 8) + ((lane / 8) % 2) * 8) * LDN + wn + nj * 16 + (lane / 16) * 8);
                 b[2 * nj][0] = r[0]; b[2 * nj][1] = r[1]; b[2 * nj + 1][0] = r[2]; b[2 * nj + 1][1] = r[3];
             }
             #pragma unroll
@@ -190,72 +230,71 @@ __global__ void __launch_bounds__(THREADS, 2) conv_bf16_kernel(ConvArgs p) {
                 #pragma unroll
                 for (int ni = 0; ni < 4; ++ni) mma_bf16(acc[mi][ni], a[mi], b[ni][0], b[ni][1]);
         }
+        if (more) store_x(Bs + (nt % STAGES) * B_STAGE);
     }
     cp_async_wait<0>();
+    __syncthreads();  // the pipeline's shared memory becomes the output tile
 
-    // thread holds channels g, g + 8 of each 16-row tile and pixels 2t, 2t + 1 of each 8-pixel tile; n8 tile ni
-    // of this warp is output row h0 + ni % 2, columns w0 + jj * 8 + 2t (+1) with jj = 2 * (warp % 4) + ni / 2
+    // Thread holds channels g, g + 8 of each 16-row tile and pixels 2t, 2t + 1 of each 8-pixel tile: add the
+    // bias in fp32, round once, stage [co][pixel] so that the stores below are whole 16-byte runs along w.
+    bf16* Cs = reinterpret_cast<bf16*>(smem_raw);
     const int g = lane / 4, t = lane % 4;
     #pragma unroll
     for (int mi = 0; mi < 4; ++mi)
         #pragma unroll
         for (int half = 0; half < 2; ++half) {
-            const int co = m0 + wm + mi * 16 + g + half * 8;
-            if (co >= p.Cout) continue;
-            const float bco = __bfloat162float(p.bias[co]);
-            if (POOL) {
-                const int Hp = p.Ho / 2, Wp = p.Wo / 2, ph = h0 / 2;
-                #pragma unroll
-                for (int pair = 0; pair < 2; ++pair) {
-                    const int pw = (w0 + (2 * (warp % 4) + pair) * 8 + 2 * t) / 2;
-                    if (ph >= Hp || pw >= Wp) continue;
-                    const float* top = acc[mi][2 * pair];
-                    const float* bot = acc[mi][2 * pair + 1];
-                    const float v = fmaxf(fmaxf(top[2 * half], top[2 * half + 1]),
-                                          fmaxf(bot[2 * half], bot[2 * half + 1]));
-                    // relu(max(v) + b) == max over the window of relu(v + b)
-                    p.out[(((int64_t)n * p.Cout + co) * Hp + ph) * Wp + pw] = __float2bfloat16(fmaxf(v + bco, 0.f));
-                }
-            } else {
-                #pragma unroll
-                for (int ni = 0; ni < 4; ++ni) {
-                    const int oh = h0 + ni % 2, ow = w0 + (2 * (warp % 4) + ni / 2) * 8 + 2 * t;
-                    if (oh >= p.Ho || ow >= p.Wo) continue;
-                    const float v0 = acc[mi][ni][2 * half] + bco, v1 = acc[mi][ni][2 * half + 1] + bco;
-                    bf16* o = p.out + (((int64_t)n * p.Cout + co) * p.Ho + oh) * p.Wo + ow;
-                    if (ow + 1 < p.Wo && p.pair) {
-                        *reinterpret_cast<__nv_bfloat162*>(o) = __floats2bfloat162_rn(v0, v1);
-                    } else {
-                        o[0] = __float2bfloat16(v0);
-                        if (ow + 1 < p.Wo) o[1] = __float2bfloat16(v1);
-                    }
-                }
-            }
+            const int cl = wm + mi * 16 + g + half * 8;
+            const float bco = m0 + cl < p.Cout ? __bfloat162float(p.bias[m0 + cl]) : 0.f;
+            #pragma unroll
+            for (int ni = 0; ni < 4; ++ni)
+                *reinterpret_cast<__nv_bfloat162*>(Cs + cl * LDN + wn + ni * 8 + 2 * t) =
+                    __floats2bfloat162_rn(acc[mi][ni][2 * half] + bco, acc[mi][ni][2 * half + 1] + bco);
         }
+    __syncthreads();
+    #pragma unroll
+    for (int i = 0; i < BM * BN / 8 / THREADS; ++i) {
+        const int c = threadIdx.x + i * THREADS;
+        const int cl = c / (BN / 8), px = (c % (BN / 8)) * 8, co = m0 + cl;
+        const int y = h0 + (px >> lg), x = w0 + (px & (TW - 1));
+        if (co >= p.Cout || y >= p.Ho || x >= p.Wo) continue;
+        bf16* dst = p.out + (((int64_t)n * p.Cout + co) * p.Ho + y) * p.Wo + x;
+        const bf16* src = Cs + cl * LDN + px;
+        if (p.vec_out && x + 8 <= p.Wo) {
+            *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+        } else {
+            #pragma unroll
+            for (int j = 0; j < 8; ++j)
+                if (x + j < p.Wo) dst[j] = src[j];
+        }
+    }
 }
 
-// Stride-1 convolution of x (NB, C, H, W) by w (Cout, C, KH, KW) with zero padding, plus bias; pool: then ReLU
-// and 2x2 max-pooling (stride 2, floor). xh, wk: scratch of NB*H*W*C8 and Cout*KH*KW*C8 elements, C8 = C
-// rounded up to 8. Returns nullptr or the CUDA error.
-const char* conv2d_bf16(const void* x, const void* w, const void* bias, void* out, void* xh, void* wk, int NB, int C,
-                        int H, int W, int Cout, int KH, int KW, int pad_h, int pad_w, bool pool) {
-    const int C8 = (C + 7) / 8 * 8, Ho = H + 2 * pad_h - KH + 1, Wo = W + 2 * pad_w - KW + 1;
-    const int rows = pool ? Ho / 2 : (Ho + 1) / 2, cols = pool ? 2 * (Wo / 2) : Wo;  // output rows in pairs
-    if (NB == 0 || Cout == 0 || rows <= 0 || cols <= 0) return nullptr;
-    if (!aligned16(xh) || !aligned16(wk)) return "the layout scratch buffers must be 16-byte aligned (cp.async)";
-    nchw_to_nhwc8_kernel<<<dim3((W + 63) / 64, H, NB), 256>>>(static_cast<const bf16*>(x), static_cast<bf16*>(xh), C,
-                                                                H, W, C8);
-    const int64_t wtotal = (int64_t)Cout * KH * KW * C8;
-    weight_okkc_kernel<<<(unsigned)std::min<int64_t>((wtotal + 255) / 256, 4096), 256>>>(
-        static_cast<const bf16*>(w), static_cast<bf16*>(wk), Cout, C, KH, KW, C8);
+// Stride-1 convolution of x (NB, C, H, W) by w (Cout, C, KH, KW) with zero padding, plus bias, into out
+// (NB, Cout, Ho, Wo). wk: scratch of Cout * KH * KW * CB * 32 elements, CB = ceil(C / 32), 16-byte aligned.
+// Returns nullptr or the CUDA error.
+const char* conv2d_bf16(const void* x, const void* w, const void* bias, void* out, void* wk, int NB, int C, int H,
+                        int W, int Cout, int KH, int KW, int pad_h, int pad_w) {
+    const int CB = (C + BK - 1) / BK, Ho = H + 2 * pad_h - KH + 1, Wo = W + 2 * pad_w - KW + 1;
+    if (NB == 0 || Cout == 0 || Ho <= 0 || Wo <= 0) return nullptr;
+    if (C == 0) return "no input channels";
+    // the kernel's offsets within one image and within the packed weight are ints
+    if ((int64_t)(CB * BK + 16) * H * W >= INT32_MAX || (int64_t)(Cout + BM) * KH * KW * CB * BK >= INT32_MAX)
+        return "image or weight too large for 32-bit offsets";
+    if (!aligned16(wk)) return "the weight scratch buffer must be 16-byte aligned (cp.async)";
+    const int64_t wtotal = (int64_t)Cout * KH * KW * CB * BK;
+    weight_pack_kernel<<<(unsigned)std::min<int64_t>((wtotal + 255) / 256, 4096), 256>>>(
+        static_cast<const bf16*>(w), static_cast<bf16*>(wk), Cout, C, KH, KW, CB);
     const char* err = launch_status();
     if (err) return err;
-    ConvArgs p{static_cast<const bf16*>(xh), static_cast<const bf16*>(wk), static_cast<const bf16*>(bias),
-               static_cast<bf16*>(out), H, W, C8, Cout, KH, KW, pad_h, pad_w, Ho, Wo, KH * KW * C8,
-               (Cout + BM - 1) / BM, Wo % 2 == 0 && (reinterpret_cast<uintptr_t>(out) & 3) == 0};
-    const int smem = STAGES * (BM + BN) * LDK * (int)sizeof(bf16);
-    const dim3 grid((cols + 63) / 64, rows, NB * p.co_tiles);
-    if (pool) {
+    int lg = 3;  // tile width: the smallest power of two >= Wo, from 8 to 128
+    while ((1 << lg) < Wo && (1 << lg) < BN) ++lg;
+    const int TW = 1 << lg, TH = BN / TW;
+    ConvArgs p{static_cast<const bf16*>(x), static_cast<const bf16*>(wk), static_cast<const bf16*>(bias),
+               static_cast<bf16*>(out), C, H, W, Cout, KH, KW, pad_h, pad_w, Ho, Wo, CB, KH * KW * CB * BK,
+               (Cout + BM - 1) / BM, lg, Wo % 8 == 0 && aligned16(out)};
+    const int smem = STAGES * (BM * LDK + BK * LDN) * (int)sizeof(bf16);  // >= the BM x LDN output tile
+    const dim3 grid((Wo + TW - 1) / TW, (Ho + TH - 1) / TH, NB * p.co_tiles);
+    if (W % 8 == 0 && aligned16(x)) {
         static const cudaError_t attr = cudaFuncSetAttribute(conv_bf16_kernel<true>,
                                                              cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         if (attr != cudaSuccess) return cudaGetErrorString(attr);
@@ -277,8 +316,8 @@ static void check_bf16_cuda(const torch::Tensor& t, const char* name) {
                 t.scalar_type());
 }
 
-const char* conv2d_bf16(const void* x, const void* w, const void* bias, void* out, void* xh, void* wk, int NB, int C,
-                        int H, int W, int Cout, int KH, int KW, int pad_h, int pad_w, bool pool);
+const char* conv2d_bf16(const void* x, const void* w, const void* bias, void* out, void* wk, int NB, int C, int H,
+                        int W, int Cout, int KH, int KW, int pad_h, int pad_w);
 
 torch::Tensor conv2d_forward(torch::Tensor x, torch::Tensor weight, torch::Tensor bias, int64_t pad_h, int64_t pad_w) {
     check_bf16_cuda(x, "x");
@@ -290,14 +329,13 @@ torch::Tensor conv2d_forward(torch::Tensor x, torch::Tensor weight, torch::Tenso
     auto bc = bias.contiguous();
     const int64_t NB = xc.size(0), C = xc.size(1), H = xc.size(2), W = xc.size(3);
     const int64_t Cout = wc.size(0), KH = wc.size(2), KW = wc.size(3);
-    const int64_t Ho = H + 2 * pad_h - KH + 1, Wo = W + 2 * pad_w - KW + 1, C8 = (C + 7) / 8 * 8;
+    const int64_t Ho = H + 2 * pad_h - KH + 1, Wo = W + 2 * pad_w - KW + 1, CB = (C + 31) / 32;
     TORCH_CHECK(Ho > 0 && Wo > 0 && bc.numel() == Cout, "bad sizes");
     auto out = torch::empty({NB, Cout, Ho, Wo}, xc.options());
-    auto xh = torch::empty({NB * H * W * C8}, xc.options());      // NHWC copy of x, channels padded
-    auto wk = torch::empty({Cout * KH * KW * C8}, xc.options());  // (Cout, KH, KW, C8) copy of the weight
-    const char* err = conv2d_bf16(xc.data_ptr(), wc.data_ptr(), bc.data_ptr(), out.data_ptr(), xh.data_ptr(),
-                                  wk.data_ptr(), (int)NB, (int)C, (int)H, (int)W, (int)Cout, (int)KH, (int)KW,
-                                  (int)pad_h, (int)pad_w, false);
+    auto wk = torch::empty({Cout * KH * KW * CB * 32}, xc.options());  // the weight, packed for the GEMM's k
+    const char* err = conv2d_bf16(xc.data_ptr(), wc.data_ptr(), bc.data_ptr(), out.data_ptr(), wk.data_ptr(),
+                                  (int)NB, (int)C, (int)H, (int)W, (int)Cout, (int)KH, (int)KW, (int)pad_h,
+                                  (int)pad_w);
     TORCH_CHECK(err == nullptr, "convolution kernel failed: ", err);
     return out;
 }
