@@ -83,7 +83,7 @@ def conv2d(x, conv, pool):
     grid = (triton.cdiv(rows, BLOCK_M), triton.cdiv(C_out, BLOCK_N))
     conv2d_kernel[grid](x, w, conv.bias, out, NB, C_in, H, W, C_out, H_out, W_out, pad_h, pad_w,
                         KH=KH, KW=KW, POOL=pool, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
-                        num_warps=8, num_stages=3)
+                        num_warps=4, num_stages=4)
     return out
 
 
