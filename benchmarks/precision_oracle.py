@@ -16,7 +16,8 @@ computed from the same cast values (relative tolerance 4 unit roundoffs plus the
 rms), and CUDA-event medians with the L2 flushed before each call (wall-clock medians on a CPU). Its
 numbers are labelled ``own``; prefer the verifier's.
 
-``--backends cpu --size cpu`` runs anywhere (the cpu solutions are dtype-generic); CI checks it so.
+``--backends cpu --size cpu`` runs anywhere (the cpu solutions are dtype-generic); CI checks it so, with
+``--quick`` (two correctness trials, a short timing budget: a check that the path works, not figures to quote).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ import torch  # noqa: E402
 from kforge.backends import get_backend  # noqa: E402
 from kforge.precision import ROUNDINGS, get_precision  # noqa: E402
 from kforge.problems import builtin_solution_path, load_builtin  # noqa: E402
-from kforge.verify import Verifier, VerifyConfig, WorkerPool  # noqa: E402
+from kforge.verify import TimingConfig, Verifier, VerifyConfig, WorkerPool  # noqa: E402
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -72,11 +73,19 @@ def verifier_takes_precision() -> bool:
 
 
 # -- the verifier's path ------------------------------------------------------------------------------------
-def run_verifier(problems, backends, precision: str) -> list[Row]:
+def _settings(quick: bool) -> dict:
+    """The verifier's settings besides the precision: its defaults, or ``--quick``'s few trials and short timing."""
+    if not quick:
+        return dict(compile_ref=False)
+    return dict(compile_ref=False, trials=2, variants=False,
+                timing=TimingConfig(warmup=1, min_trials=3, max_trials=6, budget_s=1.0, input_sets=2))
+
+
+def run_verifier(problems, backends, precision: str, quick: bool = False) -> list[Row]:
     rows = []
     with WorkerPool() as pool:
-        judged = Verifier(VerifyConfig(precision=precision, compile_ref=False), pool=pool)
-        fp32 = Verifier(VerifyConfig(compile_ref=False), pool=pool)
+        judged = Verifier(VerifyConfig(precision=precision, **_settings(quick)), pool=pool)
+        fp32 = Verifier(VerifyConfig(**_settings(quick)), pool=pool)
         for p in problems:
             for name in backends:
                 backend = get_backend(name)
@@ -148,7 +157,7 @@ def _mismatch(outs, refs, dtype, rtol: float) -> str:
     return ""
 
 
-def run_own(problems, backends, precision: str, device: str) -> list[Row]:
+def run_own(problems, backends, precision: str, device: str, quick: bool = False) -> list[Row]:
     from kforge import cache_dir
     from kforge.backends.build import Builder
     Builder(cache_dir() / "ext").install()  # extensions build through kforge's cache, as in a worker
@@ -163,7 +172,8 @@ def run_own(problems, backends, precision: str, device: str) -> list[Row]:
             row = Row(p.key, name, "correct", solution=_rel(path), harness="own")
             try:
                 with torch.no_grad():
-                    _own_one(ref_mod, path.read_text(), dtype, device, ROUNDINGS * get_precision(precision).unit_roundoff, row)
+                    _own_one(ref_mod, path.read_text(), dtype, device, ROUNDINGS * get_precision(precision).unit_roundoff, row,
+                             reps=3 if quick else 20)
             except Exception as exc:  # a row that says what went wrong; the other problems go on
                 row.state, row.message = "runtime_error", f"{type(exc).__name__}: {str(exc)[:200]}"
             rows.append(row)
@@ -171,7 +181,7 @@ def run_own(problems, backends, precision: str, device: str) -> list[Row]:
     return rows
 
 
-def _own_one(ref_mod, source: str, dtype, device: str, rtol: float, row: Row) -> None:
+def _own_one(ref_mod, source: str, dtype, device: str, rtol: float, row: Row, reps: int = 20) -> None:
     cand_mod = _module(source, "candidate")
     torch.manual_seed(0)
     init = ref_mod.get_init_inputs()
@@ -189,11 +199,11 @@ def _own_one(ref_mod, source: str, dtype, device: str, rtol: float, row: Row) ->
     if row.message:
         row.state = "numerical_mismatch"
         return
-    row.oracle_ms = _median_ms(lambda: new(*inputs), device)
-    row.eager_ms = _median_ms(lambda: model(*inputs), device)
+    row.oracle_ms = _median_ms(lambda: new(*inputs), device, reps)
+    row.eager_ms = _median_ms(lambda: model(*inputs), device, reps)
     torch.manual_seed(2)
     model32 = ref_mod.Model(*init).to(device=device)
-    row.fp32_eager_ms = _median_ms(lambda: model32(*inputs32), device)
+    row.fp32_eager_ms = _median_ms(lambda: model32(*inputs32), device, reps)
 
 
 # -- output ---------------------------------------------------------------------------------------------------
@@ -224,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", default="gpu", choices=("cpu", "gpu", "default"), help="size preset (default gpu)")
     ap.add_argument("--precision", default="bf16", choices=sorted(DTYPES), help="default bf16")
     ap.add_argument("--json", help="also write the rows here")
+    ap.add_argument("--quick", action="store_true",
+                    help="two correctness trials and a 1 s timing budget: checks the path, not figures to quote")
     args = ap.parse_args(argv)
     backends = [b for b in args.backends.split(",") if b]
     names = [n for n in args.problems.split(",") if n] or None
@@ -231,12 +243,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.precision} oracle solutions at the {args.size} size; eager at {args.precision} and fp32")
     if verifier_takes_precision():
         print(HEADER)
-        rows = run_verifier(problems, backends, args.precision)
+        rows = run_verifier(problems, backends, args.precision, args.quick)
     else:
         device = "cpu" if all(get_backend(b).device == "cpu" for b in backends) else "cuda"
         print(f"(the verifier takes no precision yet: this script's own harness, on {device})")
         print(HEADER)
-        rows = run_own(problems, backends, args.precision, device)
+        rows = run_own(problems, backends, args.precision, device, args.quick)
     correct = [r for r in rows if r.state == "correct"]
     faster = [r for r in correct if r.speedup and r.speedup > 1]
     print(f"\n{len(correct)}/{len(rows)} correct, {len(faster)} faster than {args.precision} eager")

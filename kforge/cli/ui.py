@@ -78,8 +78,10 @@ def cmd_ui(args: argparse.Namespace) -> int:
     if not served or args.print_only:
         return 0
     print(f"serving with `mlflow ui` on {base} (Ctrl-C stops it)", flush=True)
+    # One server process: a person browsing a local store needs no more, and MLflow's default four each import
+    # its whole server at start (seconds of CPU apiece before the first page, on a small machine).
     cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", args.host,
-           "--port", str(args.port)]
+           "--port", str(args.port), "--workers", "1"]
     # MLflow's server takes this process's place: Ctrl-C and a SIGTERM reach it, and nothing outlives it.
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # its server imports litellm: no price download
     sys.stdout.flush()

@@ -22,7 +22,8 @@ def _load():
 def test_cpu_rows_and_table(tmp_path, cache_dir, capsys):
     bench = _load()
     out = tmp_path / "rows.json"
-    rc = bench.main(["--backends", "cpu", "--size", "cpu", "--problems", "1_ReLU", "--json", str(out)])
+    rc = bench.main(["--backends", "cpu", "--size", "cpu", "--problems", "1_ReLU", "--json", str(out),
+                     "--quick"])
     printed = capsys.readouterr().out
     rows = json.loads(out.read_text())
     assert rc == 0, printed
