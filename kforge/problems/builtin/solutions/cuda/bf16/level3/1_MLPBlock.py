@@ -328,6 +328,30 @@ __device__ __forceinline__ void tile_origin(int tile, int tiles_m, int tiles_n, 
     n0 = ((tile % group) / gm) * BN;
 }
 
+// The epilogue of a tile wholly inside C: no bounds checks, and the flags (uniform across the block) choose one
+// straight unrolled path. The generic loop below, with a check and a branch per element and per flag, cost as
+// much per tile as 1200 k of the main loop on an H100.
+template <bool GELU, bool RES>
+__device__ __forceinline__ void epilogue_full(const float (&acc)[128], bf16* c0, int64_t ldc, const bf16* bias,
+                                              const bf16* r0, int64_t ldr) {
+    bf16* c1 = c0 + 8 * ldc;
+    const bf16* r1 = RES ? r0 + 8 * ldr : nullptr;
+    #pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+        float2 bv = make_float2(0.f, 0.f);
+        if (bias) bv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(bias + 8 * j));
+        float v0 = acc[4 * j] + bv.x, v1 = acc[4 * j + 1] + bv.y, v2 = acc[4 * j + 2] + bv.x, v3 = acc[4 * j + 3] + bv.y;
+        if (GELU) { v0 = gelu_erf(v0); v1 = gelu_erf(v1); v2 = gelu_erf(v2); v3 = gelu_erf(v3); }
+        if (RES) {
+            const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(r0 + 8 * j));
+            const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(r1 + 8 * j));
+            v0 += a.x; v1 += a.y; v2 += b.x; v3 += b.y;
+        }
+        *reinterpret_cast<__nv_bfloat162*>(c0 + 8 * j) = __floats2bfloat162_rn(v0, v1);
+        *reinterpret_cast<__nv_bfloat162*>(c1 + 8 * j) = __floats2bfloat162_rn(v2, v3);
+    }
+}
+
 // B_KN: B is (K, N) n-contiguous (loaded as four 64-column boxes, read N-major); else (N, K) k-contiguous.
 template <bool B_KN>
 __global__ void __launch_bounds__(THREADS, 1)
@@ -408,24 +432,34 @@ __global__ void __launch_bounds__(THREADS, 1)
 
         // epilogue: thread holds rows r, r + 8 and columns c, c + 1 of each 8-column slice j (N is even here)
         const int r = m0 + cw * 64 + warp * 16 + lane / 4, c = n0 + (lane % 4) * 2;
-        #pragma unroll
-        for (int j = 0; j < BN / 8; ++j) {
-            const int n = c + 8 * j;
-            if (n >= p.N) continue;
-            float2 bv = make_float2(0.f, 0.f);
-            if (p.bias) bv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p.bias + n));
+        if (m0 + BM <= p.M && n0 + BN <= p.N) {
+            bf16* c0 = p.C + (int64_t)r * p.ldc + c;
+            const bf16* bias = p.bias ? p.bias + c : nullptr;
+            const bf16* r0 = p.res ? p.res + (int64_t)r * p.ldr + c : nullptr;
+            if (p.gelu && p.res) epilogue_full<true, true>(acc, c0, p.ldc, bias, r0, p.ldr);
+            else if (p.gelu) epilogue_full<true, false>(acc, c0, p.ldc, bias, r0, p.ldr);
+            else if (p.res) epilogue_full<false, true>(acc, c0, p.ldc, bias, r0, p.ldr);
+            else epilogue_full<false, false>(acc, c0, p.ldc, bias, r0, p.ldr);
+        } else {
             #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int m = r + 8 * h;
-                if (m >= p.M) continue;
-                float v0 = acc[4 * j + 2 * h] + bv.x, v1 = acc[4 * j + 2 * h + 1] + bv.y;
-                if (p.gelu) { v0 = gelu_erf(v0); v1 = gelu_erf(v1); }
-                if (p.res) {
-                    const bf16* rp = p.res + (int64_t)m * p.ldr + n;
-                    const float2 rv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(rp));
-                    v0 += rv.x; v1 += rv.y;
+            for (int j = 0; j < BN / 8; ++j) {
+                const int n = c + 8 * j;
+                if (n >= p.N) continue;
+                float2 bv = make_float2(0.f, 0.f);
+                if (p.bias) bv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p.bias + n));
+                #pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int m = r + 8 * h;
+                    if (m >= p.M) continue;
+                    float v0 = acc[4 * j + 2 * h] + bv.x, v1 = acc[4 * j + 2 * h + 1] + bv.y;
+                    if (p.gelu) { v0 = gelu_erf(v0); v1 = gelu_erf(v1); }
+                    if (p.res) {
+                        const bf16* rp = p.res + (int64_t)m * p.ldr + n;
+                        const float2 rv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(rp));
+                        v0 += rv.x; v1 += rv.y;
+                    }
+                    *reinterpret_cast<__nv_bfloat162*>(p.C + (int64_t)m * p.ldc + n) = __floats2bfloat162_rn(v0, v1);
                 }
-                *reinterpret_cast<__nv_bfloat162*>(p.C + (int64_t)m * p.ldc + n) = __floats2bfloat162_rn(v0, v1);
             }
         }
         fence_acc(acc);  // the next tile's MMAs overwrite acc only after these reads
