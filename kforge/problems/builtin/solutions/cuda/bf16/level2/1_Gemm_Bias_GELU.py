@@ -5,7 +5,7 @@ from torch.utils.cpp_extension import load_inline
 # nn.Linear + exact GELU in bf16: one tensor-core GEMM (fp32 accumulators) whose epilogue adds the bias and
 # applies GELU to the fp32 accumulators before the single rounding to bf16, so the pre-activation never makes a
 # round trip through memory. On Hopper (sm_90a) the GEMM is a persistent, warp-specialized wgmma kernel (TMA
-# loads into a 4-stage 128B-swizzled ring, 128 x 256 x 64 tiles); elsewhere, and for operands TMA cannot take,
+# loads into a 4-stage 128B-swizzled ring, 128 x 256 x 64 tiles, C stored by TMA); elsewhere, and for operands TMA cannot take,
 # mma.sync m16n8k16 over a 3-stage cp.async pipeline.
 cuda_source = r"""
 #include <cuda.h>           // CUtensorMap (types only: the driver is reached at run time)
@@ -258,17 +258,20 @@ static const char* gemm_bf16_mma(const void* A, int64_t lda, const void* B, int6
 // Block tile 128 x 256 x 64. Warpgroup 0 is the producer: one thread streams A (128 x 64) and B (256 x 64) tiles
 // with TMA (128B swizzle) into a 4-stage shared-memory ring guarded by full/empty mbarriers. Warpgroups 1 and 2
 // are consumers, each computing 64 x 256 of the tile with wgmma m64n256k16 (fp32 accumulators in registers:
-// 128 per thread) straight from shared memory, then running the epilogue from registers. setmaxnreg moves the
-// register budget from the producer (40) to the consumers (232). The grid is persistent (one block per SM) and
-// walks the tiles in GROUP_M-row groups so that blocks running together share A and B panels in L2; the
-// producer runs ahead into the next tile while the consumers are in the epilogue. Edge tiles: TMA fills the
-// parts outside the matrices with zeros, and the stores are masked.
+// 128 per thread) straight from shared memory. Their epilogue rounds to bf16 into shared memory and leaves the
+// global stores to TMA, so the next tile's MMAs start while C is written (on an H100 the main loop alone beat
+// cuBLAS; stores from registers, 16 bytes per row per quad of threads, left the tensor cores idle for longer than
+// cuBLAS's whole margin). setmaxnreg moves the register budget from the producer (40) to the consumers (232). The
+// grid is persistent (one block per SM) and walks the tiles in GROUP_M-row groups so that blocks running
+// together share A and B panels in L2; the producer runs ahead into the next tile while the consumers are in the
+// epilogue. Edge tiles: TMA fills the parts outside A and B with zeros and clips the stores to C.
 namespace hop {
 constexpr int BM = 128, BN = 256, BK = 64, STAGES = 4, CONSUMERS = 2, THREADS = 128 * (CONSUMERS + 1);
 constexpr int GROUP_M = 8;
 constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;  // 16 + 32 KB
 // + 1 KB so the ring can start on a 1024-byte boundary (the 128B swizzle's period), + the mbarriers
-constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + 1024 + 2 * STAGES * 8;
+constexpr int C_BYTES = 64 * 128 * 2;  // a consumer's staging buffer: 64 rows x 128 columns as two 64 x 64 boxes
+constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + CONSUMERS * C_BYTES + 1024 + 2 * STAGES * 8;
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define KF_SM90A 1
@@ -318,6 +321,21 @@ __device__ __forceinline__ void wgmma_256(float (&d)[128], uint64_t da, uint64_t
                  : @ACC_OPS@
                  : "l"(da), "l"(db), "r"(scale_d), "n"(TRANS_B));
 }
+// shared box -> C at (c0 along the contiguous dimension, c1 along rows); TMA clips what lies outside C
+__device__ __forceinline__ void tma_store(const CUtensorMap* map, uint32_t src, int c0, int c1) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n"
+                 ::"l"(reinterpret_cast<uint64_t>(map)), "r"(src), "r"(c0), "r"(c1) : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+// generic-proxy shared writes -> visible to TMA (the async proxy)
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void warpgroup_sync(int id) { asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory"); }
+__device__ __forceinline__ void st_shared_bf16x2(uint32_t addr, float lo, float hi) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(*reinterpret_cast<uint32_t*>(&h)) : "memory");
+}
 #endif
 
 // tile index -> (m0, n0): GROUP_M row tiles sweep the column tiles together (their B panels stay in L2)
@@ -328,40 +346,67 @@ __device__ __forceinline__ void tile_origin(int tile, int tiles_m, int tiles_n, 
     n0 = ((tile % group) / gm) * BN;
 }
 
-// The epilogue of a tile wholly inside C: no bounds checks, and the flags (uniform across the block) choose one
-// straight unrolled path. The generic loop below, with a check and a branch per element and per flag, cost as
-// much per tile as 1200 k of the main loop on an H100.
+// Epilogue of a consumer's 64 x 256: bias / GELU / residual on the fp32 accumulators, rounded to bf16 into its
+// 16 KB staging buffer (two 64 x 64 boxes, 128B-swizzled as TMA expects: conflict-free writes), stored by TMA a
+// half (128 columns) at a time; the stores run on while the next tile's MMAs do, and TMA clips what lies outside
+// C. Reads of bias and residual are checked per column pair and row (N is even here).
+#ifdef KF_SM90A
 template <bool GELU, bool RES>
-__device__ __forceinline__ void epilogue_full(const float (&acc)[128], bf16* c0, int64_t ldc, const bf16* bias,
-                                              const bf16* r0, int64_t ldr) {
-    bf16* c1 = c0 + 8 * ldc;
-    const bf16* r1 = RES ? r0 + 8 * ldr : nullptr;
+__device__ __forceinline__ void epilogue_tma(const float (&acc)[128], const CUtensorMap* tma_c, uint32_t cbuf, int cw,
+                                             int warp, int lane, int m0, int n0, const GemmArgs& p) {
+    const int rl = warp * 16 + lane / 4, cl = (lane % 4) * 2;  // this thread's rows rl, rl + 8 and columns cl, cl + 1
+    const int ma = m0 + cw * 64 + rl, mb = ma + 8;
+    const bool leader = warp == 0 && lane == 0;
     #pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-        float2 bv = make_float2(0.f, 0.f);
-        if (bias) bv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(bias + 8 * j));
-        float v0 = acc[4 * j] + bv.x, v1 = acc[4 * j + 1] + bv.y, v2 = acc[4 * j + 2] + bv.x, v3 = acc[4 * j + 3] + bv.y;
-        if (GELU) { v0 = gelu_erf(v0); v1 = gelu_erf(v1); v2 = gelu_erf(v2); v3 = gelu_erf(v3); }
-        if (RES) {
-            const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(r0 + 8 * j));
-            const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(r1 + 8 * j));
-            v0 += a.x; v1 += a.y; v2 += b.x; v3 += b.y;
+    for (int half = 0; half < 2; ++half) {
+        if (leader) bulk_wait_read();  // the buffer's previous stores have read it
+        warpgroup_sync(1 + cw);
+        #pragma unroll
+        for (int jj = 0; jj < 16; ++jj) {
+            const int j = half * 16 + jj, n = n0 + 8 * j + cl;
+            const bool nok = n < p.N;
+            float2 bv = make_float2(0.f, 0.f);
+            if (p.bias && nok) bv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p.bias + n));
+            float v0 = acc[4 * j] + bv.x, v1 = acc[4 * j + 1] + bv.y, v2 = acc[4 * j + 2] + bv.x, v3 = acc[4 * j + 3] + bv.y;
+            if (GELU) { v0 = gelu_erf(v0); v1 = gelu_erf(v1); v2 = gelu_erf(v2); v3 = gelu_erf(v3); }
+            if (RES) {
+                if (nok && ma < p.M) {
+                    const float2 r = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p.res + (int64_t)ma * p.ldr + n));
+                    v0 += r.x; v1 += r.y;
+                }
+                if (nok && mb < p.M) {
+                    const float2 r = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p.res + (int64_t)mb * p.ldr + n));
+                    v2 += r.x; v3 += r.y;
+                }
+            }
+            // box jj / 8, 16-byte chunk jj % 8 of rows rl and rl + 8, XOR-swizzled by the row within its 8
+            const uint32_t at = cbuf + (jj / 8) * 8192 + rl * 128 + (((jj % 8) ^ (rl % 8)) * 16) + cl * 2;
+            st_shared_bf16x2(at, v0, v1);
+            st_shared_bf16x2(at + 8 * 128, v2, v3);
         }
-        *reinterpret_cast<__nv_bfloat162*>(c0 + 8 * j) = __floats2bfloat162_rn(v0, v1);
-        *reinterpret_cast<__nv_bfloat162*>(c1 + 8 * j) = __floats2bfloat162_rn(v2, v3);
+        fence_proxy_async();
+        warpgroup_sync(1 + cw);
+        if (leader && m0 + cw * 64 < p.M) {
+            #pragma unroll
+            for (int b = 0; b < 2; ++b)
+                if (n0 + half * 128 + b * 64 < p.N) tma_store(tma_c, cbuf + b * 8192, n0 + half * 128 + b * 64, m0 + cw * 64);
+            bulk_commit();
+        }
     }
 }
+#endif
 
 // B_KN: B is (K, N) n-contiguous (loaded as four 64-column boxes, read N-major); else (N, K) k-contiguous.
 template <bool B_KN>
 __global__ void __launch_bounds__(THREADS, 1)
     wgmma_gemm_kernel(const __grid_constant__ CUtensorMap tma_a, const __grid_constant__ CUtensorMap tma_b,
-                      const GemmArgs p) {
+                      const __grid_constant__ CUtensorMap tma_c, const GemmArgs p) {
 #ifdef KF_SM90A
     extern __shared__ unsigned char smem_raw[];
     const uint32_t raw = smem_addr(smem_raw);
     const uint32_t ring = (raw + 1023) & ~1023u;  // stage s: A at ring + s * STAGE_BYTES, B after it
-    const uint32_t full = ring + STAGES * STAGE_BYTES, empty = full + STAGES * 8;
+    const uint32_t cstage = ring + STAGES * STAGE_BYTES;  // consumer c's staging buffer at cstage + c * C_BYTES
+    const uint32_t full = cstage + CONSUMERS * C_BYTES, empty = full + STAGES * 8;
     const int warpgroup = threadIdx.x / 128;
     const int tiles_m = (p.M + BM - 1) / BM, tiles_n = (p.N + BN - 1) / BN, tiles = tiles_m * tiles_n;
     const int kblocks = (p.K + BK - 1) / BK;
@@ -430,40 +475,14 @@ __global__ void __launch_bounds__(THREADS, 1)
         fence_acc(acc);
         if (kblocks > 0 && lane == 0) mbar_arrive(empty + 8 * ((it - 1) % STAGES));
 
-        // epilogue: thread holds rows r, r + 8 and columns c, c + 1 of each 8-column slice j (N is even here)
-        const int r = m0 + cw * 64 + warp * 16 + lane / 4, c = n0 + (lane % 4) * 2;
-        if (m0 + BM <= p.M && n0 + BN <= p.N) {
-            bf16* c0 = p.C + (int64_t)r * p.ldc + c;
-            const bf16* bias = p.bias ? p.bias + c : nullptr;
-            const bf16* r0 = p.res ? p.res + (int64_t)r * p.ldr + c : nullptr;
-            if (p.gelu && p.res) epilogue_full<true, true>(acc, c0, p.ldc, bias, r0, p.ldr);
-            else if (p.gelu) epilogue_full<true, false>(acc, c0, p.ldc, bias, r0, p.ldr);
-            else if (p.res) epilogue_full<false, true>(acc, c0, p.ldc, bias, r0, p.ldr);
-            else epilogue_full<false, false>(acc, c0, p.ldc, bias, r0, p.ldr);
-        } else {
-            #pragma unroll
-            for (int j = 0; j < BN / 8; ++j) {
-                const int n = c + 8 * j;
-                if (n >= p.N) continue;
-                float2 bv = make_float2(0.f, 0.f);
-                if (p.bias) bv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p.bias + n));
-                #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int m = r + 8 * h;
-                    if (m >= p.M) continue;
-                    float v0 = acc[4 * j + 2 * h] + bv.x, v1 = acc[4 * j + 2 * h + 1] + bv.y;
-                    if (p.gelu) { v0 = gelu_erf(v0); v1 = gelu_erf(v1); }
-                    if (p.res) {
-                        const bf16* rp = p.res + (int64_t)m * p.ldr + n;
-                        const float2 rv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(rp));
-                        v0 += rv.x; v1 += rv.y;
-                    }
-                    *reinterpret_cast<__nv_bfloat162*>(p.C + (int64_t)m * p.ldc + n) = __floats2bfloat162_rn(v0, v1);
-                }
-            }
-        }
+        const uint32_t cbuf = cstage + cw * C_BYTES;
+        if (p.gelu && p.res) epilogue_tma<true, true>(acc, &tma_c, cbuf, cw, warp, lane, m0, n0, p);
+        else if (p.gelu) epilogue_tma<true, false>(acc, &tma_c, cbuf, cw, warp, lane, m0, n0, p);
+        else if (p.res) epilogue_tma<false, true>(acc, &tma_c, cbuf, cw, warp, lane, m0, n0, p);
+        else epilogue_tma<false, false>(acc, &tma_c, cbuf, cw, warp, lane, m0, n0, p);
         fence_acc(acc);  // the next tile's MMAs overwrite acc only after these reads
     }
+    if (warp == 0 && lane == 0) bulk_wait();  // this consumer's stores are done before the block's shared memory goes
 #endif
 }
 
@@ -536,27 +555,28 @@ static bool encode_map(CUtensorMap* map, const void* ptr, int64_t inner, int64_t
 static bool aligned4(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 3) == 0; }
 
 // C = A @ op(B) (+ bias) (-> GELU) (+ res); b_kn: B is (K, N), else (N, K). Returns nullptr or the CUDA error.
-// The wgmma kernel where it can run: a Hopper GPU, TMA-legal operands (16-byte aligned bases, row pitches a
-// multiple of 8 elements), an even N and 4-byte aligned C / bias / res for the paired stores; else mma.sync.
+// The wgmma kernel where it can run: a Hopper GPU, TMA-legal A, B and C (16-byte aligned bases, row pitches a
+// multiple of 8 elements), an even N and 4-byte aligned bias / res for the paired loads; else mma.sync.
 const char* gemm_bf16(const void* A, int64_t lda, const void* B, int64_t ldb, bool b_kn, void* C, int64_t ldc,
                       const void* bias, const void* res, int64_t ldr, int M, int N, int K, bool gelu) {
     if (M == 0 || N == 0) return nullptr;
     const bool eligible = K > 0 && aligned16(A) && aligned16(B) && lda % 8 == 0 && ldb % 8 == 0 && N % 2 == 0 &&
-                          aligned4(C) && ldc % 2 == 0 && (!bias || aligned4(bias)) &&
+                          aligned16(C) && ldc % 8 == 0 && (!bias || aligned4(bias)) &&
                           (!res || (aligned4(res) && ldr % 2 == 0));
     const int sms = eligible ? hop::hopper_sms() : 0;
     if (sms > 0) {
-        CUtensorMap ta, tb;
+        CUtensorMap ta, tb, tc;
         const bool mapped = hop::encode_map(&ta, A, K, M, lda, hop::BM) &&
                             (b_kn ? hop::encode_map(&tb, B, N, K, ldb, 64)   // (K, N): 64-column boxes
-                                  : hop::encode_map(&tb, B, K, N, ldb, hop::BN));
+                                  : hop::encode_map(&tb, B, K, N, ldb, hop::BN)) &&
+                            hop::encode_map(&tc, C, N, M, ldc, 64);
         if (mapped) {
             GemmArgs p{static_cast<const bf16*>(A), lda, static_cast<const bf16*>(B), ldb, static_cast<bf16*>(C), ldc,
                        static_cast<const bf16*>(bias), static_cast<const bf16*>(res), ldr, M, N, K, gelu ? 1 : 0, 1, 1};
             const int tiles = ((M + hop::BM - 1) / hop::BM) * ((N + hop::BN - 1) / hop::BN);
             const int grid = tiles < sms ? tiles : sms;
-            if (b_kn) hop::wgmma_gemm_kernel<true><<<grid, hop::THREADS, hop::SMEM_BYTES>>>(ta, tb, p);
-            else hop::wgmma_gemm_kernel<false><<<grid, hop::THREADS, hop::SMEM_BYTES>>>(ta, tb, p);
+            if (b_kn) hop::wgmma_gemm_kernel<true><<<grid, hop::THREADS, hop::SMEM_BYTES>>>(ta, tb, tc, p);
+            else hop::wgmma_gemm_kernel<false><<<grid, hop::THREADS, hop::SMEM_BYTES>>>(ta, tb, tc, p);
             return launch_status();
         }
     }
