@@ -12,7 +12,7 @@ import tempfile
 import threading
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..agents import GenerationAgent, Prompts
 from ..backends import Backend, get_backend
@@ -24,11 +24,14 @@ from ..sandbox.protocol import DeviceInfo
 from ..tracking.observer import JobRun
 from ..tracking.schema import WORKLOAD_SOURCE, Tags
 from ..verify import BackendUnavailable, Verifier, WorkerPool
-from .config import BackendConfig, JobConfig, ProblemsConfig
+from .config import BackendConfig, JobConfig, ProblemsConfig, TrackingConfig
 from .config import plain as _plain
 from .console import Progress, closing_line, print_summary
 from .reference import ReferenceTransferError, load_references, reference_backend
 from .workload import PreparedWorkload, WorkloadStage, prepare_workload
+
+if TYPE_CHECKING:
+    from ..tracking import Tracker
 
 
 @dataclass
@@ -171,14 +174,46 @@ def run(cfg: Any, *, llm: LLM | None = None, tags: dict[str, str] | None = None,
     from ..tracking.resume import config_hash
     chash = config_hash(conf)
     llm = replaying(llm, chash)  # a rerun of this configuration replays its calls
+    # MLflow's import and a new store's schema take seconds: they run while the workers start
+    opening = _Opening(job.tracking)
     own_pool = pool is None
     pool = pool or WorkerPool(gpus=job.workers.gpus, build_workers=job.workers.build, spare=job.workers.spare)
     try:
         with _sigterm_as_interrupt(), tempfile.TemporaryDirectory(prefix="kforge-analysis-") as scratch:
-            return execute(compose(conf, job, llm, pool, scratch, chash, tags or {}))
+            return execute(compose(conf, job, llm, pool, scratch, chash, tags or {}), opening.tracker())
     finally:
         if own_pool:
             pool.close()
+        opening.join()  # a job that stopped early leaves no store half made
+
+
+class _Opening:
+    """The job's `Tracker`, opened on a thread of its own. Safe because this process never forks (workers are
+    programs of their own, started with `subprocess`); `tracker()` returns it or raises what opening it raised."""
+
+    def __init__(self, tcfg: TrackingConfig):
+        self._tcfg = tcfg
+        self._result: Tracker | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._open, name="kforge-open-tracker", daemon=True)
+        self._thread.start()
+
+    def _open(self) -> None:
+        from ..tracking import Tracker
+        try:
+            self._result = Tracker(self._tcfg.uri, self._tcfg.experiment or "kforge", self._tcfg.artifact_root)
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which raises it
+            self._error = exc
+
+    def join(self) -> None:
+        self._thread.join()
+
+    def tracker(self) -> Tracker:
+        self.join()
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
 
 
 @contextmanager
@@ -229,14 +264,12 @@ class _CloseOnAbort(LoopObserver):
         self.pool.close()
 
 
-def execute(job: Job) -> JobResult:
-    """Take over what earlier jobs of this configuration left, run the rest with MLflow and the progress
-    lines observing, and summarise."""
-    from ..tracking import Tracker
+def execute(job: Job, tracker: Tracker) -> JobResult:
+    """Take over what earlier jobs of this configuration left in ``tracker``, run the
+    rest with MLflow and the progress lines observing, and summarise."""
     from ..tracking.observer import MlflowObserver
     from ..tracking.resume import take_over
     cfg, loop_cfg, tcfg = job.config, job.config.loop, job.config.tracking
-    tracker = Tracker(tcfg.uri, tcfg.experiment or "kforge", tcfg.artifact_root)
     if tcfg.autolog_llm:
         import mlflow
         mlflow.set_tracking_uri(tracker.uri)
