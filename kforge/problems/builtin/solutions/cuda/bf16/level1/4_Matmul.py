@@ -4,9 +4,9 @@ from torch.utils.cpp_extension import load_inline
 
 # bf16 matmul on the tensor cores, fp32 accumulators, rounded to bf16 once on the store. On Hopper (sm_90a): a
 # persistent, warp-specialized wgmma kernel (TMA loads into a 4-stage 128B-swizzled ring, 128 x 256 x 64 tiles,
-# B (K x N, n contiguous) read N-major by wgmma itself, so it needs no transposed copy; C stored by TMA). Elsewhere, and for
-# operands TMA cannot take (row pitches not a multiple of 8 elements, unaligned bases): mma.sync m16n8k16 fed
-# by ldmatrix(.trans) from a 3-stage cp.async pipeline.
+# B (K x N, n contiguous) read N-major by wgmma itself, so it needs no transposed copy; C stored by TMA).
+# Elsewhere, and for operands TMA cannot take (row pitches not a multiple of 8 elements, unaligned bases):
+# mma.sync m16n8k16 fed by ldmatrix(.trans) from a 3-stage cp.async pipeline.
 cuda_source = r"""
 #include <cuda.h>           // CUtensorMap (types only: the driver is reached at run time)
 #include <cudaTypedefs.h>   // PFN_cuTensorMapEncodeTiled
@@ -319,7 +319,9 @@ __device__ __forceinline__ void tma_store(const CUtensorMap* map, uint32_t src, 
 }
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 template <int N>
-__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory"); }
+__device__ __forceinline__ void bulk_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
 __device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 // generic-proxy shared writes -> visible to TMA (the async proxy)
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
@@ -360,15 +362,18 @@ __device__ __forceinline__ void epilogue_tma(const float (&acc)[128], const CUte
             const bool nok = n < p.N;
             float2 bv = make_float2(0.f, 0.f);
             if (p.bias && nok) bv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p.bias + n));
-            float v0 = acc[4 * j] + bv.x, v1 = acc[4 * j + 1] + bv.y, v2 = acc[4 * j + 2] + bv.x, v3 = acc[4 * j + 3] + bv.y;
+            float v0 = acc[4 * j] + bv.x, v1 = acc[4 * j + 1] + bv.y;
+            float v2 = acc[4 * j + 2] + bv.x, v3 = acc[4 * j + 3] + bv.y;
             if (GELU) { v0 = gelu_erf(v0); v1 = gelu_erf(v1); v2 = gelu_erf(v2); v3 = gelu_erf(v3); }
             if (RES) {
                 if (nok && ma < p.M) {
-                    const float2 r = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p.res + (int64_t)ma * p.ldr + n));
+                    const bf16* rp = p.res + (int64_t)ma * p.ldr + n;
+                    const float2 r = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(rp));
                     v0 += r.x; v1 += r.y;
                 }
                 if (nok && mb < p.M) {
-                    const float2 r = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p.res + (int64_t)mb * p.ldr + n));
+                    const bf16* rp = p.res + (int64_t)mb * p.ldr + n;
+                    const float2 r = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(rp));
                     v2 += r.x; v3 += r.y;
                 }
             }
@@ -380,7 +385,8 @@ __device__ __forceinline__ void epilogue_tma(const float (&acc)[128], const CUte
         fence_proxy_async();
         warpgroup_sync(1 + cw);
         if (leader) {
-            if (m0 + cw * 64 < p.M && n0 + q * 64 < p.N) tma_store(tma_c, cbuf + (q % 2) * 8192, n0 + q * 64, m0 + cw * 64);
+            if (m0 + cw * 64 < p.M && n0 + q * 64 < p.N)
+                tma_store(tma_c, cbuf + (q % 2) * 8192, n0 + q * 64, m0 + cw * 64);
             bulk_commit();  // one group per quarter, empty or not, so that the count above holds
         }
     }
