@@ -2,7 +2,6 @@
 ``load`` from source files, cached by what the files hold rather than where they lie."""
 
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -105,10 +104,9 @@ def test_load_builds_into_the_cache_not_the_candidates_directory(built):
 def test_the_same_files_in_another_directory_are_a_cache_hit(built, tmp_path):
     root, first, _ = built
     run_phase = Builder(root / "cache", use_pch=pch_ready(root / "cache"))  # another process, in the run phase's own directory
-    start = time.perf_counter()
     ext = load_from(run_phase, tmp_path / "run_phase")
+    # loaded, not compiled: the builder counts what it compiled (no wall-clock bound: a busy machine is slow)
     assert run_phase.hits == first.built and run_phase.built == [], (run_phase.hits, run_phase.built)
-    assert time.perf_counter() - start < 5  # loaded, not compiled
     x = torch.randn(33)
     assert torch.equal(ext.relu_forward(x), x.clamp_min(0))
 
