@@ -37,6 +37,14 @@ class CpuClock:
         return ms, ms, out
 
 
+LAUNCH_PAD_US = 250
+"""After the L2 flush the device spins this long before the start event, so the host's launch path (up to the
+flush plus this, ~0.35 ms on an H100) overlaps queued work instead of being timed. Measured on an H100: a Triton
+GEMM's Python launch path took 110-200 us per call inside a worker (84 us in a plain process), more than the
+200 MB flush (~0.11 ms); what leaked past the flush put 0.05-0.09 ms on a 0.18 ms kernel, by an amount that
+moved with the host's load."""
+
+
 class CudaClock:
     """CUDA events on the current stream, plus host time with a full device synchronize.
 
@@ -57,6 +65,9 @@ class CudaClock:
         self._end = torch.cuda.Event(enable_timing=True)
         self._zero = torch.Tensor.zero_
         self._flush_buf = torch.empty(int(flush_bytes), dtype=torch.uint8, device="cuda") if flush_bytes else None
+        # a spin of ~LAUNCH_PAD_US (clock64 cycles at up to ~2 GHz: longer, never shorter, at lower clocks)
+        self._spin = getattr(torch.cuda, "_sleep", None)
+        self._pad_cycles = LAUNCH_PAD_US * 2000
 
     def now(self) -> float:
         return self._perf()
@@ -72,9 +83,10 @@ class CudaClock:
     def time(self, fn: Callable[[], Any], settled: bool = False) -> tuple[float, float, Any]:
         """Time one call with L2 flushed first.
 
-        The flush is queued, not waited for, before the start event (as triton's do_bench does): the
-        GPU is still busy with it while the host makes the call, so the events time the kernels and not
-        the Python launch path in front of them. With no flush, the host's launch latency is included.
+        The flush is queued, not waited for, before the start event (as triton's do_bench does), and a
+        spin of `LAUNCH_PAD_US` after it: the GPU is still busy with them while the host makes the call,
+        so the events time the kernels and not the Python launch path in front of them, however loaded
+        the host. With no flush (``flush_l2`` off), the host's launch latency is included.
         ``settled`` waits for the flush before the start event, for a call that launches on a side stream
         of its own: such work waits for nothing on the timed stream, so it would otherwise run beside the
         flush, before the start event (the launch latency is then timed too, which only costs the call).
@@ -84,6 +96,8 @@ class CudaClock:
         h0 = self._perf()
         if self._flush_buf is not None:
             self._zero(self._flush_buf)
+            if not settled and self._spin is not None:
+                self._spin(self._pad_cycles)
         if settled:
             self._sync()
             h0 = self._perf()
