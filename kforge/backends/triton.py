@@ -1,4 +1,5 @@
-"""Triton backend: ``@triton.jit`` kernels launched from ``ModelNew.forward``.
+"""Triton backend: ``@triton.jit`` kernels (or ``@gluon.jit``, Triton's explicit dialect for TMA, mbarriers and
+warp specialisation) launched from ``ModelNew.forward``.
 
 On a machine without a GPU (CI) the same candidates run on CPU tensors through Triton's interpreter
 (``TRITON_INTERPRET=1``): that checks correctness, not speed.
@@ -13,7 +14,7 @@ class TritonBackend(Backend):
     name = "triton"
     language = "Triton (Python @triton.jit kernels)"
     default_device = "cuda"
-    kernel_patterns = (r"@\s*triton\.jit", r"@\s*jit\b")
+    kernel_patterns = (r"@\s*triton\.jit", r"@\s*jit\b", r"@\s*gluon\.jit\b")
     kernel_hint = "a @triton.jit kernel launched from forward"
 
     @property
