@@ -170,6 +170,7 @@ class NumericsChecks:
             if view == "kernelbench" and exact and "kforge" in live and self._same_tolerance(refs):
                 kforge = failures.get("kforge")
                 if kforge is not None and not kforge.extra["evidence"]["mismatch"].get("degenerate"):
+                    kforge.extra["evidence"]["mismatch"]["numerics"] = "kforge, kernelbench"  # one check for both
                     failures[view] = kforge
                 continue
             found = self._values(view, self._outputs_for(view, outs, refs), refs, where)

@@ -60,3 +60,32 @@ def test_a_stochastic_problem_is_judged_as_kernelbench_draws_its_random_numbers(
     assert "stochastic" in v.problem_flags, v.summary()
     assert v.state is State.CORRECT, v.summary()  # kforge: the RNG seeded alike before both calls
     assert v.states["kernelbench"] == "numerical_mismatch", v.summary()  # KernelBench: the next mask
+
+
+# A model's "faster GEMM in half precision" inside a float32 problem: both rule sets judge it at 1e-4 on the same
+# reference, so one comparison stands for both, and its evidence says so.
+HALF_GEMM = '''
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features, dropout_p):
+        super().__init__()
+        self.matmul = nn.Linear(in_features, out_features)
+        self.dropout = nn.Dropout(dropout_p)
+
+    def forward(self, x):
+        w, b = self.matmul.weight.bfloat16(), self.matmul.bias.bfloat16()
+        y = torch.nn.functional.linear(x.bfloat16(), w, b).float()
+        return torch.softmax(self.dropout(y), dim=1)
+'''
+
+
+def test_a_float32_mismatch_seen_once_is_labelled_for_both_rule_sets(pool):
+    problem = problem_from_source(PROBLEM.replace("dropout_p = 0.2", "dropout_p = 0.0"),
+                                  where="66_Matmul_Dropout_Softmax.py", name="66_Matmul_Dropout_Softmax")
+    v = Verifier(fast_config(require_kernel=False), pool=pool).verify(problem, HALF_GEMM, "cpu")
+    assert v.state is State.NUMERICAL_MISMATCH, v.summary()
+    assert v.states["kernelbench"] == "numerical_mismatch", v.summary()
+    assert v.evidence.mismatch["numerics"] == "kforge, kernelbench", v.summary()
