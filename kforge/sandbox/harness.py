@@ -34,15 +34,16 @@ _PHASES: dict[str, float] = {}
 _CURRENT: list[tuple[str, float]] = []
 
 
-def phase(name: str) -> None:
-    """Leave a marker, so a timeout can say how far the candidate got; time each phase."""
+def phase(name: str, where: str | None = None) -> None:
+    """Leave a marker, so a timeout or a crash can say how far the candidate got (``where``, more precise than
+    the phase, when given: which shape variant, say); time each phase by its ``name``."""
     now = time.monotonic()
     if _CURRENT:
         prev, since = _CURRENT.pop()
         _PHASES[prev] = round(_PHASES.get(prev, 0.0) + now - since, 4)
     _CURRENT.append((name, now))
     with contextlib.suppress(OSError):
-        Path("phase").write_text(name)
+        Path("phase").write_text(where or name)
 
 
 def phase_times() -> dict[str, float]:

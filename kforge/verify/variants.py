@@ -9,8 +9,9 @@ are never larger than the problem, so they fit wherever it does; one the referen
 that must divide another, say) is skipped with a note.
 
 The check runs after the verification's run, in a process of its own (request ``variants``), so a kernel that
-crashes or corrupts the device at a size it did not expect costs only the kforge rules' verdict: the
-``kernelbench`` rules ignore variants, as KernelBench does. Timing is on the problem's own shape only.
+crashes or corrupts the device at a size it did not expect costs only the kforge rules' verdict, and the
+message names the variant it died on (the worker's phase marker says which): the ``kernelbench`` rules ignore
+variants, as KernelBench does. Timing is on the problem's own shape only.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import re
 from pathlib import Path
 
 from ..problems import Problem, ProblemError, problem_from_source
-from ..sandbox.harness import HarnessVerdict, first_line, import_candidate, import_file
+from ..sandbox.harness import HarnessVerdict, first_line, import_candidate, import_file, phase
 from .protocol import Outcome, ShapeVariant, VariantsResult
 
 #: Names of constants that are sizes (case-insensitive, anywhere in the name).
@@ -82,6 +83,7 @@ class VariantChecks:
         checked, skipped = [], []
         for i, v in enumerate(variants):
             shape = describe(v.overrides)
+            phase("shape variants", f"shape variant {shape}")  # a kernel that crashes here is reported with its shape
             path = Path(f"variant_{i}.py")
             path.write_text(v.source)
             try:

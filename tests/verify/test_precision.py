@@ -115,6 +115,50 @@ class ModelNew(nn.Module):
 '''
 
 
+# Sizes compiled in and asserted, as models often guard them: the process aborts (SIGABRT) at any other size.
+ASSERTED_KERNEL = r'''
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cpp_source = """
+#include <torch/extension.h>
+#include <cassert>
+
+#define BATCH 128
+#define IN_F 512
+#define OUT_F 256
+
+torch::Tensor linear_forward(torch::Tensor x, torch::Tensor weight) {
+    assert(x.size(0) == BATCH && x.size(1) == IN_F && weight.size(0) == OUT_F);
+    auto out = torch::empty({BATCH, OUT_F}, x.options());
+    const float* xp = x.data_ptr<float>();
+    const float* wp = weight.data_ptr<float>();
+    float* op = out.data_ptr<float>();
+    for (int b = 0; b < BATCH; b++) {
+        for (int o = 0; o < OUT_F; o++) {
+            float sum = 0.0f;
+            for (int i = 0; i < IN_F; i++) sum += xp[b * IN_F + i] * wp[o * IN_F + i];
+            op[b * OUT_F + o] = sum;
+        }
+    }
+    return out;
+}
+"""
+
+linear_ext = load_inline(name="linear_asserted", cpp_sources=cpp_source, functions=["linear_forward"])
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features):
+        super(ModelNew, self).__init__()
+        self.proj = nn.Linear(in_features, out_features, bias=False)
+
+    def forward(self, x):
+        return linear_ext.linear_forward(x.contiguous(), self.proj.weight.contiguous())
+'''
+
+
 @pytest.fixture(scope="module")
 def problem():
     return problem_from_source(PROBLEM, where="proj.py", name="proj")
@@ -180,3 +224,11 @@ def test_sizes_baked_in_fail_the_kforge_rules_on_a_variant_and_pass_kernelbenchs
     assert v.states["kernelbench"] == "correct", v.summary()
     assert v.state is State.SHAPE_MISMATCH and v.states["strict"] == "shape_mismatch", v.summary()
     assert "on shape variant batch_size=95" in v.message and "(128, 256)" in v.message, v.message
+
+
+def test_a_kernel_that_crashes_on_a_variant_is_told_which_shape_killed_it(pool, problem):
+    v = Verifier(fast_config(variants=True), pool=pool).verify(problem, ASSERTED_KERNEL, "cpu")
+    assert v.states["kernelbench"] == "correct", v.summary()
+    assert v.state is State.RUNTIME_ERROR, v.summary()
+    assert "SIGABRT" in v.message and "shape variant batch_size=95, in_features=383, out_features=191" in v.message, \
+        v.message
