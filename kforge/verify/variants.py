@@ -5,8 +5,9 @@ bounded by constants). A problem may list its own variants (``KFORGE["variants"]
 overrides); a file that lists none gets them from its module-level size constants (`shape_variants`): each
 size-like integer (``batch_size``, ``dim``, ``in_features``, ... of 8 or more) becomes a smaller one that is
 not a multiple of 16, in one variant all together and in another the first (batch-like) one alone. Variants
-are never larger than the problem, so they fit wherever it does; one the reference itself fails at (a size
-that must divide another, say) is skipped with a note.
+are never larger than the problem, so they fit wherever it does. Where the reference itself fails at a derived
+variant (a width its head count must divide, say), the same sizes rounded down to odd multiples of 24 are
+tried instead; a variant the reference fails at both ways is skipped with a note.
 
 The check runs after the verification's run, in a process of its own (request ``variants``), so a kernel that
 crashes or corrupts the device at a size it did not expect costs only the kforge rules' verdict, and the
@@ -26,8 +27,9 @@ from .protocol import Outcome, ShapeVariant, VariantsResult
 #: Names of constants that are sizes (case-insensitive, anywhere in the name).
 SIZE_NAME = re.compile(r"batch|size|dim|feature|channel|height|width|length|len\b|seq|token|hidden|embed|vocab|"
                        r"^[mnkbhwdlct]$|^n_|_n$|num_(?!head|group|layer)|rows|cols|elements|units|points", re.I)
-#: Names that look like sizes but are not free to change (axes, kernel geometry, divisors).
-NOT_A_SIZE = re.compile(r"kernel|stride|pad|dilation|group|head|axis|window|pool|scale|eps|prob|rate|^dim$", re.I)
+#: Names that look like sizes but are not free to change (axes, kernel geometry, divisors). A bare ``dim`` is
+#: both in KernelBench: the axis (``dim = 1``, under `MIN_SIZE`) or the row length (``dim = 393216``, a size).
+NOT_A_SIZE = re.compile(r"kernel|stride|pad|dilation|group|head|axis|window|pool|scale|eps|prob|rate", re.I)
 MIN_SIZE = 8
 """Constants below this are left alone: too small to shrink, and often an axis or a count of something."""
 
@@ -40,6 +42,15 @@ def _smaller(n: int, fraction: float) -> int:
     while v % 16 == 0 or v >= n:
         v -= 2
     return max(3, v)
+
+
+def _divisible(n: int) -> int:
+    """``n`` rounded down to an odd multiple of 24 (which 2, 3, 4, 6, 8 and 12 divide and 16 does not); sizes
+    under 24 stay as they are."""
+    if n < 24:
+        return n
+    v = n // 24
+    return 24 * (v if v % 2 else v - 1)
 
 
 def size_constants(problem: Problem) -> dict[str, int]:
@@ -68,7 +79,13 @@ def shape_variants(problem: Problem, declared: list[dict] | None = None) -> list
                                     overrides=o)
         except ProblemError:
             continue  # a declared constant the file lacks: not a variant of it
-        out.append(ShapeVariant(overrides=o, source=p.source))
+        fallback = {k: _divisible(v) for k, v in o.items()} if declared is None else o
+        if fallback == o:
+            out.append(ShapeVariant(overrides=o, source=p.source))
+            continue
+        alt = problem_from_source(problem.source, where=problem.path or problem.key, name=problem.name,
+                                  overrides=fallback)
+        out.append(ShapeVariant(overrides=o, source=p.source, fallback=fallback, fallback_source=alt.source))
     return out
 
 
@@ -82,15 +99,10 @@ class VariantChecks:
     def check_variants(self, variants: list[ShapeVariant]) -> VariantsResult:
         checked, skipped = [], []
         for i, v in enumerate(variants):
-            shape = describe(v.overrides)
-            phase("shape variants", f"shape variant {shape}")  # a kernel that crashes here is reported with its shape
-            path = Path(f"variant_{i}.py")
-            path.write_text(v.source)
-            try:
-                inputs, refs, rng_seed = self._variant_reference(path, i)
-            except Exception as exc:  # noqa: BLE001 - the problem itself does not run at this size
-                skipped.append(f"{shape}: the reference fails there ({type(exc).__name__}: {first_line(exc)})")
+            ran = self._variant_reference_at(v, i, skipped)
+            if ran is None:
                 continue
+            shape, label, path, inputs, refs, rng_seed = ran
             where = f"shape variant {shape}"
             try:
                 self._variant_candidate(path, inputs, refs, rng_seed, where)
@@ -99,10 +111,30 @@ class VariantChecks:
                 return VariantsResult(failure=Outcome(state=fail.state, message=f"on {where}: {fail.message}",
                                                       rule=fail.extra.get("rule"), mismatch=ev.get("mismatch")),
                                       checked=checked, skipped=skipped)
-            checked.append(shape)
+            checked.append(label)
         return VariantsResult(checked=checked, skipped=skipped)
 
-    def _variant_reference(self, path: Path, i: int):
+    def _variant_reference_at(self, v: ShapeVariant, i: int, skipped: list[str]):
+        """(shape, its label among the checked, path, inputs, references, rng seed) of the variant, or of its
+        fallback where the reference fails at the variant; None, and a note in ``skipped``, where it fails at both."""
+        tries = [(v.overrides, v.source)] + ([(v.fallback, v.fallback_source)] if v.fallback else [])
+        failed = []
+        for j, (overrides, source) in enumerate(tries):
+            shape = describe(overrides)
+            phase("shape variants", f"shape variant {shape}")  # a kernel that crashes here is reported with its shape
+            path = Path(f"variant_{i}_{j}.py")
+            path.write_text(source)
+            try:
+                ran = self._variant_reference(path, f"{i}_{j}")
+            except Exception as exc:  # noqa: BLE001 - the problem itself does not run at this size
+                failed.append(f"{shape}: the reference fails there ({type(exc).__name__}: {first_line(exc)})")
+                continue
+            label = f"{shape} (for {describe(v.overrides)}, where the reference fails)" if j else shape
+            return (shape, label, path, *ran)
+        skipped.append("; ".join(failed))
+        return None
+
+    def _variant_reference(self, path: Path, i: str):
         """Make the variant the harness's problem: its module, init inputs, both reference models; draw inputs."""
         torch = self.torch
         self.ref_mod = import_file(path, f"kforge_variant_{i}")

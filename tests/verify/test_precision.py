@@ -190,6 +190,48 @@ def test_variants_change_sizes_not_axes_or_kernel_geometry():
     assert [v.overrides for v in declared] == [{"batch_size": 7}]
 
 
+def test_a_dim_that_is_a_row_length_is_varied_and_one_that_is_an_axis_is_not():
+    """KernelBench names both ``dim``: its softmax, norms, activations and losses size their rows with it
+    (``batch_size = 4096; dim = 393216``), its reductions and scans pick an axis with it (``dim = 1``). A kernel
+    that baked the row length in (``x.view(-1, 1024)``) must meet a variant that changes it."""
+    softmax = ("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
+               "        return torch.softmax(x, dim=1)\n\n\nbatch_size = 64\ndim = 1024\n\n\n"
+               "def get_inputs():\n    return [torch.randn(batch_size, dim)]\n\n\ndef get_init_inputs():\n    return []\n")
+    rows = problem_from_source(softmax, where="softmax.py", name="softmax")
+    assert size_constants(rows) == {"batch_size": 64, "dim": 1024}
+    assert [v.overrides for v in shape_variants(rows)] == [{"batch_size": 47, "dim": 767}, {"batch_size": 31}]
+    scan = softmax.replace("dim = 1024", "dim = 1").replace("(batch_size, dim)", "(batch_size, 4000)")
+    assert size_constants(problem_from_source(scan, where="scan.py", name="scan")) == {"batch_size": 64}
+
+
+def test_a_width_the_head_count_must_divide_falls_back_to_sizes_it_divides(pool):
+    """47 is no width for 8 heads: the reference fails there, and the variant runs at odd multiples of 24
+    instead of being lost (a note says so); a kernel that baked the width in fails there."""
+    attention = ("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+                 "    def __init__(self, dim, heads):\n        super().__init__()\n"
+                 "        self.attn = nn.MultiheadAttention(dim, heads, batch_first=True)\n\n"
+                 "    def forward(self, x):\n        return self.attn(x, x, x, need_weights=False)[0]\n\n\n"
+                 "batch_size = 2\nseq_len = 40\ndim = 64\nheads = 8\n\n\n"
+                 "def get_inputs():\n    return [torch.randn(batch_size, seq_len, dim)]\n\n\n"
+                 "def get_init_inputs():\n    return [dim, heads]\n")
+    p = problem_from_source(attention, where="attention.py", name="attention")
+    first = shape_variants(p)[0]
+    assert first.overrides == {"seq_len": 29, "dim": 47} and first.fallback == {"seq_len": 24, "dim": 24}
+    baked = ("import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
+             "    def __init__(self, dim, heads):\n        super().__init__()\n"
+             "        self.attn = nn.MultiheadAttention(dim, heads, batch_first=True)\n\n"
+             "    def forward(self, x):\n        y = self.attn(x, x, x, need_weights=False)[0]\n"
+             "        return y.reshape(-1, 40, 64)\n")
+    verifier = Verifier(fast_config(variants=True, require_kernel=False), pool=pool)
+    v = verifier.verify(p, baked, "cpu")
+    assert v.state is State.RUNTIME_ERROR and "on shape variant seq_len=24, dim=24" in v.summary(), v.summary()
+    fine = verifier.verify(p, baked.replace("y.reshape(-1, 40, 64)", "y"), "cpu")
+    assert fine.state is State.CORRECT, fine.summary()
+    assert any("seq_len=24, dim=24 (for seq_len=29, dim=47, where the reference fails)" in n
+               for n in fine.evidence.notes), fine.evidence.notes
+    assert not any("skipped" in n for n in fine.evidence.notes), fine.evidence.notes
+
+
 @pytest.mark.parametrize("facets,kforge,kernelbench", [
     (Facets("correct", kb_outcome="numerical_mismatch", kb_message="outside 1e-2"), "correct", "numerical_mismatch"),
     (Facets("numerical_mismatch", kb_outcome="correct"), "numerical_mismatch", "correct"),
