@@ -6,8 +6,9 @@ overrides); a file that lists none gets them from its module-level size constant
 size-like integer (``batch_size``, ``dim``, ``in_features``, ... of 8 or more) becomes a smaller one that is
 not a multiple of 16, in one variant all together and in another the first (batch-like) one alone. Variants
 are never larger than the problem, so they fit wherever it does. Where the reference itself fails at a derived
-variant (a width its head count must divide, say), the same sizes rounded down to odd multiples of 24 are
-tried instead; a variant the reference fails at both ways is skipped with a note.
+variant (a width its head count must divide, say), the same sizes rounded down to odd multiples of 24 (of 48
+with 16 heads: the file's head and group counts divide them) are tried instead; a variant the reference fails
+at both ways is skipped with a note.
 
 The check runs after the verification's run, in a process of its own (request ``variants``), so a kernel that
 crashes or corrupts the device at a size it did not expect costs only the kforge rules' verdict, and the
@@ -17,6 +18,7 @@ variants, as KernelBench does. Timing is on the problem's own shape only.
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -25,8 +27,8 @@ from ..sandbox.harness import HarnessVerdict, first_line, import_candidate, impo
 from .protocol import Outcome, ShapeVariant, VariantsResult
 
 #: Names of constants that are sizes (case-insensitive, anywhere in the name).
-SIZE_NAME = re.compile(r"batch|size|dim|feature|channel|height|width|length|len\b|seq|token|hidden|embed|vocab|"
-                       r"^[mnkbhwdlct]$|^n_|_n$|num_(?!head|group|layer)|rows|cols|elements|units|points", re.I)
+SIZE_NAME = re.compile(r"batch|size|dim|feature|channel|depth|height|width|length|len\b|seq|token|hidden|embed|"
+                       r"vocab|^[ijmnkbhwdlct]$|^n_|_n$|num_(?!head|group|layer)|rows|cols|elements|units|points", re.I)
 #: Names that look like sizes but are not free to change (axes, kernel geometry, divisors). A bare ``dim`` is
 #: both in KernelBench: the axis (``dim = 1``, under `MIN_SIZE`) or the row length (``dim = 393216``, a size).
 NOT_A_SIZE = re.compile(r"kernel|stride|pad|dilation|group|head|axis|window|pool|scale|eps|prob|rate", re.I)
@@ -44,13 +46,26 @@ def _smaller(n: int, fraction: float) -> int:
     return max(3, v)
 
 
-def _divisible(n: int) -> int:
-    """``n`` rounded down to an odd multiple of 24 (which 2, 3, 4, 6, 8 and 12 divide and 16 does not); sizes
-    under 24 stay as they are."""
-    if n < 24:
+#: Constants that sizes must be multiples of (head and group counts): a fallback variant keeps them dividing.
+DIVISOR_NAME = re.compile(r"head|group", re.I)
+
+
+def _step(problem: Problem) -> int:
+    """The step fallback sizes are odd multiples of: 24 (2, 3, 4, 6, 8 and 12 divide it, 16 does not), times
+    what the problem's head and group counts add (16 heads: 48)."""
+    step = 24
+    for k, v in problem.constants.items():
+        if isinstance(v, int) and not isinstance(v, bool) and 2 <= v <= 256 and DIVISOR_NAME.search(k):
+            step = math.lcm(step, v)
+    return step
+
+
+def _divisible(n: int, step: int) -> int:
+    """``n`` rounded down to an odd multiple of ``step``; sizes under ``step`` stay as they are."""
+    if n < step:
         return n
-    v = n // 24
-    return 24 * (v if v % 2 else v - 1)
+    v = n // step
+    return step * (v if v % 2 else v - 1)
 
 
 def size_constants(problem: Problem) -> dict[str, int]:
@@ -72,14 +87,14 @@ def shape_variants(problem: Problem, declared: list[dict] | None = None) -> list
         overrides = [{k: _smaller(v, 0.75) for k, v in sizes.items()}]
         if len(sizes) > 1:
             overrides.append({first: _smaller(sizes[first], 0.5)})
-    out = []
+    out, step = [], _step(problem)
     for o in overrides:
         try:
             p = problem_from_source(problem.source, where=problem.path or problem.key, name=problem.name,
                                     overrides=o)
         except ProblemError:
             continue  # a declared constant the file lacks: not a variant of it
-        fallback = {k: _divisible(v) for k, v in o.items()} if declared is None else o
+        fallback = {k: _divisible(v, step) for k, v in o.items()} if declared is None else o
         if fallback == o:
             out.append(ShapeVariant(overrides=o, source=p.source))
             continue

@@ -204,6 +204,22 @@ def test_a_dim_that_is_a_row_length_is_varied_and_one_that_is_an_axis_is_not():
     assert size_constants(problem_from_source(scan, where="scan.py", name="scan")) == {"batch_size": 64}
 
 
+def test_the_depth_of_a_volume_and_einsum_letters_are_sizes():
+    """KernelBench's 3-D convolutions and pools size their volume with ``depth``, beside ``height`` and ``width``;
+    its tensor contractions name their sizes by letter (``b, i, j, l, k``)."""
+    conv3d = ("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def __init__(self, c, o, k):\n"
+              "        super().__init__()\n        self.conv = nn.Conv3d(c, o, k)\n\n    def forward(self, x):\n"
+              "        return self.conv(x)\n\n\nbatch_size = 16\nin_channels = 3\nout_channels = 64\n"
+              "kernel_size = 3\ndepth = 64\nwidth = 64\nheight = 64\n\n\ndef get_inputs():\n"
+              "    return [torch.randn(batch_size, in_channels, depth, height, width)]\n\n\n"
+              "def get_init_inputs():\n    return [in_channels, out_channels, kernel_size]\n")
+    p = problem_from_source(conv3d, where="conv3d.py", name="conv3d")
+    assert set(size_constants(p)) == {"batch_size", "out_channels", "depth", "width", "height"}
+    letters = conv3d.replace("batch_size = 16\nin_channels = 3\nout_channels = 64\nkernel_size = 3\n"
+                             "depth = 64\nwidth = 64\nheight = 64", "b = 8\ni = 256\nj = 512\nl = 256\nk = 768")
+    assert set(size_constants(problem_from_source(letters, where="t.py", name="t"))) == {"b", "i", "j", "l", "k"}
+
+
 def test_a_width_the_head_count_must_divide_falls_back_to_sizes_it_divides(pool):
     """47 is no width for 8 heads: the reference fails there, and the variant runs at odd multiples of 24
     instead of being lost (a note says so); a kernel that baked the width in fails there."""
@@ -217,6 +233,9 @@ def test_a_width_the_head_count_must_divide_falls_back_to_sizes_it_divides(pool)
     p = problem_from_source(attention, where="attention.py", name="attention")
     first = shape_variants(p)[0]
     assert first.overrides == {"seq_len": 29, "dim": 47} and first.fallback == {"seq_len": 24, "dim": 24}
+    wide = problem_from_source(attention.replace("dim = 64\nheads = 8", "dim = 1024\nheads = 16"), where="w.py",
+                               name="wide")
+    assert shape_variants(wide)[0].fallback == {"seq_len": 29, "dim": 720}  # 720 = 15 * 48: 16 heads of 45
     baked = ("import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
              "    def __init__(self, dim, heads):\n        super().__init__()\n"
              "        self.attn = nn.MultiheadAttention(dim, heads, batch_first=True)\n\n"
