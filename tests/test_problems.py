@@ -77,6 +77,43 @@ def test_unknown_override_lists_constants(tmp_path):
         load_problem_file(path, overrides={"K": 1})
 
 
+CONV3D = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+
+batch_size, in_channels = 16, 3
+depth = 16; height = width = 64  # the volume
+out_channels = 2 ** 6
+
+
+def get_inputs():
+    return [torch.randn(batch_size, in_channels, depth, height, width)]
+
+
+def get_init_inputs():
+    return [out_channels]
+"""
+
+
+def test_constants_bound_together_are_constants_and_each_can_be_set_alone():
+    """KernelBench binds sizes in pairs (``height, width = 256, 256``) and chains (``height = width = 64``); each
+    is a constant of its own, and setting one leaves the others as they were."""
+    p = problem_from_source(CONV3D, where="c.py", name="c")
+    assert p.constants == {"batch_size": 16, "in_channels": 3, "depth": 16, "height": 64, "width": 64,
+                           "out_channels": 64}
+    one = problem_from_source(CONV3D, where="c.py", name="c", overrides={"width": 47, "in_channels": 5})
+    assert {k: one.constants[k] for k in ("batch_size", "in_channels", "height", "width")} == \
+        {"batch_size": 16, "in_channels": 5, "height": 64, "width": 47}
+    assert "batch_size, in_channels = 16, 5\ndepth = 16; height = 64; width = 47  # the volume\n" in one.source
+    both = problem_from_source(CONV3D, where="c.py", name="c", overrides={"height": 33, "width": 31})
+    assert (both.constants["height"], both.constants["width"]) == (33, 31)
+
+
 def test_kernelbench_directory_selection(tmp_path):
     for rel in ("level1/1_A.py", "level1/2_B.py", "level1/10_C.py", "level2/1_D.py"):
         write(tmp_path, "KernelBench/" + rel, GOOD)

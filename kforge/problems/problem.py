@@ -98,11 +98,19 @@ def parse_stem(stem: str) -> tuple[int | None, str]:
     return (int(m.group(1)), stem) if m else (None, stem)
 
 
-def _top_level_assignments(tree: ast.Module) -> list[tuple[str, ast.Assign]]:
+def _top_level_assignments(tree: ast.Module) -> list[tuple[str, ast.expr, ast.Assign]]:
+    """Each name a top-level assignment binds, the expression its value comes from, and the statement:
+    ``a = 1``; ``height = width = 64`` (both from the one value); ``height, width = 256, 256`` (element-wise)."""
     out = []
     for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            out.append((node.targets[0].id, node))
+        if not isinstance(node, ast.Assign):
+            continue
+        for target in node.targets:
+            if isinstance(target, ast.Name):
+                out.append((target.id, node.value, node))
+            elif (len(node.targets) == 1 and isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple)
+                  and len(target.elts) == len(node.value.elts) and all(isinstance(e, ast.Name) for e in target.elts)):
+                out.extend((e.id, v, node) for e, v in zip(target.elts, node.value.elts))
     return out
 
 
@@ -111,14 +119,14 @@ def _evaluate_constants(source: str, tree: ast.Module) -> dict[str, Any]:
     namespace: dict[str, Any] = {}
     safe_globals = {"__builtins__": {"int": int, "float": float, "min": min, "max": max, "abs": abs},
                     "math": math}
-    for name, node in _top_level_assignments(tree):
+    for name, node, _ in _top_level_assignments(tree):
         if name == "KFORGE":
             continue
         try:
-            value = ast.literal_eval(node.value)
+            value = ast.literal_eval(node)
         except (ValueError, SyntaxError, TypeError):
             try:
-                expr = ast.get_source_segment(source, node.value) or ""
+                expr = ast.get_source_segment(source, node) or ""
                 value = eval(compile(expr, "<constant>", "eval"), safe_globals, dict(namespace))  # noqa: S307
             except Exception:  # not plain arithmetic over earlier constants (e.g. a tensor): skip
                 continue
@@ -128,10 +136,10 @@ def _evaluate_constants(source: str, tree: ast.Module) -> dict[str, Any]:
 
 
 def _metadata(tree: ast.Module, where: str) -> dict[str, Any]:
-    for name, node in _top_level_assignments(tree):
+    for name, node, _ in _top_level_assignments(tree):
         if name == "KFORGE":
             try:
-                meta = ast.literal_eval(node.value)
+                meta = ast.literal_eval(node)
             except ValueError as exc:
                 raise ProblemError(f"{where}: KFORGE must be a literal dict ({exc})") from None
             if not isinstance(meta, dict):
@@ -144,7 +152,7 @@ def _check_structure(tree: ast.Module, where: str) -> None:
     classes = {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
     functions = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     # A file may also bind these names by assignment (e.g. ``get_init_inputs = lambda: []``).
-    assigned = {name for name, _ in _top_level_assignments(tree)}
+    assigned = {name for name, _, _ in _top_level_assignments(tree)}
     if "Model" not in classes and "Model" not in assigned:
         raise ProblemError(f"{where}: no `class Model` defined")
     for fn in ("get_inputs", "get_init_inputs"):
@@ -167,7 +175,7 @@ def apply_overrides(source: str, overrides: dict[str, Any], where: str) -> str:
     if not overrides:
         return source
     tree = ast.parse(source)
-    nodes = {name: node for name, node in _top_level_assignments(tree)}
+    nodes = {name: (value, stmt) for name, value, stmt in _top_level_assignments(tree)}
     missing = [k for k in overrides if k not in nodes or k == "KFORGE"]
     if missing:
         known = sorted(k for k in _evaluate_constants(source, tree))
@@ -177,13 +185,22 @@ def apply_overrides(source: str, overrides: dict[str, Any], where: str) -> str:
     offsets = [0]
     for line in lines:
         offsets.append(offsets[-1] + len(line))
-    edits = []
+
+    def span(n: ast.AST) -> tuple[int, int]:  # ast columns are UTF-8 byte offsets; problem files are ASCII (checked)
+        return offsets[n.lineno - 1] + n.col_offset, offsets[n.end_lineno - 1] + n.end_col_offset
+
+    edits, split = [], {}
     for name, value in overrides.items():
-        v = nodes[name].value
-        # ast columns are UTF-8 byte offsets; problem files are ASCII in practice, and we check.
-        start = offsets[v.lineno - 1] + v.col_offset
-        end = offsets[v.end_lineno - 1] + v.end_col_offset
-        edits.append((start, end, repr(value)))
+        v, stmt = nodes[name]
+        if len(stmt.targets) > 1:  # ``height = width = 64``: one value for several names, split to set one
+            split[id(stmt)] = stmt
+        else:
+            edits.append((*span(v), repr(value)))
+    for stmt in split.values():
+        rhs = ast.get_source_segment(source, stmt.value)
+        parts = [f"{t.id} = {repr(overrides[t.id])}" if isinstance(t, ast.Name) and t.id in overrides
+                 else f"{ast.get_source_segment(source, t)} = {rhs}" for t in stmt.targets]
+        edits.append((*span(stmt), "; ".join(parts)))
     text = source
     for start, end, new in sorted(edits, reverse=True):
         text = text[:start] + new + text[end:]

@@ -215,6 +215,10 @@ def test_the_depth_of_a_volume_and_einsum_letters_are_sizes():
               "def get_init_inputs():\n    return [in_channels, out_channels, kernel_size]\n")
     p = problem_from_source(conv3d, where="conv3d.py", name="conv3d")
     assert set(size_constants(p)) == {"batch_size", "out_channels", "depth", "width", "height"}
+    pairs = conv3d.replace("depth = 64\nwidth = 64\nheight = 64", "depth = width = 64\nheight, groups = 64, 1")
+    chained = problem_from_source(pairs, where="pairs.py", name="pairs")
+    assert set(size_constants(chained)) == {"batch_size", "out_channels", "depth", "width", "height"}
+    assert "depth = 47; width = 47\nheight, groups = 47, 1\n" in shape_variants(chained)[0].source
     letters = conv3d.replace("batch_size = 16\nin_channels = 3\nout_channels = 64\nkernel_size = 3\n"
                              "depth = 64\nwidth = 64\nheight = 64", "b = 8\ni = 256\nj = 512\nl = 256\nk = 768")
     assert set(size_constants(problem_from_source(letters, where="t.py", name="t"))) == {"b", "i", "j", "l", "k"}
