@@ -4,8 +4,10 @@ LLM-written kernels often hard-code the sizes they were shown (an output allocat
 bounded by constants). A problem may list its own variants (``KFORGE["variants"]``: a list of constant
 overrides); a file that lists none gets them from its module-level size constants (`shape_variants`): each
 size-like integer (``batch_size``, ``dim``, ``in_features``, ... of 8 or more) becomes a smaller one that is
-not a multiple of 16, in one variant all together and in another the first (batch-like) one alone. Variants
-are never larger than the problem, so they fit wherever it does. Where the reference itself fails at a derived
+not a multiple of 16, in one variant all together and in another the first (batch-like) one alone. A file with
+no size constants at all (``torch.randn(16, 1024)`` written in ``get_inputs``) gets the same two variants from
+the integer literals its ``get_inputs`` and ``get_init_inputs`` write (`literal_sizes`), each value changed
+wherever those two functions write it. Variants are never larger than the problem, so they fit wherever it does. Where the reference itself fails at a derived
 variant (a width its head count must divide, say), the same sizes rounded down to odd multiples of 24 (of 48
 with 16 heads: the file's head and group counts divide them) are tried instead; a variant the reference fails
 at both ways is skipped with a note.
@@ -18,6 +20,7 @@ variants, as KernelBench does. Timing is on the problem's own shape only.
 
 from __future__ import annotations
 
+import ast
 import math
 import re
 from pathlib import Path
@@ -28,7 +31,8 @@ from .protocol import Outcome, ShapeVariant, VariantsResult
 
 #: Names of constants that are sizes (case-insensitive, anywhere in the name).
 SIZE_NAME = re.compile(r"batch|size|dim|feature|channel|depth|height|width|length|len\b|seq|token|hidden|embed|"
-                       r"vocab|^[ijmnkbhwdlct]$|^n_|_n$|num_(?!head|group|layer)|rows|cols|elements|units|points", re.I)
+                       r"vocab|^[ijmnkbhwdlct]$|^c_?(in|out)$|^n_|_n$|num_(?!head|group|layer)|rows|cols|elements|units|points",
+                       re.I)
 #: Names that look like sizes but are not free to change (axes, kernel geometry, divisors). A bare ``dim`` is
 #: both in KernelBench: the axis (``dim = 1``, under `MIN_SIZE`) or the row length (``dim = 393216``, a size).
 NOT_A_SIZE = re.compile(r"kernel|stride|pad|dilation|group|head|axis|window|pool|scale|eps|prob|rate", re.I)
@@ -75,6 +79,57 @@ def size_constants(problem: Problem) -> dict[str, int]:
             and SIZE_NAME.search(k) and not NOT_A_SIZE.search(k)}
 
 
+#: The functions whose integer literals are the sizes of a file that names none as constants.
+INPUT_FUNCTIONS = ("get_inputs", "get_init_inputs")
+#: Keyword arguments whose literals are not sizes (``dim=``, ``high=``, a seed, kernel geometry).
+NOT_A_SIZE_ARG = re.compile(NOT_A_SIZE.pattern + r"|^dim$|seed|low|high|dtype|device", re.I)
+
+
+def literal_sizes(source: str) -> list[ast.Constant]:
+    """The integer literals of 8 or more that the file's ``get_inputs`` and ``get_init_inputs`` write
+    (``torch.randn(16, 1024)``, ``return [1024, 512]``), ``get_inputs``'s first: not those passed as a keyword
+    that is not a size (``dim=``, ``high=``) or to a seeding call (``torch.manual_seed(42)``)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in INPUT_FUNCTIONS}
+    found: list[ast.Constant] = []
+    for name in INPUT_FUNCTIONS:
+        fn = functions.get(name)
+        if fn is None:
+            continue
+        skip: set[int] = set()
+        for node in ast.walk(fn):
+            if isinstance(node, ast.keyword) and node.arg and NOT_A_SIZE_ARG.search(node.arg):
+                skip.update(id(n) for n in ast.walk(node.value))
+            elif isinstance(node, ast.Call) and "seed" in ast.unparse(node.func).lower():
+                skip.update(id(n) for n in ast.walk(node))
+        found += sorted((n for n in ast.walk(fn) if isinstance(n, ast.Constant) and type(n.value) is int
+                         and n.value >= MIN_SIZE and id(n) not in skip), key=lambda n: (n.lineno, n.col_offset))
+    return found
+
+
+def rewrite_literals(source: str, literals: list[ast.Constant], values: dict[str, int]) -> str:
+    """``source`` with each of ``literals`` whose value is a key of ``values`` written as that key's value."""
+    lines = source.splitlines(keepends=True)
+    for n in sorted(literals, key=lambda n: (n.lineno, n.col_offset), reverse=True):  # later edits first
+        new = values.get(str(n.value))
+        if new is not None:
+            line = lines[n.lineno - 1]
+            lines[n.lineno - 1] = line[:n.col_offset] + str(new) + line[n.end_col_offset:]
+    return "".join(lines)
+
+
+def _derived(sizes: dict[str, int]) -> list[dict[str, int]]:
+    """All the sizes at about three quarters, and the first alone at about half."""
+    first = next(iter(sizes))
+    out = [{k: _smaller(v, 0.75) for k, v in sizes.items()}]
+    if len(sizes) > 1:
+        out.append({first: _smaller(sizes[first], 0.5)})
+    return out
+
+
 def shape_variants(problem: Problem, declared: list[dict] | None = None) -> list[ShapeVariant]:
     """The variants a verification checks: ``declared`` (the file's ``KFORGE["variants"]``) or derived ones."""
     if declared is not None:
@@ -82,11 +137,8 @@ def shape_variants(problem: Problem, declared: list[dict] | None = None) -> list
     else:
         sizes = size_constants(problem)
         if not sizes:
-            return []
-        first = next(iter(sizes))
-        overrides = [{k: _smaller(v, 0.75) for k, v in sizes.items()}]
-        if len(sizes) > 1:
-            overrides.append({first: _smaller(sizes[first], 0.5)})
+            return _literal_variants(problem)
+        overrides = _derived(sizes)
     out, step = [], _step(problem)
     for o in overrides:
         try:
@@ -104,8 +156,27 @@ def shape_variants(problem: Problem, declared: list[dict] | None = None) -> list
     return out
 
 
+def _literal_variants(problem: Problem) -> list[ShapeVariant]:
+    """Variants of a file that writes its sizes as literals in ``get_inputs`` / ``get_init_inputs``: the
+    overrides' keys are the literal values (``{"1024": 767}``)."""
+    literals = literal_sizes(problem.source)
+    if not literals:
+        return []
+    sizes = {str(n.value): n.value for n in literals}  # first seen first: get_inputs's leading size
+    out, step = [], _step(problem)
+    for o in _derived(sizes):
+        fallback = {k: _divisible(v, step) for k, v in o.items()}
+        out.append(ShapeVariant(overrides=o, source=rewrite_literals(problem.source, literals, o),
+                                fallback=None if fallback == o else fallback,
+                                fallback_source="" if fallback == o else rewrite_literals(problem.source, literals,
+                                                                                           fallback)))
+    return out
+
+
 def describe(overrides: dict) -> str:
-    return ", ".join(f"{k}={v}" for k, v in overrides.items())
+    """``batch_size=47, dim=767``; a literal's change as ``16->11``, the file's literal sizes named as such."""
+    text = ", ".join(f"{k}->{v}" if k.isdigit() else f"{k}={v}" for k, v in overrides.items())
+    return f"{text} (literal sizes)" if overrides and all(k.isdigit() for k in overrides) else text
 
 
 class VariantChecks:

@@ -1,0 +1,78 @@
+"""Shape variants of a file that writes its sizes as literals (`kforge.verify.variants.literal_sizes`):
+``torch.randn(16, 1024)`` in ``get_inputs``, no size constants to override."""
+
+from kforge.problems import problem_from_source
+from kforge.verify import State, Verifier
+from kforge.verify.variants import literal_sizes, shape_variants
+from tests.helpers import fast_config
+
+# A problem as people write one by hand: the sizes in the calls, a seed and an axis beside them.
+LITERAL = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.fc = nn.Linear(in_features, out_features)
+
+    def forward(self, x):
+        return torch.softmax(self.fc(x), dim=-1)
+
+
+def get_inputs():
+    torch.manual_seed(1234)
+    return [torch.randn(16, 1024)]
+
+
+def get_init_inputs():
+    return [1024, 512]
+'''
+
+# The way a model bakes what it was shown: the batch and widths as literals in its forward.
+BAKED = '''import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.fc = nn.Linear(in_features, out_features)
+
+    def forward(self, x):
+        out = torch.empty(16, 512)
+        logits = torch.addmm(self.fc.bias, x.view(16, 1024), self.fc.weight.t())
+        out.copy_(logits.softmax(dim=1))
+        return out
+'''
+
+
+def test_sizes_written_as_literals_are_the_variants_sizes():
+    p = problem_from_source(LITERAL, where="lit.py", name="lit")
+    assert [n.value for n in literal_sizes(p.source)] == [16, 1024, 1024, 512]  # not the seed
+    first, batch = shape_variants(p)
+    assert first.overrides == {"16": 11, "1024": 767, "512": 383} and batch.overrides == {"16": 7}
+    assert "torch.randn(11, 767)" in first.source and "return [767, 383]" in first.source
+    assert "manual_seed(1234)" in first.source and "dim=-1" in first.source
+    assert "torch.randn(7, 1024)" in batch.source and "return [1024, 512]" in batch.source
+    assert first.fallback == {"16": 11, "1024": 744, "512": 360}  # odd multiples of 24, tried if the reference fails
+
+
+def test_a_file_with_size_constants_keeps_its_literals():
+    named = LITERAL.replace("torch.randn(16, 1024)", "torch.randn(batch_size, 1024)") + "\nbatch_size = 64\n"
+    p = problem_from_source(named, where="named.py", name="named")
+    assert [v.overrides for v in shape_variants(p)] == [{"batch_size": 47}]
+
+
+def test_a_kernel_with_literal_sizes_baked_in_fails_the_kforge_rules_only(pool):
+    p = problem_from_source(LITERAL, where="lit.py", name="lit")
+    verifier = Verifier(fast_config(variants=True, require_kernel=False), pool=pool)
+    v = verifier.verify(p, BAKED, "cpu")
+    assert v.states["kernelbench"] == "correct", v.summary()
+    assert v.state is not State.CORRECT, v.summary()
+    assert "on shape variant 16->11, 1024->767, 512->383 (literal sizes)" in v.message, v.message
+    generic = BAKED.replace("torch.empty(16, 512)", "torch.empty(x.shape[0], self.fc.out_features)")
+    fine = verifier.verify(p, generic.replace("x.view(16, 1024)", "x"), "cpu")
+    assert fine.state is State.CORRECT, fine.summary()
+    assert any("16->11, 1024->767, 512->383 (literal sizes); 16->7 (literal sizes)" in n
+               for n in fine.evidence.notes), fine.evidence.notes
