@@ -2,15 +2,18 @@
 
 LLM-written kernels often hard-code the sizes they were shown (an output allocated as ``{64, 8192}``, loops
 bounded by constants). A problem may list its own variants (``KFORGE["variants"]``: a list of constant
-overrides); a file that lists none gets them from its module-level size constants (`shape_variants`): each
-size-like integer (``batch_size``, ``dim``, ``in_features``, ... of 8 or more) becomes a smaller one that is
-not a multiple of 16, in one variant all together and in another the first (batch-like) one alone. A file with
-no size constants at all (``torch.randn(16, 1024)`` written in ``get_inputs``) gets the same two variants from
-the integer literals its ``get_inputs`` and ``get_init_inputs`` write (`literal_sizes`), each value changed
-wherever those two functions write it. Variants are never larger than the problem, so they fit wherever it does. Where the reference itself fails at a derived
-variant (a width its head count must divide, say), the same sizes rounded down to odd multiples of 24 (of 48
-with 16 heads: the file's head and group counts divide them) are tried instead; a variant the reference fails
-at both ways is skipped with a note.
+overrides); a file that lists none gets three from its module-level size constants (`shape_variants`): each
+size-like integer (``batch_size``, ``dim``, ``in_features``, ... of 8 or more) at about three quarters, odd
+and not a multiple of 16, all together; the first (batch-like) one alone at about half; and that one alone an
+eighth larger, so a loop bounded by the size it was shown leaves rows unwritten instead of reading past a
+smaller input (which a CPU may survive and a GPU's allocator usually does). Only that one grows, by an eighth,
+so the variants fit wherever the problem does with room to spare. A file with no size constants at all
+(``torch.randn(16, 1024)`` written in ``get_inputs``) gets the same variants from the integer literals its
+``get_inputs`` and ``get_init_inputs`` write (`literal_sizes`), each value changed wherever those two
+functions write it. Where the reference itself fails at a derived variant (a width its head count must
+divide, say), the same sizes rounded down to odd multiples of 24 (of 48 with 16 heads: the file's head and
+group counts divide them) are tried instead; a variant the reference fails at both ways is skipped with a
+note.
 
 The check runs after the verification's run, in a process of its own (request ``variants``), so a kernel that
 crashes or corrupts the device at a size it did not expect costs only the kforge rules' verdict, and the
@@ -121,12 +124,22 @@ def rewrite_literals(source: str, literals: list[ast.Constant], values: dict[str
     return "".join(lines)
 
 
+def _larger(n: int) -> int:
+    """About an eighth more than ``n``, odd and not a multiple of 16."""
+    v = n + max(1, n // 8)
+    v += 1 - v % 2
+    while v % 16 == 0:
+        v += 2
+    return v
+
+
 def _derived(sizes: dict[str, int]) -> list[dict[str, int]]:
-    """All the sizes at about three quarters, and the first alone at about half."""
+    """All the sizes at about three quarters; the first alone at about half, and an eighth larger."""
     first = next(iter(sizes))
     out = [{k: _smaller(v, 0.75) for k, v in sizes.items()}]
     if len(sizes) > 1:
         out.append({first: _smaller(sizes[first], 0.5)})
+    out.append({first: _larger(sizes[first])})
     return out
 
 

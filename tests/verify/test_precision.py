@@ -181,11 +181,13 @@ def test_variants_change_sizes_not_axes_or_kernel_geometry():
                             where="p.py", name="p")
     assert set(size_constants(p)) == {"batch_size", "in_features", "out_features"}
     variants = shape_variants(p)
-    assert [set(v.overrides) for v in variants] == [{"batch_size", "in_features", "out_features"}, {"batch_size"}]
-    for v in variants:
+    assert [set(v.overrides) for v in variants] == [{"batch_size", "in_features", "out_features"}, {"batch_size"},
+                                                    {"batch_size"}]
+    for v in variants[:2]:
         for name, value in v.overrides.items():
             assert value < p.constants[name] and value % 16 and value % 2  # smaller, odd, not tile-sized
             assert f"{name} = {value}" in v.source
+    assert variants[2].overrides == {"batch_size": 145}  # an eighth larger: a loop bounded by 128 leaves rows out
     declared = shape_variants(p, [{"batch_size": 7}])
     assert [v.overrides for v in declared] == [{"batch_size": 7}]
 
@@ -199,7 +201,8 @@ def test_a_dim_that_is_a_row_length_is_varied_and_one_that_is_an_axis_is_not():
                "def get_inputs():\n    return [torch.randn(batch_size, dim)]\n\n\ndef get_init_inputs():\n    return []\n")
     rows = problem_from_source(softmax, where="softmax.py", name="softmax")
     assert size_constants(rows) == {"batch_size": 64, "dim": 1024}
-    assert [v.overrides for v in shape_variants(rows)] == [{"batch_size": 47, "dim": 767}, {"batch_size": 31}]
+    assert [v.overrides for v in shape_variants(rows)] == [{"batch_size": 47, "dim": 767}, {"batch_size": 31},
+                                                          {"batch_size": 73}]
     scan = softmax.replace("dim = 1024", "dim = 1").replace("(batch_size, dim)", "(batch_size, 4000)")
     assert size_constants(problem_from_source(scan, where="scan.py", name="scan")) == {"batch_size": 64}
 

@@ -50,8 +50,9 @@ class ModelNew(nn.Module):
 def test_sizes_written_as_literals_are_the_variants_sizes():
     p = problem_from_source(LITERAL, where="lit.py", name="lit")
     assert [n.value for n in literal_sizes(p.source)] == [16, 1024, 1024, 512]  # not the seed
-    first, batch = shape_variants(p)
+    first, batch, larger = shape_variants(p)
     assert first.overrides == {"16": 11, "1024": 767, "512": 383} and batch.overrides == {"16": 7}
+    assert larger.overrides == {"16": 19} and "torch.randn(19, 1024)" in larger.source
     assert "torch.randn(11, 767)" in first.source and "return [767, 383]" in first.source
     assert "manual_seed(1234)" in first.source and "dim=-1" in first.source
     assert "torch.randn(7, 1024)" in batch.source and "return [1024, 512]" in batch.source
@@ -61,7 +62,7 @@ def test_sizes_written_as_literals_are_the_variants_sizes():
 def test_a_file_with_size_constants_keeps_its_literals():
     named = LITERAL.replace("torch.randn(16, 1024)", "torch.randn(batch_size, 1024)") + "\nbatch_size = 64\n"
     p = problem_from_source(named, where="named.py", name="named")
-    assert [v.overrides for v in shape_variants(p)] == [{"batch_size": 47}]
+    assert [v.overrides for v in shape_variants(p)] == [{"batch_size": 47}, {"batch_size": 73}]
 
 
 def test_a_kernel_with_literal_sizes_baked_in_fails_the_kforge_rules_only(pool):
@@ -74,5 +75,54 @@ def test_a_kernel_with_literal_sizes_baked_in_fails_the_kforge_rules_only(pool):
     generic = BAKED.replace("torch.empty(16, 512)", "torch.empty(x.shape[0], self.fc.out_features)")
     fine = verifier.verify(p, generic.replace("x.view(16, 1024)", "x"), "cpu")
     assert fine.state is State.CORRECT, fine.summary()
-    assert any("16->11, 1024->767, 512->383 (literal sizes); 16->7 (literal sizes)" in n
+    assert any("16->11, 1024->767, 512->383 (literal sizes); 16->7 (literal sizes); 16->19 (literal sizes)" in n
                for n in fine.evidence.notes), fine.evidence.notes
+
+
+# Rows bounded by the batch it was shown, reads guarded as models guard them: right at every smaller batch.
+ROWS_BAKED = r'''
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cpp_source = """
+#include <torch/extension.h>
+
+constexpr int BATCH = 16;  // batch_size from the problem
+
+torch::Tensor softmax_rows(torch::Tensor x) {
+    x = x.contiguous();
+    auto out = torch::empty_like(x);
+    const int64_t cols = x.size(1);
+    const float* in = x.data_ptr<float>();
+    float* o = out.data_ptr<float>();
+    for (int r = 0; r < BATCH && r < x.size(0); ++r) {
+        float m = -INFINITY, s = 0.f;
+        for (int64_t c = 0; c < cols; ++c) m = std::max(m, in[r * cols + c]);
+        for (int64_t c = 0; c < cols; ++c) s += std::exp(in[r * cols + c] - m);
+        for (int64_t c = 0; c < cols; ++c) o[r * cols + c] = std::exp(in[r * cols + c] - m) / s;
+    }
+    return out;
+}
+"""
+
+softmax_ext = load_inline(name="softmax_rows_ext", cpp_sources=cpp_source, functions=["softmax_rows"])
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return softmax_ext.softmax_rows(x)
+'''
+
+
+def test_a_loop_bounded_by_the_batch_it_was_shown_fails_at_the_larger_batch(pool):
+    softmax = ("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
+               "        return torch.softmax(x, dim=1)\n\n\nbatch_size = 16\ndim = 256\n\n\n"
+               "def get_inputs():\n    return [torch.randn(batch_size, dim)]\n\n\ndef get_init_inputs():\n    return []\n")
+    p = problem_from_source(softmax, where="softmax.py", name="softmax")
+    v = Verifier(fast_config(variants=True), pool=pool).verify(p, ROWS_BAKED, "cpu")
+    assert v.states["kernelbench"] == "correct", v.summary()
+    assert v.state is State.NUMERICAL_MISMATCH and "on shape variant batch_size=19" in v.message, v.summary()
