@@ -4,16 +4,15 @@ LLM-written kernels often hard-code the sizes they were shown (an output allocat
 bounded by constants). A problem may list its own variants (``KFORGE["variants"]``: a list of constant
 overrides); a file that lists none gets three from its module-level size constants (`shape_variants`): each
 size-like integer (``batch_size``, ``dim``, ``in_features``, ... of 8 or more) at about three quarters, odd
-and not a multiple of 16, all together; the first (batch-like) one alone at about half; and that one alone an
-eighth larger, so a loop bounded by the size it was shown leaves rows unwritten instead of reading past a
-smaller input (which a CPU may survive and a GPU's allocator usually does). Only that one grows, by an eighth,
-so the variants fit wherever the problem does with room to spare. A file with no size constants at all
-(``torch.randn(16, 1024)`` written in ``get_inputs``) gets the same variants from the integer literals its
-``get_inputs`` and ``get_init_inputs`` write (`literal_sizes`), each value changed wherever those two
-functions write it. Where the reference itself fails at a derived variant (a width its head count must
-divide, say), the same sizes rounded down to odd multiples of 24 (of 48 with 16 heads: the file's head and
-group counts divide them) are tried instead; a variant the reference fails at both ways is skipped with a
-note.
+and not a multiple of 16, all together; the first (batch-like) one alone at about half; and all of them a
+sixteenth larger, where a loop bounded by the sizes it was shown, guarded so that it is right at any smaller
+size, leaves rows or columns unwritten. A variant that does not fit the device fails in the reference first
+and is skipped. A file with no size constants at all (``torch.randn(16, 1024)`` written in ``get_inputs``)
+gets the same variants from the integer literals its ``get_inputs`` and ``get_init_inputs`` write
+(`literal_sizes`), each value changed wherever those two functions write it. Where the reference itself fails
+at a derived variant (a width its head count must divide, say), the same sizes rounded to odd multiples of 24
+(of 48 with 16 heads: the file's head and group counts divide them), down, or up for the larger variant, are
+tried instead; a variant the reference fails at both ways is skipped with a note.
 
 The check runs after the verification's run, in a process of its own (request ``variants``), so a kernel that
 crashes or corrupts the device at a size it did not expect costs only the kforge rules' verdict, and the
@@ -67,12 +66,19 @@ def _step(problem: Problem) -> int:
     return step
 
 
-def _divisible(n: int, step: int) -> int:
-    """``n`` rounded down to an odd multiple of ``step``; sizes under ``step`` stay as they are."""
+def _divisible(n: int, step: int, up: bool = False) -> int:
+    """``n`` rounded down (``up``: up) to an odd multiple of ``step``; sizes under ``step`` stay as they are."""
     if n < step:
         return n
-    v = n // step
-    return step * (v if v % 2 else v - 1)
+    v = -(-n // step) if up else n // step
+    return step * (v if v % 2 else v + 1 if up else v - 1)
+
+
+def _fallback(overrides: dict[str, int], original: dict[str, int], step: int) -> dict[str, int] | None:
+    """The variant's sizes made multiples of ``step`` the way they moved (a grown size rounds up, so the
+    variant stays larger than the problem); None where nothing changes."""
+    out = {k: _divisible(v, step, up=v > original[k]) for k, v in overrides.items()}
+    return None if out == overrides else out
 
 
 def size_constants(problem: Problem) -> dict[str, int]:
@@ -125,8 +131,8 @@ def rewrite_literals(source: str, literals: list[ast.Constant], values: dict[str
 
 
 def _larger(n: int) -> int:
-    """About an eighth more than ``n``, odd and not a multiple of 16."""
-    v = n + max(1, n // 8)
+    """About a sixteenth more than ``n`` (at least one more), odd and not a multiple of 16."""
+    v = n + max(1, n // 16)
     v += 1 - v % 2
     while v % 16 == 0:
         v += 2
@@ -134,12 +140,12 @@ def _larger(n: int) -> int:
 
 
 def _derived(sizes: dict[str, int]) -> list[dict[str, int]]:
-    """All the sizes at about three quarters; the first alone at about half, and an eighth larger."""
+    """All the sizes at about three quarters; the first alone at about half; all of them a sixteenth larger."""
     first = next(iter(sizes))
     out = [{k: _smaller(v, 0.75) for k, v in sizes.items()}]
     if len(sizes) > 1:
         out.append({first: _smaller(sizes[first], 0.5)})
-    out.append({first: _larger(sizes[first])})
+    out.append({k: _larger(v) for k, v in sizes.items()})
     return out
 
 
@@ -159,8 +165,8 @@ def shape_variants(problem: Problem, declared: list[dict] | None = None) -> list
                                     overrides=o)
         except ProblemError:
             continue  # a declared constant the file lacks: not a variant of it
-        fallback = {k: _divisible(v, step) for k, v in o.items()} if declared is None else o
-        if fallback == o:
+        fallback = _fallback(o, problem.constants, step) if declared is None else None
+        if fallback is None:
             out.append(ShapeVariant(overrides=o, source=p.source))
             continue
         alt = problem_from_source(problem.source, where=problem.path or problem.key, name=problem.name,
@@ -178,11 +184,9 @@ def _literal_variants(problem: Problem) -> list[ShapeVariant]:
     sizes = {str(n.value): n.value for n in literals}  # first seen first: get_inputs's leading size
     out, step = [], _step(problem)
     for o in _derived(sizes):
-        fallback = {k: _divisible(v, step) for k, v in o.items()}
-        out.append(ShapeVariant(overrides=o, source=rewrite_literals(problem.source, literals, o),
-                                fallback=None if fallback == o else fallback,
-                                fallback_source="" if fallback == o else rewrite_literals(problem.source, literals,
-                                                                                           fallback)))
+        fallback = _fallback(o, {k: int(k) for k in o}, step)
+        out.append(ShapeVariant(overrides=o, source=rewrite_literals(problem.source, literals, o), fallback=fallback,
+                                fallback_source=rewrite_literals(problem.source, literals, fallback) if fallback else ""))
     return out
 
 

@@ -182,12 +182,13 @@ def test_variants_change_sizes_not_axes_or_kernel_geometry():
     assert set(size_constants(p)) == {"batch_size", "in_features", "out_features"}
     variants = shape_variants(p)
     assert [set(v.overrides) for v in variants] == [{"batch_size", "in_features", "out_features"}, {"batch_size"},
-                                                    {"batch_size"}]
+                                                    {"batch_size", "in_features", "out_features"}]
     for v in variants[:2]:
         for name, value in v.overrides.items():
             assert value < p.constants[name] and value % 16 and value % 2  # smaller, odd, not tile-sized
             assert f"{name} = {value}" in v.source
-    assert variants[2].overrides == {"batch_size": 145}  # an eighth larger: a loop bounded by 128 leaves rows out
+    # a sixteenth larger: a loop bounded by the sizes it was shown leaves rows and columns out
+    assert variants[2].overrides == {"batch_size": 137, "in_features": 545, "out_features": 273}
     declared = shape_variants(p, [{"batch_size": 7}])
     assert [v.overrides for v in declared] == [{"batch_size": 7}]
 
@@ -202,7 +203,7 @@ def test_a_dim_that_is_a_row_length_is_varied_and_one_that_is_an_axis_is_not():
     rows = problem_from_source(softmax, where="softmax.py", name="softmax")
     assert size_constants(rows) == {"batch_size": 64, "dim": 1024}
     assert [v.overrides for v in shape_variants(rows)] == [{"batch_size": 47, "dim": 767}, {"batch_size": 31},
-                                                          {"batch_size": 73}]
+                                                          {"batch_size": 69, "dim": 1089}]
     scan = softmax.replace("dim = 1024", "dim = 1").replace("(batch_size, dim)", "(batch_size, 4000)")
     assert size_constants(problem_from_source(scan, where="scan.py", name="scan")) == {"batch_size": 64}
 
@@ -240,6 +241,8 @@ def test_a_width_the_head_count_must_divide_falls_back_to_sizes_it_divides(pool)
     p = problem_from_source(attention, where="attention.py", name="attention")
     first = shape_variants(p)[0]
     assert first.overrides == {"seq_len": 29, "dim": 47} and first.fallback == {"seq_len": 24, "dim": 24}
+    larger = shape_variants(p)[2]  # rounded up, so that it stays larger than the problem
+    assert larger.overrides == {"seq_len": 43, "dim": 69} and larger.fallback == {"seq_len": 72, "dim": 72}
     wide = problem_from_source(attention.replace("dim = 64\nheads = 8", "dim = 1024\nheads = 16"), where="w.py",
                                name="wide")
     assert shape_variants(wide)[0].fallback == {"seq_len": 29, "dim": 720}  # 720 = 15 * 48: 16 heads of 45
@@ -253,7 +256,8 @@ def test_a_width_the_head_count_must_divide_falls_back_to_sizes_it_divides(pool)
     assert v.state is State.RUNTIME_ERROR and "on shape variant seq_len=24, dim=24" in v.summary(), v.summary()
     fine = verifier.verify(p, baked.replace("y.reshape(-1, 40, 64)", "y"), "cpu")
     assert fine.state is State.CORRECT, fine.summary()
-    assert any("seq_len=24, dim=24 (for seq_len=29, dim=47, where the reference fails); seq_len=19" in n
+    assert any("seq_len=24, dim=24 (for seq_len=29, dim=47, where the reference fails); seq_len=19; seq_len=72, "
+               "dim=72 (for seq_len=43, dim=69, where the reference fails)" in n
                for n in fine.evidence.notes), fine.evidence.notes  # the note docs/verification.md quotes
     assert not any("skipped" in n for n in fine.evidence.notes), fine.evidence.notes
 
