@@ -1,7 +1,11 @@
-"""Shape variants of a file that writes its sizes as literals (`kforge.verify.variants.literal_sizes`):
-``torch.randn(16, 1024)`` in ``get_inputs``, no size constants to override."""
+"""Shape variants (`kforge.verify.variants`) against the ways models bake in sizes: literals in a problem with no
+size constants (``torch.randn(16, 1024)`` in ``get_inputs``), and loops or grids sized for the problem and guarded
+by the real size, right at every smaller variant (the precision side is tests/verify/test_precision.py)."""
 
-from kforge.problems import problem_from_source
+import pytest
+
+from kforge.backends import get_backend
+from kforge.problems import problem_from_source, resolve_problem
 from kforge.verify import State, Verifier
 from kforge.verify.variants import literal_sizes, shape_variants
 from tests.helpers import fast_config
@@ -128,3 +132,40 @@ def test_a_loop_bounded_by_the_batch_it_was_shown_fails_at_the_larger_variant(po
     v = Verifier(fast_config(variants=True), pool=pool).verify(p, ROWS_BAKED, "cpu")
     assert v.states["kernelbench"] == "correct", v.summary()
     assert v.state is State.NUMERICAL_MISMATCH and "on shape variant batch_size=17, dim=273" in v.message, v.summary()
+
+
+# The grid computed from the sizes the model was shown, the loads and stores masked by the real count.
+GRID_BAKED = """import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_kernel(x_ptr, out_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
+    pid = tl.program_id(axis=0)
+    offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    x = tl.load(x_ptr + offsets, mask=mask)
+    tl.store(out_ptr + offsets, tl.maximum(x, 0.0), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        out = torch.empty_like(x)
+        BLOCK_SIZE = 1024
+        grid = (16 * 4096 // BLOCK_SIZE,)  # BATCH * DIM / BLOCK_SIZE
+        relu_kernel[grid](x, out, x.numel(), BLOCK_SIZE=BLOCK_SIZE)
+        return out
+"""
+
+
+def test_a_grid_sized_for_the_problem_and_masked_passes_every_smaller_variant_and_not_the_larger(pool):
+    pytest.importorskip("triton")
+    problem = resolve_problem("level1/1_ReLU", size="cpu", overrides={"BATCH": 16, "DIM": 4096})
+    v = Verifier(fast_config(variants=True), pool=pool).verify(problem, GRID_BAKED, get_backend("triton", device="cpu"))
+    assert v.states["kernelbench"] == "correct", v.summary()
+    assert v.state is State.NUMERICAL_MISMATCH and "on shape variant BATCH=17, DIM=4353" in v.message, v.summary()
