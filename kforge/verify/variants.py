@@ -12,7 +12,8 @@ gets the same variants from the integer literals its ``get_inputs`` and ``get_in
 (`literal_sizes`), each value changed wherever those two functions write it. Where the reference itself fails
 at a derived variant (a width its head count must divide, say), the same sizes rounded to odd multiples of 24
 (of 48 with 16 heads: the file's head and group counts divide them), down, or up for the larger variant, are
-tried instead; a variant the reference fails at both ways is skipped with a note.
+tried instead (literals under the step, which may be head counts, keep their values there and join the step); a
+variant the reference fails at both ways is skipped with a note.
 
 The check runs after the verification's run, in a process of its own (request ``variants``), so a kernel that
 crashes or corrupts the device at a size it did not expect costs only the kforge rules' verdict, and the
@@ -184,15 +185,26 @@ def _literal_variants(problem: Problem) -> list[ShapeVariant]:
     sizes = {str(n.value): n.value for n in literals}  # first seen first: get_inputs's leading size
     out, step = [], _step(problem)
     for o in _derived(sizes):
-        fallback = _fallback(o, {k: int(k) for k in o}, step)
+        fallback = _literal_fallback(o, step)
         out.append(ShapeVariant(overrides=o, source=rewrite_literals(problem.source, literals, o), fallback=fallback,
                                 fallback_source=rewrite_literals(problem.source, literals, fallback) if fallback else ""))
     return out
 
 
+def _literal_fallback(overrides: dict[str, int], step: int) -> dict[str, int] | None:
+    """`_fallback` for literals, which have no names to tell a head count by: values under the step (8 heads,
+    12 groups) keep theirs and join the step, which the other sizes become multiples of."""
+    counts = {k: int(k) for k in overrides if int(k) < step}
+    step = math.lcm(step, *counts.values())
+    rest = _fallback({k: v for k, v in overrides.items() if k not in counts}, {k: int(k) for k in overrides}, step)
+    out = {k: counts.get(k, (rest or overrides).get(k)) for k in overrides}
+    return None if out == overrides else out
+
+
 def describe(overrides: dict) -> str:
     """``batch_size=47, dim=767``; a literal's change as ``16->11``, the file's literal sizes named as such."""
-    text = ", ".join(f"{k}->{v}" if k.isdigit() else f"{k}={v}" for k, v in overrides.items())
+    text = ", ".join(f"{k}->{v}" if k.isdigit() else f"{k}={v}" for k, v in overrides.items()
+                     if not k.isdigit() or str(v) != k)  # a literal the fallback kept is not a change
     return f"{text} (literal sizes)" if overrides and all(k.isdigit() for k in overrides) else text
 
 

@@ -60,7 +60,8 @@ def test_sizes_written_as_literals_are_the_variants_sizes():
     assert "torch.randn(11, 767)" in first.source and "return [767, 383]" in first.source
     assert "manual_seed(1234)" in first.source and "dim=-1" in first.source
     assert "torch.randn(7, 1024)" in batch.source and "return [1024, 512]" in batch.source
-    assert first.fallback == {"16": 11, "1024": 744, "512": 360}  # odd multiples of 24, tried if the reference fails
+    # tried if the reference fails: 16 may be a head count (under the step of 24), so it stays and joins the step
+    assert first.fallback == {"16": 16, "1024": 720, "512": 336}
 
 
 def test_a_file_with_size_constants_keeps_its_literals():
@@ -169,3 +170,23 @@ def test_a_grid_sized_for_the_problem_and_masked_passes_every_smaller_variant_an
     v = Verifier(fast_config(variants=True), pool=pool).verify(problem, GRID_BAKED, get_backend("triton", device="cpu"))
     assert v.states["kernelbench"] == "correct", v.summary()
     assert v.state is State.NUMERICAL_MISMATCH and "on shape variant BATCH=17, DIM=4353" in v.message, v.summary()
+
+
+def test_a_head_count_written_as_a_literal_keeps_its_value_in_the_fallback(pool):
+    """Literals have no names to tell a head count by: in the fallback, values under the step keep theirs and the
+    widths become multiples of them, so an attention block written with literals keeps its combined variant."""
+    attention = ("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+                 "    def __init__(self, dim, heads):\n        super().__init__()\n"
+                 "        self.attn = nn.MultiheadAttention(dim, heads, batch_first=True)\n\n"
+                 "    def forward(self, x):\n        return self.attn(x, x, x, need_weights=False)[0]\n\n\n"
+                 "def get_inputs():\n    return [torch.randn(2, 40, 64)]\n\n\n"
+                 "def get_init_inputs():\n    return [64, 8]\n")
+    p = problem_from_source(attention, where="attention.py", name="attention")
+    first, _, larger = shape_variants(p)
+    assert first.overrides == {"40": 29, "64": 47, "8": 5} and first.fallback == {"40": 24, "64": 24, "8": 8}
+    assert larger.fallback == {"40": 72, "64": 72, "8": 8}
+    generic = attention.replace("class Model(", "class ModelNew(").split("\n\n\ndef get_inputs")[0] + "\n"
+    v = Verifier(fast_config(variants=True, require_kernel=False), pool=pool).verify(p, generic, "cpu")
+    assert v.state is State.CORRECT, v.summary()
+    assert any("40->24, 64->24 (literal sizes) (for 40->29, 64->47, 8->5 (literal sizes), where the reference fails)" in n
+               for n in v.evidence.notes), v.evidence.notes
