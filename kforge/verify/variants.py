@@ -33,9 +33,10 @@ from ..sandbox.harness import HarnessVerdict, first_line, import_candidate, impo
 from .protocol import Outcome, ShapeVariant, VariantsResult
 
 #: Names of constants that are sizes (case-insensitive, anywhere in the name).
+#: Single letters are sizes (``B, S, D``, ``M, N, K``) but ``G``, a group count.
 SIZE_NAME = re.compile(r"batch|size|dim|feature|channel|depth|height|width|length|len\b|seq|token|hidden|embed|"
-                       r"vocab|^[ijmnkbhwdlct]$|^c_?(in|out)$|^n_|_n$|num_(?!head|group|layer)|rows|cols|elements|"
-                       r"units|points", re.I)
+                       r"vocab|^[a-fh-z]$|^c_?(in|out)$|^d_|(^|_)ch(_|$)|planes|classes|^n_|_n$|"
+                       r"num_(?!head|group|layer)|rows|cols|elements|units|points", re.I)
 #: Names that look like sizes but are not free to change (axes, kernel geometry, divisors). A bare ``dim`` is
 #: both in KernelBench: the axis (``dim = 1``, under `MIN_SIZE`) or the row length (``dim = 393216``, a size).
 NOT_A_SIZE = re.compile(r"kernel|stride|pad|dilation|group|head|axis|window|pool|scale|eps|prob|rate", re.I)

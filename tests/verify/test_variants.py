@@ -7,7 +7,7 @@ import pytest
 from kforge.backends import get_backend
 from kforge.problems import problem_from_source, resolve_problem
 from kforge.verify import State, Verifier
-from kforge.verify.variants import literal_sizes, shape_variants
+from kforge.verify.variants import literal_sizes, shape_variants, size_constants
 from tests.helpers import fast_config
 
 # A problem as people write one by hand: the sizes in the calls, a seed and an axis beside them.
@@ -190,3 +190,12 @@ def test_a_head_count_written_as_a_literal_keeps_its_value_in_the_fallback(pool)
     assert v.state is State.CORRECT, v.summary()
     assert any("40->24, 64->24 (literal sizes) (for 40->29, 64->47, 8->5 (literal sizes), where the reference fails)" in n
                for n in v.evidence.notes), v.evidence.notes
+
+
+def test_the_names_hand_written_problems_give_their_sizes():
+    src = ("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
+           "        return x\n\n\nB, S, E = 4, 128, 256\nd_model = 512\nin_ch, out_ch = 32, 64\nG = 8\n"
+           "n_heads = 8\nkernel_size = 3\n\n\ndef get_inputs():\n    return [torch.randn(B, S, E)]\n\n\n"
+           "def get_init_inputs():\n    return []\n")
+    assert set(size_constants(problem_from_source(src, where="t.py", name="t"))) == \
+        {"S", "E", "d_model", "in_ch", "out_ch"}  # B = 4 is under the minimum; G and n_heads divide sizes
