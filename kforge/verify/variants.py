@@ -6,9 +6,9 @@ overrides); a file that lists none gets three from its module-level size constan
 size-like integer (``batch_size``, ``dim``, ``in_features``, ... of 8 or more) at about three quarters, odd
 and not a multiple of 16, all together; the first (batch-like) one alone at about half; and all of them a
 sixteenth larger, where a loop bounded by the sizes it was shown, guarded so that it is right at any smaller
-size, leaves rows or columns unwritten. A variant that does not fit the device fails in the reference first
-and is skipped. A file with no size constants at all (``torch.randn(16, 1024)`` written in ``get_inputs``)
-gets the same variants from the integer literals its ``get_inputs`` and ``get_init_inputs`` write
+size, leaves rows or columns unwritten (it needs about a sixteenth more memory per size, more where the
+fallback below rounds a small size up). A file with no size constants at all (``torch.randn(16, 1024)`` in
+``get_inputs``) gets the same variants from the integer literals its ``get_inputs`` and ``get_init_inputs`` write
 (`literal_sizes`), each value changed wherever those two functions write it. Where the reference itself fails
 at a derived variant (a width its head count must divide, say), the same sizes rounded to odd multiples of 24
 (of 48 with 16 heads: the file's head and group counts divide them), down, or up for the larger variant, are
