@@ -366,6 +366,8 @@ class Verifier:
                                                   "kb_message": kb.message}))
         evidence = replace(r.evidence, output_tail=r.evidence.output_tail or reply.output_tail or None, notes=notes,
                            findings=r.evidence.findings or [f.to_dict() for f in findings])
+        if cfg.rules == "kernelbench" and kb is not None and kb.mismatch:  # its message's own mismatch beside it
+            evidence = replace(evidence, mismatch=kb.mismatch)
         return Facts(facets, message, evidence, device=self.pool.device_info(reply.slot, backend.spec()).device,
                      trials=r.trials, phases=r.phases, attribution=r.attribution, runtime=r.runtime, ref=r.ref,
                      compile_ref=compile_ref, ref_strict=r.ref_strict, problem_flags=flags, floor_ms=floor,

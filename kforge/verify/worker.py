@@ -179,6 +179,11 @@ class _Run(OwnPhases, TimedRounds, Trials):
         """A run that went to its end with one view failed (`kforge.verify.numerics`): the kforge view's mismatch
         is the run's state (its timings kept: the other rules count them), the kernelbench view's the other."""
         failed = self.views.failed if hasattr(self, "views") else {}
+        kb = failed.get("kernelbench")
+        if ended.state == "numerical_mismatch" and kb is not None and kb.message != ended.message:
+            # both views failed, each at its own tolerance: the kernelbench rules quote KernelBench's, not kforge's
+            return ended, Outcome(state=kb.state, message=kb.message, rule=kb.extra.get("rule"),
+                                  mismatch=(kb.extra.get("evidence") or {}).get("mismatch"))
         if ended.state != "correct" or not failed:
             return ended, None
         if "kforge" in failed:

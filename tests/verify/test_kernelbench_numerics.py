@@ -89,3 +89,63 @@ def test_a_float32_mismatch_seen_once_is_labelled_for_both_rule_sets(pool):
     assert v.state is State.NUMERICAL_MISMATCH, v.summary()
     assert v.states["kernelbench"] == "numerical_mismatch", v.summary()
     assert v.evidence.mismatch["numerics"] == "kforge, kernelbench", v.summary()
+
+
+# A model's GEMM that accumulates in bf16 (one rounding per term) at precision=bf16: each view judges it at its own
+# tolerance and fails it there, and the kernelbench rules quote KernelBench's tolerance, not kforge's.
+GEMM = '''
+import torch
+import torch.nn as nn
+
+batch_size = 32
+in_features = 512
+out_features = 64
+
+
+class Model(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.gemm = nn.Linear(in_features, out_features)
+
+    def forward(self, x):
+        return self.gemm(x)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, in_features)]
+
+
+def get_init_inputs():
+    return [in_features, out_features]
+'''
+
+BF16_ACCUMULATION = '''
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.gemm = nn.Linear(in_features, out_features)
+
+    def forward(self, x):
+        w = self.gemm.weight
+        acc = self.gemm.bias.unsqueeze(0).expand(x.shape[0], -1).clone()
+        for k in range(x.shape[1]):  # rank-1 updates, the running sum kept in the input's dtype
+            acc = acc + x[:, k:k + 1] * w[:, k].unsqueeze(0)
+        return acc
+'''
+
+
+def test_under_the_kernelbench_rules_a_mismatch_quotes_kernelbenchs_tolerance(pool):
+    problem = problem_from_source(GEMM, where="gemm.py", name="gemm")
+    verdicts = {rules: Verifier(fast_config(require_kernel=False, precision="bf16", rules=rules), pool=pool)
+                .verify(problem, BF16_ACCUMULATION, "cpu") for rules in ("kforge", "kernelbench")}
+    for rules, v in verdicts.items():
+        assert v.states == {"kforge": "numerical_mismatch", "kernelbench": "numerical_mismatch",
+                            "strict": "numerical_mismatch"}, v.summary()
+        assert v.evidence.mismatch["numerics"] == rules, v.summary()
+    assert "atol=0.01 rtol=0.01 " in verdicts["kernelbench"].message, verdicts["kernelbench"].summary()
+    assert verdicts["kernelbench"].evidence.mismatch["atol"] == 0.01
+    assert "atol=0.01 rtol=0.01 " not in verdicts["kforge"].message, verdicts["kforge"].summary()
