@@ -23,9 +23,12 @@ from typing import Any
 from ..precision import reduction_length, tolerance
 from ..sandbox.harness import HarnessVerdict
 from ..sandbox.settings import Swap
-from .compare import Mismatch, as_outputs, check_degenerate, check_structure, compare_tensor
+from .compare import Mismatch, as_outputs, check_degenerate, check_structure, compare_tensor, error_stats
 
 VIEWS = ("kforge", "kernelbench")
+NATIVE_SLACK = 2.0
+"""How much further from the truth than the model's own reduced-precision result an output may be, in its largest
+and in its RMS error, where it is outside the kforge view's tolerance (another rounding order, as accurate)."""
 
 
 @dataclass
@@ -143,18 +146,52 @@ class NumericsChecks:
         expected = refs.of(view)
         if view == "kernelbench" and refs.kb_outputs is None and self.candidate_numerics_differ:
             expected = refs.exact  # the candidate ran in the harness's numerics: KernelBench's reference in them
+        native = self._native(view, refs)
         try:
             for i, (o, r) in enumerate(zip(outs, expected)):
                 if isinstance(r, torch.Tensor):
                     atol, rtol = self._tolerance(view, r, i, expected)
-                    compare_tensor(o, r, atol, rtol, i)
+                    try:
+                        compare_tensor(o, r, atol, rtol, i)
+                    except Mismatch as m:
+                        if not self._as_accurate_as_native(m, o, r, native[i] if native else None, i):
+                            raise
             if view == "kforge":
                 for i, (o, r) in enumerate(zip(outs, expected)):
                     if isinstance(r, torch.Tensor):
-                        check_degenerate(o, r, i)
+                        check_degenerate(o, r, i, native[i] if native else None)
         except Mismatch as m:
             return _as_verdict(m, where, view)
         return None
+
+    def _native(self, view: str, refs: Refs) -> list | None:
+        """The model's own outputs in a reduced precision, beside the kforge view's float32 truth; else None."""
+        return refs.native if view == "kforge" and self.precision.reduced else None
+
+    def _as_accurate_as_native(self, m: Mismatch, out, truth, native, index: int) -> bool:
+        """Whether an output outside the kforge view's tolerance is still as accurate as the model's own result in
+        the precision (within `NATIVE_SLACK` of its largest and its RMS error from the truth): PyTorch's own bf16
+        path rounds its intermediates, and a kernel that computes as it does is no less right. If not, the
+        mismatch says how far PyTorch's own result was."""
+        torch = self.torch
+        if "max_abs_err" not in m.details or not isinstance(native, torch.Tensor) or native.shape != out.shape:
+            return False
+        n_max, n_rms = error_stats(native, truth)
+        if not math.isfinite(n_max) or n_max == 0.0:
+            return False
+        c_max, c_rms = error_stats(out, truth)
+        p = self.precision.name
+        if c_max <= NATIVE_SLACK * n_max and c_rms <= NATIVE_SLACK * n_rms:
+            note = (f"output {index} is outside the {p} tolerance of the float32 truth (max abs err {c_max:.3g}, "
+                    f"RMS {c_rms:.3g}) but as accurate as PyTorch's own {p} result (max {n_max:.3g}, RMS "
+                    f"{n_rms:.3g}): correct")
+            if not any(n.startswith(f"output {index} is outside the {p} tolerance") for n in self.notes):
+                self.notes.append(note)
+            return True
+        m.message += (f"; PyTorch's own {p} result is at most {n_max:.3g} from the truth (RMS {n_rms:.3g}), this "
+                      f"one {c_max:.3g} (RMS {c_rms:.3g}): more than {NATIVE_SLACK:g}x")
+        m.details.update(rms_err=c_rms, native_max_abs_err=n_max, native_rms_err=n_rms)
+        return False
 
     def compare_outputs(self, outs: list, refs: Refs, where: str) -> dict[str, HarnessVerdict]:
         """The structure (shapes, dtypes: every view; raises), then the values in each view still passing:

@@ -1,0 +1,155 @@
+"""At a reduced precision the kforge rules judge outputs against the float32 truth (`kforge.verify.numerics`); a
+program as accurate as PyTorch's own computation in that precision is correct there even where its rounded
+intermediates take it outside the derived tolerance, and one further from the truth is told how far PyTorch was."""
+
+import pytest
+import torch
+
+from kforge.problems import problem_from_source
+from kforge.verify import State, Verifier
+from kforge.verify.compare import Mismatch, check_degenerate
+from tests.helpers import fast_config
+
+# After KernelBench level 2's Gemm_BatchNorm_Scaling_Softmax, at a CPU size: bf16 eager rounds the product and the
+# normalised logits to bf16 before the softmax, which lands outside 4u of the float32 truth on a hundred elements.
+GEMM_SOFTMAX = '''
+import torch
+import torch.nn as nn
+
+batch_size = 256
+in_features = 1024
+out_features = 512
+scale = 2.0
+
+
+class Model(nn.Module):
+    def __init__(self, in_features, out_features, scale):
+        super(Model, self).__init__()
+        self.gemm = nn.Linear(in_features, out_features)
+        self.bn = nn.BatchNorm1d(out_features)
+        self.scale = scale
+
+    def forward(self, x):
+        x = self.bn(self.gemm(x))
+        return torch.softmax(x * self.scale, dim=1)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, in_features)]
+
+
+def get_init_inputs():
+    return [in_features, out_features, scale]
+'''
+
+# How a model writes it: each step as PyTorch's bf16 path computes it.
+AS_EAGER = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features, scale):
+        super().__init__()
+        self.gemm = nn.Linear(in_features, out_features)
+        self.bn = nn.BatchNorm1d(out_features)
+        self.scale = scale
+
+    def forward(self, x):
+        logits = F.linear(x, self.gemm.weight, self.gemm.bias)
+        logits = F.batch_norm(logits, self.bn.running_mean, self.bn.running_var, self.bn.weight, self.bn.bias,
+                              training=True, momentum=self.bn.momentum, eps=self.bn.eps)
+        return F.softmax(logits * self.scale, dim=-1)
+'''
+
+# The same in float32, rounded once at the end: more accurate than eager, inside the tolerance on its own.
+IN_FLOAT32 = AS_EAGER.replace("logits = F.linear(x, self.gemm.weight, self.gemm.bias)",
+                              "logits = F.linear(x.float(), self.gemm.weight.float(), self.gemm.bias.float())").replace(
+    "self.bn.weight, self.bn.bias,", "self.bn.weight.float(), self.bn.bias.float(),").replace(
+    "self.bn.running_mean, self.bn.running_var", "self.bn.running_mean.float(), self.bn.running_var.float()").replace(
+    "return F.softmax(logits * self.scale, dim=-1)", "return F.softmax(logits * self.scale, dim=-1).to(x.dtype)")
+
+# A shortcut a model might take for speed: the weights rounded to 4 significant bits before the product.
+COARSER = AS_EAGER.replace("F.linear(x, self.gemm.weight, self.gemm.bias)",
+                           "F.linear(x, (self.gemm.weight.float() * 2 ** 9).round().div(2 ** 9).to(x.dtype), "
+                           "self.gemm.bias)")
+
+# A row sum of 131072 sigmoids: about 65536 (spread about 75), where bf16's spacing is 512, so the model's own bf16
+# output is one constant while the float32 truth varies.
+SIGMOID_SUM = '''
+import torch
+import torch.nn as nn
+
+batch_size = 8
+dim = 131072
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.sigmoid(x).sum(dim=1, keepdim=True)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+SIGMOID_SUM_NEW = '''
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return torch.sum(torch.sigmoid(x), dim=-1, keepdim=True)
+'''
+
+
+def _verify(pool, source: str, candidate: str, precision: str = "bf16"):
+    problem = problem_from_source(source, where="p.py", name="p")
+    return Verifier(fast_config(require_kernel=False, precision=precision), pool=pool).verify(problem, candidate, "cpu")
+
+
+def test_a_program_as_accurate_as_pytorchs_own_bf16_is_correct_under_the_kforge_rules(pool):
+    v = _verify(pool, GEMM_SOFTMAX, AS_EAGER)
+    assert v.state is State.CORRECT and v.states["kernelbench"] == "correct", v.summary()
+    notes = [n for n in v.evidence.notes if "as accurate as PyTorch's own bf16 result" in n]
+    assert len(notes) == 1 and notes[0].startswith("output 0 is outside the bf16 tolerance"), v.summary()
+
+
+def test_a_more_accurate_program_needs_no_allowance(pool):
+    v = _verify(pool, GEMM_SOFTMAX, IN_FLOAT32)
+    assert v.state is State.CORRECT, v.summary()
+    assert not any("as accurate as PyTorch" in n for n in v.evidence.notes), v.summary()
+
+
+def test_a_program_further_from_the_truth_than_pytorchs_bf16_is_told_how_far_pytorch_was(pool):
+    v = _verify(pool, GEMM_SOFTMAX, COARSER)
+    assert v.state is State.NUMERICAL_MISMATCH, v.summary()
+    assert "PyTorch's own bf16 result is at most" in v.message and "more than 2x" in v.message, v.message
+    m = v.evidence.mismatch
+    assert m["max_abs_err"] > 2 * m["native_max_abs_err"] or m["rms_err"] > 2 * m["native_rms_err"], m
+
+
+def test_a_constant_output_is_no_finding_where_the_precision_itself_makes_it_constant(pool):
+    v = _verify(pool, SIGMOID_SUM, SIGMOID_SUM_NEW)
+    assert v.state is State.CORRECT, v.summary()
+    assert not any("as accurate as PyTorch" in n for n in v.evidence.notes), v.summary()  # inside the tolerance
+
+
+def test_a_constant_is_still_a_finding_where_the_models_own_output_varies():
+    truth = torch.tensor([16380.0, 16390.0, 16402.0])
+    constant = torch.full((3,), 16384.0, dtype=torch.bfloat16)
+    check_degenerate(constant, truth, 0, native=truth.bfloat16())  # bf16 rounds all three to 16384: no finding
+    with pytest.raises(Mismatch, match="is constant"):
+        check_degenerate(constant, truth, 0, native=torch.tensor([16384.0, 16384.0, 16512.0]).bfloat16())
+    with pytest.raises(Mismatch, match="is constant"):
+        check_degenerate(constant, truth, 0)  # no reduced-precision output to go by (float32)
+
