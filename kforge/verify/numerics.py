@@ -127,7 +127,7 @@ class NumericsChecks:
         if view == "kernelbench":  # KernelBench's get_tolerance_for_precision: no per-problem tolerance
             kb = p.kernelbench_tol
             return (cfg.atol if cfg.atol is not None else kb), (cfg.rtol if cfg.rtol is not None else kb)
-        if p.name == "fp32":
+        if p.name == "fp32" or not (ref.is_floating_point() or ref.is_complex()):  # integers compare exactly
             return cfg.tolerance(str(ref.dtype).removeprefix("torch."), self.problem.tolerance)
         audit = getattr(self, "audit", None)
         flops = (audit.flops if audit else None) or self.problem.flops

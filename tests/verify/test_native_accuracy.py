@@ -153,3 +153,54 @@ def test_a_constant_is_still_a_finding_where_the_models_own_output_varies():
     with pytest.raises(Mismatch, match="is constant"):
         check_degenerate(constant, truth, 0)  # no reduced-precision output to go by (float32)
 
+
+ARGMAX = '''
+import torch
+import torch.nn as nn
+
+batch_size = 8
+dim1 = 256
+dim2 = 128
+
+
+class Model(nn.Module):
+    def __init__(self, dim: int):
+        super(Model, self).__init__()
+        self.dim = dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.argmax(x, dim=self.dim)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim1, dim2)]
+
+
+def get_init_inputs():
+    return [1]
+'''
+
+ARGMAX_NEW = '''
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x):
+        return x.max(dim=self.dim).indices
+'''
+
+
+def test_an_integer_output_at_a_reduced_precision_is_compared_exactly(pool):
+    """The tolerance from the output's size is for floating outputs; an argmax's indices were once fed to it and the
+    worker failed (`runtime_error`) whatever the candidate."""
+    for precision in ("bf16", "tf32"):
+        v = _verify(pool, ARGMAX, ARGMAX_NEW, precision=precision)
+        assert v.state is State.CORRECT and v.states["kernelbench"] == "correct", v.summary()
+    wrong = ARGMAX_NEW.replace(".indices", ".indices.clamp(max=250)")
+    v = _verify(pool, ARGMAX, wrong)
+    assert v.state is State.NUMERICAL_MISMATCH and "integer elements differ" in v.message, v.summary()
