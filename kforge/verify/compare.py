@@ -80,13 +80,22 @@ def compare_tensor(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: floa
             raise Mismatch("numerical", f"output {index}: {n} of {out.numel()} integer elements differ",
                            _where(out, ref, pos, index, n))
         return
-    n_nonfinite = n_bad = 0
-    first_nonfinite = None
+    n_nonfinite = n_bad = n_range = 0
+    first_nonfinite = first_range = None
     worst = (-1.0, 0)  # (abs err, position) of the largest error among finite reference values
     max_rel = 0.0
     for s in range(0, o.numel(), CHUNK):
         oc, rc = o[s:s + CHUNK], r[s:s + CHUNK]
         ref_finite = torch.isfinite(rc)
+        if rc.dtype != oc.dtype:  # a float32 truth beside a half-precision output: beyond fp16's 65504 it is inf
+            rounded = rc.to(oc.dtype)
+            beyond = ref_finite & ~torch.isfinite(rounded)
+            if bool(beyond.any()):
+                wrong = beyond & (oc != rounded)  # the output must overflow as the truth does, to the same sign
+                n_range += int(wrong.sum())
+                if first_range is None and n_range:
+                    first_range = s + int(wrong.nonzero()[0])
+                ref_finite = ref_finite & ~beyond
         nonfinite = ~torch.isfinite(oc) & ref_finite
         c = int(nonfinite.sum())
         if c and first_nonfinite is None:
@@ -107,6 +116,10 @@ def compare_tensor(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: floa
                 worst = (float(flat[p]), s + p)
             rel = diff / rc.abs().clamp_min(1e-12).to(diff.dtype)
             max_rel = max(max_rel, float(torch.where(ref_finite, rel, torch.zeros_like(rel)).max()))
+    if n_range:
+        raise Mismatch("numerical", f"output {index}: {n_range} element(s) where the truth is beyond {out.dtype}'s "
+                                    "range (it rounds to inf there) hold another value",
+                       _where(out, ref, first_range, index, n_range))
     if n_nonfinite:
         raise Mismatch("numerical", f"output {index}: {n_nonfinite} NaN/Inf value(s) where the reference is finite "
                                     "(unwritten output elements read as NaN)",
@@ -119,14 +132,14 @@ def compare_tensor(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: floa
 
 
 def error_stats(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
-    """(largest, RMS) absolute difference of ``out`` from ``ref`` over the elements where ``ref`` is finite, in
-    float32 or wider, a chunk at a time; (inf, inf) where ``out`` is not finite there."""
+    """(largest, RMS) absolute difference of ``out`` from ``ref`` over the elements where ``ref`` is finite in
+    ``out``'s dtype too, in float32 or wider, a chunk at a time; (inf, inf) where ``out`` is not finite there."""
     o, r = _flat(out.detach()), _flat(ref.detach())
     worst, squares, n = 0.0, 0.0, 0
     for s in range(0, o.numel(), CHUNK):
         oc, rc = o[s:s + CHUNK], r[s:s + CHUNK]
         wide = torch.float32 if oc.dtype in (torch.float16, torch.bfloat16) else oc.dtype
-        keep = torch.isfinite(rc)
+        keep = torch.isfinite(rc) & (torch.isfinite(rc.to(oc.dtype)) if rc.dtype != oc.dtype else True)
         diff = (oc.to(wide) - rc.to(wide)).abs()[keep]
         if not bool(torch.isfinite(diff).all()):
             return float("inf"), float("inf")

@@ -204,3 +204,51 @@ def test_an_integer_output_at_a_reduced_precision_is_compared_exactly(pool):
     wrong = ARGMAX_NEW.replace(".indices", ".indices.clamp(max=250)")
     v = _verify(pool, ARGMAX, wrong)
     assert v.state is State.NUMERICAL_MISMATCH and "integer elements differ" in v.message, v.summary()
+
+
+# After KernelBench level 1's Matmul_with_large_K_dimension: sums of a quarter of K = 262144 products of uniform
+# numbers run past fp16's largest value (65504) on the rows scaled up, so PyTorch's own fp16 result is inf there.
+LARGE_K = '''
+import torch
+import torch.nn as nn
+
+M = 8
+N = 8
+K = 262144
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super(Model, self).__init__()
+
+    def forward(self, A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+        return torch.matmul(A, B)
+
+
+def get_inputs():
+    A = torch.rand(M, K) * torch.linspace(0.25, 1.5, M).unsqueeze(1)
+    B = torch.rand(K, N)
+    return [A, B]
+
+
+def get_init_inputs():
+    return []
+'''
+
+LARGE_K_NEW = '''
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, A, B):
+        return (A.float() @ B.float()).to(A.dtype)  # float32 accumulation, rounded once
+'''
+
+
+def test_where_the_truth_is_beyond_fp16s_range_the_output_must_overflow_as_it_does(pool):
+    v = _verify(pool, LARGE_K, LARGE_K_NEW, precision="fp16")
+    assert v.state is State.CORRECT and v.states["kernelbench"] == "correct", v.summary()
+    clamped = LARGE_K_NEW.replace(".to(A.dtype)", ".clamp(max=65504).to(A.dtype)")
+    v = _verify(pool, LARGE_K, clamped, precision="fp16")
+    assert v.state is State.NUMERICAL_MISMATCH and "beyond torch.float16's range" in v.message, v.summary()
