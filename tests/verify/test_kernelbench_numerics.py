@@ -149,3 +149,20 @@ def test_under_the_kernelbench_rules_a_mismatch_quotes_kernelbenchs_tolerance(po
     assert "atol=0.01 rtol=0.01 " in verdicts["kernelbench"].message, verdicts["kernelbench"].summary()
     assert verdicts["kernelbench"].evidence.mismatch["atol"] == 0.01
     assert "atol=0.01 rtol=0.01 " not in verdicts["kforge"].message, verdicts["kforge"].summary()
+
+
+def test_a_stochastic_problem_with_small_outputs_is_seeded_at_bf16(pool):
+    """At bf16 its softmax outputs over 2048 features (about 5e-4) lie within 1e-2 of any other draw's, so two runs
+    of the reference looked alike and it went unseeded: the faithful candidate's dropout mask was another one, and
+    its training step failed. The audit now also asks whether the forward drew random numbers."""
+    problem = problem_from_source(PROBLEM.replace("out_features = 128", "out_features = 2048"),
+                                  where="66_Matmul_Dropout_Softmax.py", name="66_Matmul_Dropout_Softmax")
+    for backward in (False, True):
+        cfg = fast_config(require_kernel=False, precision="bf16", backward=backward)
+        v = Verifier(cfg, pool=pool).verify(problem, FAITHFUL, "cpu")
+        assert "stochastic" in v.problem_flags, v.summary()
+        assert v.state is State.CORRECT, v.summary()
+        assert not any("as accurate as PyTorch" in n for n in v.evidence.notes), v.summary()  # the same mask
+    no_dropout = FAITHFUL.replace("self.dropout(self.matmul(x))", "self.matmul(x)")
+    v = Verifier(fast_config(require_kernel=False, precision="bf16"), pool=pool).verify(problem, no_dropout, "cpu")
+    assert v.state is State.NUMERICAL_MISMATCH, v.summary()
