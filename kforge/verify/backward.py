@@ -48,6 +48,9 @@ class Upstream:
         self.seed = 0
         self._drawn: dict[tuple, Any] = {}
         self._shapes: list[tuple] = []
+        self.rounding = None
+        """At a reduced precision its dtype: every floating output's gradient is drawn in it, so the float32
+        truth's step (`kforge.verify.gradients`) gets the same values, upcast, as the steps in the precision."""
 
     def reseed(self, seed: int) -> None:
         """A new input set: a new gradient, drawn now for the outputs seen so far (not inside a timed or profiled
@@ -59,7 +62,9 @@ class Upstream:
         index, shape, dtype, device = key
         gen = self._generator(device=device)
         gen.manual_seed(self.seed + index)
-        return self._randn(shape, generator=gen, dtype=dtype, device=device)
+        drawn = self.rounding or dtype
+        g = self._randn(shape, generator=gen, dtype=drawn, device=device)
+        return g if drawn == dtype else g.to(dtype)
 
     def gradients(self, outs: list) -> list:
         """One upstream gradient per output: a tensor for each floating one, else None."""
@@ -195,8 +200,11 @@ class Backward:
     @classmethod
     def of(cls, harness) -> "Backward":
         """For a harness whose reference is loaded."""
-        return cls(harness.torch, harness.ref_model, harness.inputs(harness.draw()), getattr(harness, "recorder", None),
+        plan = cls(harness.torch, harness.ref_model, harness.inputs(harness.draw()), getattr(harness, "recorder", None),
                    harness.clock.sync)
+        if harness.precision.reduced:
+            plan.upstream.rounding = getattr(harness.torch, harness.precision.storage)
+        return plan
 
     def step(self, module, own: bool = False) -> TrainingStep:
         """``module``'s training step; ``own``: the candidate's, whose passes are measured and checked."""

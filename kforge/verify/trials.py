@@ -168,21 +168,25 @@ class Trials(NumericsChecks, VariantChecks, FreshModels, Harness):
             return self.compare_outputs(outs, refs, where)
         gradients.integrity(self.steps.report, where)
         outs, grads = self.steps.split(outs)
-        refs, ref_grads = self._step_refs(refs)
+        refs, ref_grads, truths = self._step_refs(refs)
         failures = self.compare_outputs(outs, refs, where)
-        gradients.compare(self.torch, self.steps.labels, grads, ref_grads, where, self.device, self._grad_tolerance)
+        for note in gradients.compare(self.torch, self.steps.labels, grads, ref_grads, where, self.device,
+                                      self._grad_tolerance, truths):
+            if not any(n.startswith(note.split(" is outside")[0]) for n in self.notes):  # one per gradient
+                self.notes.append(note)
         return failures
 
-    def _step_refs(self, refs: Refs) -> tuple[Refs, list]:
-        """A training step's references as the outputs' (both numerics) and the gradients to judge against: the
-        exact ones, or at a reduced precision the reference's own in the precision (the candidate's gradients are
-        in it; a float32 gradient of the rounded weights would differ in dtype from every honest answer)."""
+    def _step_refs(self, refs: Refs) -> tuple[Refs, list, list | None]:
+        """A training step's references as the outputs' (both numerics), the gradients to judge against, and at a
+        reduced precision the float32 truth's: there the reference's own gradients in the precision give the
+        structure (the candidate's are in it) and the truth the values, as for the outputs."""
         split = self.steps.split
         exact_out, exact_grads = split(refs.exact)
         native = split(refs.native) if refs.native is not None else None
         kb = split(refs.kb_outputs)[0] if refs.kb_outputs is not None else None
-        grads = native[1] if native is not None and self.precision.reduced else exact_grads
-        return Refs(exact_out, native[0] if native is not None else None, kb), grads
+        reduced = native is not None and self.precision.reduced
+        grads = native[1] if reduced else exact_grads
+        return Refs(exact_out, native[0] if native is not None else None, kb), grads, exact_grads if reduced else None
 
     def _grad_tolerance(self, dtype: str) -> tuple[float, float]:
         """A gradient's (atol, rtol) before `kforge.verify.gradients` scales atol by its RMS: the dtype's, or at a
