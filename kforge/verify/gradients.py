@@ -27,7 +27,7 @@ from typing import Callable
 from ..sandbox.harness import HarnessVerdict
 from .backward import StepReport
 from .compare import CHUNK, Mismatch, check_degenerate, check_plain_tensor, compare_tensor, error_stats
-from .numerics import NATIVE_SLACK
+from .numerics import NATIVE_SLACK, SIGNAL
 
 
 def rms(torch, t) -> float:
@@ -115,7 +115,7 @@ def _check(torch, label: str, g, r, device, tolerance, truth=None) -> str | None
         try:
             compare_tensor(g, r, scaled, rtol)
         except Mismatch as m:
-            note = _as_accurate_as_native(m, g, r, native, label)
+            note = _as_accurate_as_native(m, g, r, native, label, size)
             if note is None:
                 raise
         check_degenerate(g, r, native=native)
@@ -127,16 +127,18 @@ def _check(torch, label: str, g, r, device, tolerance, truth=None) -> str | None
     return note
 
 
-def _as_accurate_as_native(m: Mismatch, g, truth, native, label: str) -> str | None:
+def _as_accurate_as_native(m: Mismatch, g, truth, native, label: str, size: float) -> str | None:
     """A note where a gradient outside the tolerance of the truth is as accurate as the reference's own in the
-    precision (`NATIVE_SLACK`, as for the outputs: `kforge.verify.numerics`); else None, the mismatch then saying
-    how far the reference's own was."""
+    precision (`NATIVE_SLACK` and `SIGNAL`, as for the outputs: `kforge.verify.numerics`); else None, the mismatch
+    then saying how far the reference's own was. ``size``: the truth's RMS."""
     if native is None or "max_abs_err" not in m.details:
         return None
     n_max, n_rms = error_stats(native, truth)
     if not math.isfinite(n_max) or n_max == 0.0:
         return None
     c_max, c_rms = error_stats(g, truth)
+    if c_rms > SIGNAL * size:
+        return None
     if c_max <= NATIVE_SLACK * n_max and c_rms <= NATIVE_SLACK * n_rms:
         return (f"the gradient of {label} is outside the tolerance of the float32 truth (max abs err {c_max:.3g}, RMS "
                 f"{c_rms:.3g}) but as accurate as PyTorch's own in the precision (max {n_max:.3g}, RMS {n_rms:.3g})")
