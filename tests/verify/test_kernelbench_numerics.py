@@ -162,7 +162,6 @@ def test_a_stochastic_problem_with_small_outputs_is_seeded_at_bf16(pool):
         v = Verifier(cfg, pool=pool).verify(problem, FAITHFUL, "cpu")
         assert "stochastic" in v.problem_flags, v.summary()
         assert v.state is State.CORRECT, v.summary()
-        assert not any(n.startswith("output 0 is outside") for n in v.evidence.notes), v.summary()  # the same mask
     no_dropout = FAITHFUL.replace("self.dropout(self.matmul(x))", "self.matmul(x)")
     v = Verifier(fast_config(require_kernel=False, precision="bf16"), pool=pool).verify(problem, no_dropout, "cpu")
     assert v.state is State.NUMERICAL_MISMATCH, v.summary()

@@ -317,7 +317,7 @@ class ModelNew(nn.Module):
 
 
 def test_a_float32_training_step_at_bf16_is_judged_against_the_truth_not_bf16_autograd(pool):
-    """bf16 autograd's own LayerNorm weight gradient is up to 4% of its RMS from the float32 truth; a step computed in
+    """bf16 autograd's own LayerNorm weight gradient is 4-5% of its RMS from the float32 truth at its worst element; a step computed in
     float32 is within 4u of it, and was once a mismatch for differing from bf16 autograd."""
     problem = problem_from_source(LAYER_NORM, where="p.py", name="p")
     cfg = fast_config(require_kernel=False, precision="bf16", backward=True)
