@@ -25,16 +25,25 @@ from typing import Any
 from ..precision import reduction_length, tolerance
 from ..sandbox.harness import HarnessVerdict
 from ..sandbox.settings import Swap
-from .compare import Mismatch, as_outputs, check_degenerate, check_structure, compare_tensor, error_stats
+from .compare import Mismatch, as_outputs, check_degenerate, check_structure, compare_tensor, error_stats, unresolved
 
 VIEWS = ("kforge", "kernelbench")
-NATIVE_SLACK = 2.0
+NATIVE_SLACK = 4.0
 """How much further from the truth than the model's own reduced-precision result an output may be, in its largest
-and in its RMS error, where it is outside the kforge view's tolerance (another rounding order, as accurate)."""
+and in its RMS error, where it is outside the kforge view's tolerance (another rounding order, as accurate). At 2
+an honest order failed often: a Linear's bias added after its product (two bf16 roundings where addmm makes one)
+ahead of a training-mode BatchNorm gave an input gradient 1.4x bf16 autograd's RMS error in the median and up to
+3.3x over 40 draws (CPU), once 5.4x in a verifier trial, since the BatchNorm amplifies rounding and PyTorch's own
+error varies fourfold between draws; weights cut to 4 significant bits before a GEMM gave 4x at the output."""
 SIGNAL = 0.5
 """The allowance above holds only for an output whose RMS error is under this fraction of the truth's RMS: where
 PyTorch's own result is that far off (a bf16 cumsum of 32,768 terms), the input itself or a tiny noise would be
-'as accurate', so there the tolerance alone decides."""
+'as accurate', so there the tolerance alone decides. Not where PyTorch's own error is at least the truth's size
+(`compare.unresolved`): a value zero but for rounding, which an exact answer misses by all of its size."""
+
+UNRESOLVED_NOTE = ", which is no closer to the truth than the truth's own size (zero but for rounding)"
+"""Said where the allowance held for a value the precision resolves nothing of (`compare.unresolved`): there
+`SIGNAL` cannot apply, since an exact answer is as far from the float32 truth as the truth's own size."""
 
 
 @dataclass
@@ -188,14 +197,14 @@ class NumericsChecks:
         c_max, c_rms = error_stats(out, truth)
         p = self.precision.name
         size = _rms(torch, truth)
-        if c_rms > SIGNAL * size:
+        if c_rms > SIGNAL * size and not unresolved(n_rms, size):
             m.message += (f"; its RMS error {c_rms:.3g} is over {SIGNAL:g} of the truth's RMS {size:.3g}, so PyTorch's "
                           f"own {p} accuracy (max {n_max:.3g}, RMS {n_rms:.3g}) does not excuse it")
             return False
         if c_max <= NATIVE_SLACK * n_max and c_rms <= NATIVE_SLACK * n_rms:
             note = (f"output {index} is outside the {p} tolerance of the float32 truth (max abs err {c_max:.3g}, "
                     f"RMS {c_rms:.3g}) but as accurate as PyTorch's own {p} result (max {n_max:.3g}, RMS "
-                    f"{n_rms:.3g}): correct")
+                    f"{n_rms:.3g}){UNRESOLVED_NOTE if unresolved(n_rms, size) else ''}: correct")
             if not any(n.startswith(f"output {index} is outside the {p} tolerance") for n in self.notes):
                 self.notes.append(note)
             return True

@@ -70,9 +70,10 @@ IN_FLOAT32 = AS_EAGER.replace("logits = F.linear(x, self.gemm.weight, self.gemm.
     "self.bn.running_mean, self.bn.running_var", "self.bn.running_mean.float(), self.bn.running_var.float()").replace(
     "return F.softmax(logits * self.scale, dim=-1)", "return F.softmax(logits * self.scale, dim=-1).to(x.dtype)")
 
-# A shortcut a model might take for speed: the weights rounded to 4 significant bits before the product.
+# A shortcut a model might take for speed: the weights rounded to 3 significant bits before the product (4 bits
+# left the output 4x as far from the truth as bf16 eager in RMS, right at NATIVE_SLACK; 3 bits, 8x).
 COARSER = AS_EAGER.replace("F.linear(x, self.gemm.weight, self.gemm.bias)",
-                           "F.linear(x, (self.gemm.weight.float() * 2 ** 9).round().div(2 ** 9).to(x.dtype), "
+                           "F.linear(x, (self.gemm.weight.float() * 2 ** 8).round().div(2 ** 8).to(x.dtype), "
                            "self.gemm.bias)")
 
 # A row sum of 131072 sigmoids: about 65536 (spread about 75), where bf16's spacing is 512, so the model's own bf16
@@ -133,9 +134,9 @@ def test_a_more_accurate_program_needs_no_allowance(pool):
 def test_a_program_further_from_the_truth_than_pytorchs_bf16_is_told_how_far_pytorch_was(pool):
     v = _verify(pool, GEMM_SOFTMAX, COARSER)
     assert v.state is State.NUMERICAL_MISMATCH, v.summary()
-    assert "PyTorch's own bf16 result is at most" in v.message and "more than 2x" in v.message, v.message
+    assert "PyTorch's own bf16 result is at most" in v.message and "more than 4x" in v.message, v.message
     m = v.evidence.mismatch
-    assert m["max_abs_err"] > 2 * m["native_max_abs_err"] or m["rms_err"] > 2 * m["native_rms_err"], m
+    assert m["max_abs_err"] > 4 * m["native_max_abs_err"] or m["rms_err"] > 4 * m["native_rms_err"], m
 
 
 def test_a_constant_output_is_no_finding_where_the_precision_itself_makes_it_constant(pool):
@@ -333,55 +334,3 @@ def test_a_float32_training_step_at_bf16_is_judged_against_the_truth_not_bf16_au
     v = Verifier(cfg, pool=pool).verify(problem, slip, "cpu")
     assert v.state is State.NUMERICAL_MISMATCH and "the gradient of input 0" in v.message, v.summary()
     assert "PyTorch's own is at most" in v.message, v.message
-
-
-# After KernelBench level 2's Conv3d_GroupNorm_Mean: the mean of a GroupNorm's output is zero up to rounding, and
-# PyTorch's own bf16 result is rounding noise thousands of times the truth's size.
-GROUPNORM_MEAN = '''
-import torch
-import torch.nn as nn
-
-batch_size = 64
-in_features = 1024
-out_features = 512
-num_groups = 8
-
-
-class Model(nn.Module):
-    def __init__(self, in_features, out_features, num_groups):
-        super().__init__()
-        self.linear = nn.Linear(in_features, out_features)
-        self.group_norm = nn.GroupNorm(num_groups, out_features)
-
-    def forward(self, x):
-        return self.group_norm(self.linear(x)).mean(dim=1)
-
-
-def get_inputs():
-    return [torch.randn(batch_size, in_features)]
-
-
-def get_init_inputs():
-    return [in_features, out_features, num_groups]
-'''
-
-NOISE = '''
-import torch
-import torch.nn as nn
-
-
-class ModelNew(nn.Module):
-    def __init__(self, in_features, out_features, num_groups):
-        super().__init__()
-        self.linear = nn.Linear(in_features, out_features)
-        self.group_norm = nn.GroupNorm(num_groups, out_features)
-
-    def forward(self, x):
-        return 1e-5 * torch.randn(x.shape[0], dtype=x.dtype)  # "the mean is zero anyway"
-'''
-
-
-def test_where_pytorchs_own_result_is_no_closer_than_noise_the_tolerance_alone_decides(pool):
-    v = _verify(pool, GROUPNORM_MEAN, NOISE)
-    assert v.state is State.NUMERICAL_MISMATCH, v.summary()
-    assert "of the truth's RMS" in v.message and "does not excuse it" in v.message, v.message
