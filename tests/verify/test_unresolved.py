@@ -4,9 +4,12 @@ are judged by that accuracy alone; where it keeps part of the value, the toleran
 (`kforge.verify.compare.unresolved`, `kforge.verify.numerics.SIGNAL`)."""
 
 import pytest
+import torch
 
 from kforge.problems import problem_from_source
+from kforge.sandbox.harness import HarnessVerdict
 from kforge.verify import State, Verifier
+from kforge.verify.gradients import compare
 from tests.helpers import fast_config
 
 # After KernelBench level 2's Conv3d_GroupNorm_Mean: the mean of a GroupNorm's output is zero up to rounding, and
@@ -209,3 +212,16 @@ class Model(nn.Module):''', 1)
     assert v.state is State.CORRECT and v.states["kernelbench"] == "correct", v.summary()
     bias = [n for n in v.evidence.notes if n.startswith("the gradient of parameter gemm.bias")]
     assert bias and "no closer to the truth than the truth's own size" in bias[0], v.summary()
+
+
+def test_a_gradient_exactly_zero_in_the_truth_is_held_to_pytorchs_own_accuracy():
+    """An input's gradient through a clamp whose output is constant: zero in float32, while bf16 autograd passes
+    some through at ties (KernelBench level 2's Conv3d_GroupNorm_Min_Clamp_Dropout, an H200)."""
+    truth = torch.zeros(64, 32)
+    native = torch.zeros(64, 32, dtype=torch.bfloat16)
+    native[::7, ::5] = 0.0177  # the ties' gradient
+    tol = lambda dtype: (0.015625, 0.015625)  # noqa: E731 - 4u at bf16
+    notes = compare(torch, ["input 0"], [native.clone()], [native], "trial 0", torch.device("cpu"), tol, [truth])
+    assert len(notes) == 1 and "no closer to the truth than the truth's own size" in notes[0], notes
+    with pytest.raises(HarnessVerdict, match="more than 4x"):
+        compare(torch, ["input 0"], [native * 8], [native], "trial 0", torch.device("cpu"), tol, [truth])
