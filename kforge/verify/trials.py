@@ -23,10 +23,11 @@ In the backward mode (``verify.backward``) what the trials call is a training st
 from __future__ import annotations
 
 import contextlib
+import traceback
 
 from ..precision import ROUNDINGS
 from ..sandbox.budget import BudgetSpent
-from ..sandbox.harness import Harness, HarnessVerdict, first_line, tail
+from ..sandbox.harness import PROBLEM_ERROR, Harness, HarnessVerdict, first_line, tail
 from ..sandbox.progress import candidate_code
 from ..sandbox.protocol import ProgramRequest
 from . import gradients
@@ -75,6 +76,24 @@ class Trials(NumericsChecks, VariantChecks, FreshModels, Harness):
         super().load_reference()
         if self.cfg.backward:  # before any candidate code: it takes the functions it trusts now
             self.steps = Backward.of(self)
+
+    def reference_alone(self) -> None:
+        """Run the trials' references once before any candidate code where the audit (the model's forward in the
+        precision) has not: the float32 truth at a reduced precision, the training steps in the backward mode. A
+        failure there is the problem's (on an H100, KernelBench's AvgPool2d at its size: the truth's own backward
+        raised a CUDA error, and was the candidate's `runtime_error`); later it could be the candidate's doing."""
+        if self.steps is None and not self.precision.reduced:
+            return
+        try:
+            self.reference(self.inputs(self.draw()), self.draw() if "stochastic" in self.flags else None)
+        except Exception as exc:  # noqa: BLE001 - whatever the reference raises on its own is the problem's
+            raise HarnessVerdict(PROBLEM_ERROR, f"the reference program fails when run on its own "
+                                 f"({'its training step, ' if self.steps is not None else ''}"
+                                 f"{'in float32, ' if self.precision.reduced else ''}{type(exc).__name__}: "
+                                 f"{first_line(exc)}); this is a bug in the problem or beyond PyTorch at this size, "
+                                 "not the candidate's", evidence={"traceback": tail(traceback.format_exc())}) from None
+        finally:
+            self.clock.sync()
 
     def program(self, module, own: bool = False):
         """What a trial or a timed round calls: the module, or in the backward mode its training step (``own``: the

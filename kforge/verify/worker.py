@@ -223,6 +223,7 @@ class _Run(OwnPhases, TimedRounds, Trials):
                                   "and the candidate, so a candidate drawing from it in the same order can match")
             if self.audit.state:
                 self.notes.append(stateful_note(self.audit.state))
+        self.reference_alone()
         phase("load")
         model = self.program(self.load_candidate(), own=True)  # its training step in the backward mode
         phase("correctness")

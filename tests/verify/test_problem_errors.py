@@ -64,3 +64,35 @@ def test_the_candidate_sees_the_problems_module_level_names(verifier):
     # It computes the answer in PyTorch: correct as KernelBench judges, kernel_unused under kforge's rules.
     assert v.states["kernelbench"] == "correct", v.summary()
     assert v.state is State.KERNEL_UNUSED and v.states["kforge"] == "kernel_unused", v.summary()
+
+
+# A reference that runs in the precision but not as the float32 truth, or whose backward fails: the audit runs only
+# its forward in the precision, and the failure once surfaced in the first correctness trial as the candidate's
+# `runtime_error` (on an H100, KernelBench's AvgPool2d: a CUDA error in the truth's own backward).
+BF16_ONLY = GOOD["model"].replace("        return x * self.scale\n", """        if x.dtype == torch.float32:
+            raise NotImplementedError("kf-bf16-only: this layer has no float32 path")
+        return x * self.scale
+""")
+NO_BACKWARD = GOOD["model"].replace("        return x * self.scale\n", """        return NoGrad.apply(x) * self.scale
+""")
+NO_GRAD_FN = """class NoGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        raise RuntimeError("kf-no-backward: the backward of this layer is not written")
+"""
+
+
+@pytest.mark.parametrize("case", ["bf16 only", "no backward"])
+def test_a_reference_whose_truth_or_step_fails_is_the_problems_error_not_the_candidates(pool, case):
+    model, extra = (BF16_ONLY, "") if case == "bf16 only" else (NO_BACKWARD, NO_GRAD_FN)
+    src = ("import torch\nimport torch.nn as nn\n\nN = 8\nD = 64\n\n" + extra + "\n\n" + model + "\n"
+           + GOOD["inputs"] + "\n" + GOOD["init"])
+    p = problem_from_source(src, where="p.py", name="p")
+    cfg = fast_config(skip_timing=True, require_kernel=False, precision="bf16", backward=case == "no backward")
+    with pytest.raises(ProblemFails, match="fails when run on its own") as err:
+        Verifier(cfg, pool=pool).verify(p, src + "\n\nModelNew = Model\n", "cpu")
+    assert ("kf-bf16-only" if case == "bf16 only" else "kf-no-backward") in str(err.value), err.value
