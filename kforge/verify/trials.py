@@ -84,16 +84,17 @@ class Trials(NumericsChecks, VariantChecks, FreshModels, Harness):
         raised a CUDA error, and was the candidate's `runtime_error`); later it could be the candidate's doing."""
         if self.steps is None and not self.precision.reduced:
             return
+        runs = (["its training step"] if self.steps is not None else []) + (
+            [f"in float32 and in {self.precision.name}"] if self.precision.reduced else [])
         try:
             self.reference(self.inputs(self.draw()), self.draw() if "stochastic" in self.flags else None)
+        except HarnessVerdict:
+            raise
         except Exception as exc:  # noqa: BLE001 - whatever the reference raises on its own is the problem's
-            raise HarnessVerdict(PROBLEM_ERROR, f"the reference program fails when run on its own "
-                                 f"({'its training step, ' if self.steps is not None else ''}"
-                                 f"{'in float32, ' if self.precision.reduced else ''}{type(exc).__name__}: "
-                                 f"{first_line(exc)}); this is a bug in the problem or beyond PyTorch at this size, "
-                                 "not the candidate's", evidence={"traceback": tail(traceback.format_exc())}) from None
-        finally:
-            self.clock.sync()
+            raise HarnessVerdict(PROBLEM_ERROR, f"the reference program fails when run on its own as the trials run "
+                                 f"it ({'; '.join(runs)}): {type(exc).__name__}: {first_line(exc)}; this is a bug in "
+                                 "the problem or beyond PyTorch at this size, not the candidate's",
+                                 evidence={"traceback": tail(traceback.format_exc())}) from None
 
     def program(self, module, own: bool = False):
         """What a trial or a timed round calls: the module, or in the backward mode its training step (``own``: the

@@ -66,18 +66,7 @@ class ModelNew(nn.Module):
         return y.mean(dim=1).to(x.dtype)
 '''
 
-NOISE = '''
-import torch
-import torch.nn as nn
-
-
-class ModelNew(nn.Module):
-    def __init__(self, in_features, out_features, num_groups):
-        super().__init__()
-        self.linear = nn.Linear(in_features, out_features)
-        self.group_norm = nn.GroupNorm(num_groups, out_features)
-
-    def forward(self, x):
+NOISE = GROUPNORM_MEAN_FP32[:GROUPNORM_MEAN_FP32.index("    def forward")] + '''    def forward(self, x):
         return 1e-2 * torch.randn(x.shape[0], dtype=x.dtype)  # "the mean is zero anyway"
 '''
 
