@@ -19,6 +19,10 @@ ZYGOTE = [sys.executable, "-m", "kforge.sandbox.zygote"]
 """The command that starts a worker process."""
 
 
+CLOSE_GRACE_S = 15.0
+"""How long a closing pool gives a busy zygote to stop its child (reaping takes up to 10 s) before killing it."""
+
+
 class WorkerLost(KforgeError, RuntimeError):
     """The slot's process died while serving a request (it has been replaced); ``kind`` names the slot."""
 
@@ -28,6 +32,8 @@ class WorkerLost(KforgeError, RuntimeError):
 class WorkerProcess:
     """The pool's handle on one long-lived worker process (a `kforge.sandbox.zygote`, the fork server) and its
     line protocol."""
+
+    _busy = False  # a request in flight
 
     def __init__(self, label: str, env: dict[str, str], root: Path, start_timeout: float = 300.0):
         self.label = label
@@ -88,7 +94,11 @@ class WorkerProcess:
         except (BrokenPipeError, OSError):
             raise WorkerLost(f"worker {self.label} is gone: {self.log_tail()}") from None
         # The zygote enforces the timeout itself; the margin covers killing and reaping.
-        line = self._read_line(timeout + 60)
+        self._busy = True
+        try:
+            line = self._read_line(timeout + 60)
+        finally:
+            self._busy = False
         if line is None:
             raise WorkerLost(f"worker {self.label} stopped answering: {self.log_tail()}")
         return json.loads(line)
@@ -97,6 +107,14 @@ class WorkerProcess:
         return self.proc.poll() is None
 
     def close(self) -> None:
+        if self._busy and self.proc.poll() is None:
+            # A request in flight (the pool closed by Ctrl-C, say): its child runs in a session of its own, which
+            # killing the zygote would leave at work. Hanging up makes the zygote stop it and end.
+            try:
+                self.proc.stdin.close()
+                self.proc.wait(CLOSE_GRACE_S)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
         if self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, 9)

@@ -14,7 +14,9 @@ of its own. Making a context never overlaps a candidate's timing: both hold the 
 
 What a child does with its request is looked up by the request's kind (`kforge.sandbox.dispatch`).
 
-Protocol: one JSON request per line on stdin, one JSON reply per line on the original stdout.
+Protocol: one JSON request per line on stdin, one JSON reply per line on the original stdout. A caller that
+hangs up while a child works (its process killed, the pool closed) has the child stopped then, not at its
+timeout; a private zygote then ends, a resident one waits for the next pool.
 
 A child answers through a pipe that candidate code, running in the same process, could write to as well.
 So each request carries a fresh nonce, which the child takes out of the request before the candidate is
@@ -41,6 +43,8 @@ from .quiet import QUIET_LOCK_ENV
 
 #: What the harness's profilers print (USDT probe notices, Kineto's stages): not the candidate's output.
 PROFILER_NOISE = re.compile(r"^.*(?:\bUSDT\b|^STAGE:).*\n?", re.MULTILINE)
+#: A caller that hung up: a pipe's writers all closed, a socket's peer gone.
+CALLER_GONE = select.POLLHUP | select.POLLERR | select.POLLNVAL | getattr(select, "POLLRDHUP", 0)
 SPARE_ENV = "KFORGE_ZYGOTE_SPARE"
 """``0`` stops a GPU zygote keeping a spare (the pool's ``spare=False``, Hydra's ``workers.spare=false``)."""
 
@@ -120,8 +124,10 @@ def _keeps_spare() -> bool:
 _spare: Child | None = None
 
 
-def run_forked(request: dict) -> dict:
-    """Fork a child for one request (or take the spare), enforce its timeout, and describe how it ended."""
+def run_forked(request: dict, caller: int | None = None) -> dict:
+    """Fork a child for one request (or take the spare), enforce its timeout, and describe how it ended.
+    ``caller``: the descriptor the request came on; should the caller hang up meanwhile (a pool killed, say, by
+    its job's time limit), the child is stopped then rather than at its timeout, minutes of a GPU later."""
     global _spare
     timeout = float(request.get("timeout", 300))
     child, _spare = _spare, None
@@ -146,13 +152,21 @@ def run_forked(request: dict) -> dict:
     chunks: list[bytes] = []
     timed_out = False
     deadline = start + timeout
+    watch = select.poll()
+    watch.register(rfd, select.POLLIN)
+    if caller is not None:  # only its hang-up counts: the caller sends nothing while it waits for the reply
+        watch.register(caller, CALLER_GONE)
+    abandoned = False
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
             timed_out = True
             break
-        ready, _, _ = select.select([rfd], [], [], min(left, 1.0))
-        if ready:
+        events = dict(watch.poll(min(left, 1.0) * 1000))
+        if caller is not None and events.get(caller, 0) & CALLER_GONE:
+            abandoned = True  # killed, Ctrl-C'd or closed: nobody will read the verdict, so stop the GPU work now
+            break
+        if events.get(rfd):
             data = os.read(rfd, 1 << 16)
             if not data:
                 break
@@ -162,6 +176,8 @@ def run_forked(request: dict) -> dict:
     status = reap(pid)
     os.close(rfd)
     reply: dict = {"wall_s": time.monotonic() - start, "timed_out": timed_out}
+    if abandoned:
+        reply["abandoned"] = True
     workdir = request["workdir"]
     reply["output_tail"] = _read_tail(os.path.join(workdir, "output.txt"))
     try:
@@ -233,15 +249,21 @@ def main() -> None:
 
 def _serve(lines, out) -> None:
     """One request per line in, one reply per line out, until the caller closes its end."""
+    try:
+        caller = lines.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real descriptor (a test's list of lines)
+        caller = None
     for line in lines:
         line = line.strip()
         if not line:
             continue
         try:
             request = json.loads(line)
-            reply = run_forked(request)
+            reply = run_forked(request, caller)
         except Exception:  # noqa: BLE001 - keep serving
             reply = {"error": traceback.format_exc()[-OUTPUT_TAIL:]}
+        if reply.get("abandoned"):  # nobody to answer: a private worker ends, a resident one awaits the next pool
+            return
         out.write(json.dumps(reply, default=str) + "\n")
         out.flush()
 

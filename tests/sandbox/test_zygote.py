@@ -13,15 +13,20 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
 from kforge.backends import get_backend
 from kforge.problems import resolve_problem
+from kforge.sandbox.children import kill_group
+from kforge.sandbox.dispatch import HANDLERS_ENV
 from kforge.sandbox.env import scrubbed_env
 from kforge.sandbox.gpus import detect_gpus as pool_gpus
-from kforge.sandbox.protocol import ProbeRequest
+from kforge.sandbox.process import ZYGOTE
+from kforge.sandbox.protocol import DeviceInfo, ProbeRequest
 from kforge.sandbox.zygote import SPARE_ENV
 from kforge.verify import State, Verifier, WorkerPool
 from tests.helpers import candidate, fast_config
@@ -248,3 +253,102 @@ def test_progress_records_carry_the_nonce_and_a_stopped_child_keeps_only_them():
     assert stopped == {"progress": {"in_candidate": True, "milestones": {"run": {"trials": 3}}}}
     # A record the candidate wrote (it cannot know the nonce) is a forgery, whatever it claims.
     assert "forged" in _answer("\n".join([lines[0], rec({"in_candidate": False}, "guess")]).encode(), "n1", True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class NapRequest(ProbeRequest):
+    KIND: ClassVar[str] = "nap"
+
+
+def nap(request: ProbeRequest) -> DeviceInfo:
+    """A request that outlasts its caller (a verification on a GPU that the job's time limit cut off)."""
+    time.sleep(300)
+    raise AssertionError("the child was not stopped when its caller went")
+
+
+NAP_ENV = {HANDLERS_ENV: json.dumps({"nap": f"{__name__}:nap"}), SPARE_ENV: "0"}
+
+
+def send_nap(send, tmp_path: Path, zpid: int) -> int:
+    """Send a nap request and return the child serving it, once it exists."""
+    (tmp_path / "work").mkdir()
+    send((json.dumps({"kind": "nap", "workdir": str(tmp_path / "work"), "timeout": 300,
+                      "body": PROBE.to_wire()}) + "\n").encode())
+    kids = wait_for(lambda: children(zpid))
+    assert kids, "the zygote forked no child for the request"
+    return kids[0]
+
+
+def gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_a_caller_that_dies_mid_request_takes_its_childs_work_with_it(tmp_path):
+    """Killing the process that holds the pool (`timeout kforge eval`, a job's limit) once left its verification
+    running until the request's own timeout, the GPU's memory held (86 GB seen on an H200): the zygote now stops
+    the child when its caller hangs up, and ends."""
+    z = subprocess.Popen(ZYGOTE, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=tmp_path,
+                         env=scrubbed_env(NAP_ENV), start_new_session=True)
+    try:
+        assert json.loads(z.stdout.readline())["ready"]
+        child = send_nap(lambda data: (z.stdin.write(data), z.stdin.flush()), tmp_path, z.pid)
+        z.stdin.close()  # the caller's end goes, as when its process is killed
+        z.stdout.close()
+        assert wait_for(lambda: gone(child), timeout=20), "the child kept working for a caller that was gone"
+        assert z.wait(timeout=20) is not None
+    finally:
+        kill_group(z.pid)
+        z.wait()
+
+
+def test_a_resident_worker_stops_the_work_of_a_pool_that_went_and_serves_the_next(tmp_path):
+    from kforge.sandbox import resident
+    sock_path = tmp_path / "w.sock"
+    z = subprocess.Popen(ZYGOTE, cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         env=scrubbed_env({**NAP_ENV, resident.SOCKET_ENV: str(sock_path), resident.IDLE_ENV: "60"}),
+                         start_new_session=True)
+    try:
+        sock = wait_for(lambda: resident._connect(sock_path) if sock_path.exists() else None, timeout=120)
+        assert sock is not None, "the resident worker never listened"
+        reader = sock.makefile("rb")
+        assert json.loads(reader.readline())["ready"]
+        child = send_nap(sock.sendall, tmp_path, z.pid)
+        reader.close()
+        sock.close()  # the pool's process killed
+        assert wait_for(lambda: gone(child), timeout=20), "the child kept working for a pool that was gone"
+        nxt = resident._connect(sock_path)
+        assert nxt is not None and json.loads(nxt.makefile("rb").readline())["ready"], "the next pool was not served"
+        nxt.close()
+        assert z.poll() is None
+    finally:
+        kill_group(z.pid)
+        z.wait()
+
+
+def test_a_pool_closed_mid_request_stops_the_child(tmp_path, monkeypatch):
+    """A second Ctrl-C closes the pool under a job while a verification runs: killing the zygote alone would leave
+    its child (a session of its own) at work."""
+    from kforge.sandbox import dispatch
+    monkeypatch.setattr(dispatch, "_REGISTERED", dict(dispatch._REGISTERED, nap=f"{__name__}:nap"))
+    monkeypatch.setenv(SPARE_ENV, "0")
+    pool = WorkerPool(gpus=[], cpu_workers=1, build_workers=1, build_cache=tmp_path / "cache")
+    pool.start(["cpu"])
+    zpid = zygote_pid(pool)
+    errors = []
+
+    def call():
+        try:
+            pool.request("cpu", NapRequest(backend=PROBE.backend), {}, timeout=300)
+        except Exception as exc:  # noqa: BLE001 - the pool closing under it: any error is expected
+            errors.append(exc)
+    caller = threading.Thread(target=call, daemon=True)
+    caller.start()
+    kids = wait_for(lambda: children(zpid))
+    assert kids, "the zygote forked no child for the request"
+    pool.close()
+    assert wait_for(lambda: gone(kids[0]), timeout=20), "the child outlived its closed pool"
+    caller.join(timeout=30)
+    assert not caller.is_alive() and errors
