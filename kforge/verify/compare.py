@@ -159,11 +159,13 @@ def is_constant(t: torch.Tensor) -> bool:
 
 
 def rms(t: torch.Tensor) -> float:
-    """Root mean square of a tensor's finite elements, in float64, a chunk at a time (tensors of many GiB)."""
+    """Root mean square of a tensor's finite elements (of their moduli, if complex), in float64, a chunk at a time
+    (tensors of many GiB)."""
     flat = _flat(t.detach())
     total, n = 0.0, 0
     for s in range(0, flat.numel(), CHUNK):
-        c = flat[s:s + CHUNK].to(torch.float64)
+        c = flat[s:s + CHUNK]
+        c = (c.abs() if c.is_complex() else c).to(torch.float64)
         finite = torch.isfinite(c)
         total += float(torch.where(finite, c, torch.zeros_like(c)).pow(2).sum())
         n += int(finite.sum())

@@ -25,7 +25,16 @@ from typing import Any
 from ..precision import reduction_length, tolerance
 from ..sandbox.harness import HarnessVerdict
 from ..sandbox.settings import Swap
-from .compare import Mismatch, as_outputs, check_degenerate, check_structure, compare_tensor, error_stats, unresolved
+from .compare import (
+    Mismatch,
+    as_outputs,
+    check_degenerate,
+    check_structure,
+    compare_tensor,
+    error_stats,
+    rms,
+    unresolved,
+)
 
 VIEWS = ("kforge", "kernelbench")
 NATIVE_SLACK = 4.0
@@ -147,8 +156,7 @@ class NumericsChecks:
         audit = getattr(self, "audit", None)
         flops = (audit.flops if audit else None) or self.problem.flops
         elements = sum(o.numel() for o in outs if isinstance(o, self.torch.Tensor))
-        rms = _rms(self.torch, ref)
-        atol, rtol = tolerance(p, reduction_length(flops, elements), rms if math.isfinite(rms) else 0.0)
+        atol, rtol = tolerance(p, reduction_length(flops, elements), rms(ref))
         return (cfg.atol if cfg.atol is not None else atol), (cfg.rtol if cfg.rtol is not None else rtol)
 
     def _outputs_for(self, view: str, outs: list, refs: Refs) -> list:
@@ -196,7 +204,7 @@ class NumericsChecks:
             return False
         c_max, c_rms = error_stats(out, truth)
         p = self.precision.name
-        size = _rms(torch, truth)
+        size = rms(truth)
         if c_rms > SIGNAL * size and not unresolved(n_rms, size):
             m.message += (f"; its RMS error {c_rms:.3g} is over {SIGNAL:g} of the truth's RMS {size:.3g}, so PyTorch's "
                           f"own {p} accuracy (max {n_max:.3g}, RMS {n_rms:.3g}) does not excuse it")
@@ -238,11 +246,6 @@ class NumericsChecks:
     def _same_tolerance(self, refs: Refs) -> bool:
         return all(self._tolerance("kforge", r, i, refs.exact) == self._tolerance("kernelbench", r, i, refs.exact)
                    for i, r in enumerate(refs.exact) if isinstance(r, self.torch.Tensor))
-
-
-def _rms(torch, t) -> float:
-    """A floating tensor's root mean square, in float32."""
-    return float(torch.linalg.vector_norm(t, dtype=torch.float32)) / math.sqrt(max(1, t.numel()))
 
 
 def _rng_state(torch) -> tuple:

@@ -22,6 +22,8 @@ def check(grads, refs, labels=("input 0",)):
 def test_rms_ignores_what_is_not_finite():
     assert rms(torch.tensor([3.0, 4.0, float("nan"), float("inf")])) == pytest.approx((12.5) ** 0.5)
     assert rms(torch.zeros(5)) == 0.0
+    assert rms(torch.tensor([3 + 4j, 0j])) == pytest.approx((12.5) ** 0.5)  # moduli: an FFT's output sizes the tolerance
+    assert rms(torch.full((3,), 300.0, dtype=torch.bfloat16)) == 300.0
 
 
 def test_the_absolute_tolerance_grows_with_the_gradients_size():
