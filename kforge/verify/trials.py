@@ -70,6 +70,8 @@ class Trials(NumericsChecks, VariantChecks, FreshModels, Harness):
         """What the candidate's discarded kernel results mirror of the reference's own dead code (`deadcode`)."""
         self.steps: Backward | None = None
         """The backward mode's plan (None: the forward alone is judged)."""
+        self._first: tuple | None = None
+        """What `reference_alone` drew and ran, for trial 0: seed, RNG seed, inputs before and after, references."""
 
     # -- the backward mode (kforge.verify.backward) -----------------------------------------------------
     def load_reference(self) -> None:
@@ -81,13 +83,18 @@ class Trials(NumericsChecks, VariantChecks, FreshModels, Harness):
         """Run the trials' references once before any candidate code where the audit (the model's forward in the
         precision) has not: the float32 truth at a reduced precision, the training steps in the backward mode. A
         failure there is the problem's (on an H100, KernelBench's AvgPool2d at its size: the truth's own backward
-        raised a CUDA error, and was the candidate's `runtime_error`); later it could be the candidate's doing."""
+        raised a CUDA error, and was the candidate's `runtime_error`); later it could be the candidate's doing. These
+        are trial 0's draws and references: it takes them over rather than running the reference again."""
         if self.steps is None and not self.precision.reduced:
             return
         runs = (["its training step"] if self.steps is not None else []) + (
             [f"in float32 and in {self.precision.name}"] if self.precision.reduced else [])
         try:
-            self.reference(self.inputs(self.draw()), self.draw() if "stochastic" in self.flags else None)
+            seed = self.draw()  # trial 0's draws: it takes these references over (`trial`)
+            inputs = self.inputs(seed)
+            pristine = self._clone(inputs)  # the reference may change its inputs
+            rng_seed = self.draw() if "stochastic" in self.flags else None
+            self._first = (seed, rng_seed, pristine, inputs, self.reference(inputs, rng_seed))
         except HarnessVerdict:
             raise
         except Exception as exc:  # noqa: BLE001 - whatever the reference raises on its own is the problem's
@@ -132,19 +139,24 @@ class Trials(NumericsChecks, VariantChecks, FreshModels, Harness):
 
     def trial(self, model, trial: int, mode: str | None = None) -> None:
         model = self.fresh_for_trial(model, f"trial {trial}")  # a stateful problem's models: fresh, one call each
-        seed = self.draw()
-        inputs = self.inputs(seed)
-        rng_seed = self.draw() if "stochastic" in self.flags else None
+        first, self._first = self._first, None
+        if first is not None and mode is None and not self.stateful:  # the references `reference_alone` ran
+            seed, rng_seed, pristine, inputs, refs = first
+        else:
+            seed, pristine, refs = self.draw(), None, None
+            inputs = self.inputs(seed)
+            rng_seed = self.draw() if "stochastic" in self.flags else None
         where = f"in forward (trial {trial})"
         # The profiled trial leaves uninitialised memory alone: the NaN fills would count as PyTorch's kernels.
         # Every other trial poisons it, and those catch outputs left unwritten.
         with self._poisoned_allocations() if mode != "profile" else contextlib.nullcontext():
-            cand_in = self._clone(inputs)  # before the reference runs: it may change its inputs
-            kb_in = self._clone(inputs) if self.kernelbench_calls_again(mode) else None
+            clean = inputs if pristine is None else pristine
+            cand_in = self._clone(clean)  # before the reference runs: it may change its inputs
+            kb_in = self._clone(clean) if self.kernelbench_calls_again(mode) else None
             if mode == "profile":
                 refs, outs = self._profiled(model, inputs, cand_in, rng_seed, where)
             else:
-                refs = self.reference(inputs, rng_seed)
+                refs = refs if refs is not None else self.reference(inputs, rng_seed)
                 if mode == "dataflow":
                     outs = self._traced(model, cand_in, rng_seed, where, seed)
                 else:
