@@ -7,6 +7,9 @@ TORCH_SPEC ?= torch==2.13.0
 # reached. TORCH_INDEX= forces PyPI.
 TORCH_INDEX ?= $(shell nvidia-smi -L >/dev/null 2>&1 || echo https://download.pytorch.org/whl/cpu)
 PYTEST_ARGS ?=
+# `make test` runs the suite in this many pytest-xdist workers, a test file to each (its module fixtures run once);
+# TEST_JOBS=0 runs it in one process.
+TEST_JOBS ?= 2
 # litellm otherwise fetches a price list at import (and MLflow's server imports litellm).
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 # The checkout this Makefile is in: `make -f CHECKOUT/Makefile reproduce` from another directory runs this
@@ -38,8 +41,8 @@ chromium: ## install Debian's chromium for the browser test where it is missing 
 lint: ## ruff over the project's code (candidate corpora and built-in solutions are data and left as written)
 	$(PYTHON) -m ruff check kforge tests benchmarks pipelines scripts
 
-test: lint ## lint, then run the test suite (GPU tests skip themselves where no GPU is visible)
-	$(PYTHON) -m pytest $(PYTEST_ARGS)
+test: lint ## lint, then run the test suite in TEST_JOBS=2 workers (GPU tests skip themselves where no GPU is visible)
+	$(PYTHON) -m pytest -n $(TEST_JOBS) --dist loadfile $(PYTEST_ARGS)
 
 test-gpu: ## run only the GPU tests (on a machine with an NVIDIA GPU)
 	$(PYTHON) -m pytest -m gpu $(PYTEST_ARGS)

@@ -29,8 +29,15 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory) -> Path:
-    # KFORGE_TEST_CACHE keeps builds (and the ~800 MB precompiled header) between local runs.
-    path = Path(os.environ.get("KFORGE_TEST_CACHE") or tmp_path_factory.mktemp("kforge-cache"))
+    # KFORGE_TEST_CACHE keeps builds (and the ~800 MB precompiled header) between local runs. Under pytest-xdist
+    # (`make test` runs two workers) the workers share one: builds are locked per source, so each is built once,
+    # by whichever worker (or the background builder) reaches it first.
+    if os.environ.get("KFORGE_TEST_CACHE"):
+        path = Path(os.environ["KFORGE_TEST_CACHE"])
+    elif os.environ.get("PYTEST_XDIST_WORKER"):
+        path = tmp_path_factory.getbasetemp().parent / "kforge-cache"
+    else:
+        path = tmp_path_factory.mktemp("kforge-cache")
     path.mkdir(parents=True, exist_ok=True)
     os.environ["KFORGE_CACHE_DIR"] = str(path)
     builder = _prebuild(path)
@@ -49,6 +56,10 @@ def _prebuild(cache: Path) -> subprocess.Popen | None:
     if os.environ.get("KFORGE_TEST_PREBUILD") == "0":
         return None
     os.environ["KFORGE_TEST_PREBUILD"] = "0"
+    try:  # one builder per cache: the first xdist worker here starts it
+        (cache / ".prebuild").touch(exist_ok=False)
+    except FileExistsError:
+        return None
     files = [str(p) for pattern in CPU_SOURCES for p in sorted(REPO_DIR.glob(pattern))][::-1]
     if not files:  # an installed kforge without its checkout's tests
         return None
