@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import traceback
+from functools import partial
 
 from ..precision import ROUNDINGS
 from ..sandbox.budget import BudgetSpent
@@ -196,15 +197,33 @@ class Trials(NumericsChecks, VariantChecks, FreshModels, Harness):
 
     def compare_results(self, outs: list, refs: Refs, where: str) -> dict[str, HarnessVerdict]:
         """The outputs in both numerics (`compare_outputs`); in the backward mode a training step's results, whose
-        gradients are judged too (a wrong or missing one raises: KernelBench has no backward to judge otherwise)."""
+        gradients are judged too. KernelBench has no backward: a missing or malformed gradient, or a wrong one at
+        fp32, fails every view. At a reduced precision the kforge view judges the values against the float32
+        truth's gradients, the kernelbench view against PyTorch's own in the precision at KernelBench's tolerance
+        (as its outputs are), so a step that computes as PyTorch does stays correct there when that is far from
+        the truth."""
         if self.steps is None:
             return self.compare_outputs(outs, refs, where)
         gradients.integrity(self.steps.report, where)
         outs, grads = self.steps.split(outs)
         refs, ref_grads, truths = self._step_refs(refs)
         failures = self.compare_outputs(outs, refs, where)
-        for note in gradients.compare(self.torch, self.steps.labels, grads, ref_grads, where, self.device,
-                                      self._grad_tolerance, truths):
+        compare = partial(gradients.compare, self.torch, self.steps.labels, grads, ref_grads, where, self.device)
+        try:
+            notes = compare(self._grad_tolerance, truths)
+        except HarnessVerdict as v:
+            if truths is None or v.state != "numerical_mismatch":
+                raise
+            failures.setdefault("kforge", v)
+            notes = []
+        if truths is not None:
+            try:
+                compare(lambda dtype: (self.precision.kernelbench_tol,) * 2)
+            except HarnessVerdict as v:
+                if v.state != "numerical_mismatch":
+                    raise
+                failures.setdefault("kernelbench", v)
+        for note in notes:
             if not any(n.startswith(note.split(" is outside")[0]) for n in self.notes):  # one per gradient
                 self.notes.append(note)
         return failures
