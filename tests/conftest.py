@@ -45,6 +45,7 @@ def cache_dir(tmp_path_factory) -> Path:
     if builder is not None:
         builder.kill()
         builder.wait()
+        (path / f".prebuild-{os.environ.get('PYTEST_XDIST_TESTRUNUID')}").unlink(missing_ok=True)
 
 
 def _prebuild(cache: Path) -> subprocess.Popen | None:
@@ -56,10 +57,12 @@ def _prebuild(cache: Path) -> subprocess.Popen | None:
     if os.environ.get("KFORGE_TEST_PREBUILD") == "0":
         return None
     os.environ["KFORGE_TEST_PREBUILD"] = "0"
-    try:  # one builder per cache: the first xdist worker here starts it
-        (cache / ".prebuild").touch(exist_ok=False)
-    except FileExistsError:
-        return None
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")  # one builder per run: its first xdist worker here starts it
+    if run:
+        try:
+            (cache / f".prebuild-{run}").touch(exist_ok=False)
+        except FileExistsError:
+            return None
     files = [str(p) for pattern in CPU_SOURCES for p in sorted(REPO_DIR.glob(pattern))][::-1]
     if not files:  # an installed kforge without its checkout's tests
         return None
