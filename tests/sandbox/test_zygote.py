@@ -288,8 +288,8 @@ def gone(pid: int) -> bool:
 
 def test_a_caller_that_dies_mid_request_takes_its_childs_work_with_it(tmp_path):
     """Killing the process that holds the pool (`timeout kforge eval`, a job's limit) once left its verification
-    running until the request's own timeout, the GPU's memory held (86 GB seen on an H200): the zygote now stops
-    the child when its caller hangs up, and ends."""
+    running until the request's own timeout, the GPU's memory held (86 GB still in use after one on an H200): the
+    zygote now stops the child when its caller hangs up, and ends."""
     z = subprocess.Popen(ZYGOTE, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=tmp_path,
                          env=scrubbed_env(NAP_ENV), start_new_session=True)
     try:
