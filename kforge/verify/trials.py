@@ -152,9 +152,9 @@ class Trials(NumericsChecks, VariantChecks, FreshModels, Harness):
         # The profiled trial leaves uninitialised memory alone: the NaN fills would count as PyTorch's kernels.
         # Every other trial poisons it, and those catch outputs left unwritten.
         with self._poisoned_allocations() if mode != "profile" else contextlib.nullcontext():
-            clean = inputs if pristine is None else pristine
-            cand_in = self._clone(clean)  # before the reference runs: it may change its inputs
-            kb_in = self._clone(clean) if self.kernelbench_calls_again(mode) else None
+            # Before the reference runs (it may change its inputs); `reference_alone` kept a copy from before its run.
+            cand_in = self._clone(inputs) if pristine is None else pristine
+            kb_in = self._clone(cand_in) if self.kernelbench_calls_again(mode) else None
             if mode == "profile":
                 refs, outs = self._profiled(model, inputs, cand_in, rng_seed, where)
             else:

@@ -311,7 +311,7 @@ def test_a_resident_worker_stops_the_work_of_a_pool_that_went_and_serves_the_nex
                          env=scrubbed_env({**NAP_ENV, resident.SOCKET_ENV: str(sock_path), resident.IDLE_ENV: "60"}),
                          start_new_session=True)
     try:
-        sock = wait_for(lambda: resident._connect(sock_path) if sock_path.exists() else None, timeout=120)
+        sock = wait_for(lambda: resident._connect(sock_path) if sock_path.exists() else None, timeout=600)
         assert sock is not None, "the resident worker never listened"
         reader = sock.makefile("rb")
         assert json.loads(reader.readline())["ready"]
