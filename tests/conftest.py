@@ -9,7 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from kforge import REPO_DIR
+# Two xdist workers, the background builder and the verifiers' children share CI's two cores, each process with
+# OpenMP threads of its own. libgomp's threads spin between parallel regions by default and then hold a core
+# the other processes need: two verifications side by side took 53 s spinning and 33 s waiting passively.
+# Set before torch (and so libgomp) loads here; the children inherit it. Tests check behaviour, not speed.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from kforge import REPO_DIR  # noqa: E402
 from kforge.sandbox.gpus import detect_gpus
 from kforge.verify import WorkerPool
 
