@@ -6,7 +6,9 @@ child's main thread (by ``SIGALRM``, at the next Python instruction), for the ph
 measured. Budgets nest (the compile reference's inside timing's): the alarm is set for the earliest deadline, and
 the exception names the budget that ran out, so an inner handler lets an outer budget's exception pass.
 Code in a C extension that never returns to Python (a hung kernel) is not interrupted: the run's timeout still ends
-it. Outside the main thread (tests, a caller's threads) budgets are not enforced.
+it. The alarm reaches only the main thread; Python code the harness runs on other threads while a budget of the
+main thread's is open (a CUDA backward's operators run on autograd's device thread, the main thread waiting in C++
+meanwhile) calls `check`. Outside the main thread (tests, a caller's threads) budgets are not opened.
 """
 
 from __future__ import annotations
@@ -98,6 +100,20 @@ def budget(what: str, seconds: float | None) -> Iterator[Budget]:
         else:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous if previous is not None else signal.SIG_DFL)
+
+
+def check() -> None:
+    """Raise `BudgetSpent` when an open budget's deadline has passed, on whichever thread calls it: the alarm's
+    exception can only be raised in the main thread, and only when it next runs Python. The budget is marked spent,
+    so the alarm does not raise it a second time."""
+    if not _active:
+        return
+    now = time.monotonic()
+    due = [b for b in list(_active) if not b.spent and b.deadline <= now]
+    if due:
+        for b in due:
+            b.spent = True
+        raise BudgetSpent(due[0])
 
 
 def spent(exc: BudgetSpent, b: Budget) -> bool:

@@ -38,6 +38,7 @@ from typing import Any, Callable, Hashable, Sequence
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from ..sandbox.budget import check as check_budget
 from .deadcode import Signer
 
 #: Operator namespaces that are PyTorch's own; an operator from any other was registered by the candidate.
@@ -131,6 +132,10 @@ class Dataflow(TorchDispatchMode):
 
     # -- PyTorch operators ----------------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        # The attribution's budget, here too: a CUDA backward's operators run on autograd's own thread, which the
+        # budget's alarm cannot interrupt, and under any dispatch mode torch 2.11 runs some formulas on their
+        # composite-compliant paths (cumprod's backward: ten operators a column, 327,680 at 32768, O(n^2) work).
+        check_budget()
         kwargs = kwargs or {}
         if func.namespace not in TORCH_NAMESPACES:
             return self.candidate_call(lambda: func(*args, **kwargs), args, kwargs)

@@ -166,20 +166,23 @@ class Trials(NumericsChecks, VariantChecks, FreshModels, Harness):
                     if kb_in is not None:
                         refs.kb_outputs = self.candidate_in_kernelbench_numerics(model, kb_in, rng_seed, where)
         self.trip(f"correctness trial {trial}")
-        self._check(outs, refs, cand_in, inputs, f"correctness trial {trial}")
+        self._check(outs, refs, cand_in, inputs, f"correctness trial {trial}", traced=mode == "dataflow")
 
     def candidate(self, model, inputs: list, rng_seed: int | None, where: str) -> list:
         if rng_seed is not None:
             self.torch.random.manual_seed(rng_seed)
         return as_outputs(self._call(model, inputs, where))
 
-    def _check(self, outs, refs: Refs, cand_in, ref_in, where: str) -> None:
+    def _check(self, outs, refs: Refs, cand_in, ref_in, where: str, traced: bool = False) -> None:
         """Compare as a caller would read the outputs: on the current stream, with no extra synchronize, in both
         numerics (`kforge.verify.numerics`); then the inputs, which the candidate must leave as they were.
 
         An output that is wrong there but right after a full device synchronize was computed off the
         stream the candidate was called on (a side stream nobody waited for): a race, and a timing dodge.
         In the backward mode the results are a training step's: its outputs, then a gradient per input and parameter.
+        A ``traced`` trial's values do not count for the kernelbench view: KernelBench's harness calls the program
+        plainly, and under a dispatch mode torch may compute otherwise (torch 2.11's cumprod backward takes its
+        composite-compliant path and rounds differently in bf16).
         """
         failures = self.compare_results(outs, refs, where)
         if failures and self.device.type == "cuda":
@@ -189,6 +192,8 @@ class Trials(NumericsChecks, VariantChecks, FreshModels, Harness):
                 raise HarnessVerdict("cheat_detected", f"the output is wrong when read on the calling stream and "
                                      f"right only after a full device synchronize ({where}): the work ran on a "
                                      "stream the calling stream does not wait for", rule="unsynchronized_work")
+        if traced:
+            failures.pop("kernelbench", None)
         self.views.record(failures)
         for k, (a, b) in enumerate(zip(cand_in, ref_in)):
             if isinstance(a, self.torch.Tensor) and not self.torch.equal(a, b):

@@ -1,10 +1,12 @@
 """Budgets for the harness's own phases: the block is interrupted when its time is spent, nested ones by theirs."""
 
+import threading
 import time
 
 import pytest
 
-from kforge.sandbox.budget import BudgetSpent, budget, spent
+from kforge.sandbox import budget as budgets
+from kforge.sandbox.budget import BudgetSpent, budget, check, spent
 
 
 def busy(seconds: float) -> None:
@@ -49,3 +51,29 @@ def test_code_catching_exception_does_not_swallow_it():
                 busy(5)
             except Exception:  # noqa: BLE001 - what a candidate's fallback does
                 pass
+
+
+def test_a_thread_the_alarm_cannot_reach_ends_the_budget_by_checking(monkeypatch):
+    """As autograd's CUDA thread runs a backward's operators while the main thread waits in C++: with no alarm
+    armed, only the worker's `check` can end the budget; it marks it spent, so an alarm would not raise it again."""
+    monkeypatch.setattr(budgets, "_arm", lambda: None)
+    caught = []
+
+    def worker():
+        give_up = time.monotonic() + 10
+        try:
+            while time.monotonic() < give_up:
+                check()
+                time.sleep(0.001)
+        except BudgetSpent as exc:
+            caught.append((exc, time.monotonic()))
+
+    with budget("attribution", 0.2) as b:
+        check()  # within its time: nothing
+        t = threading.Thread(target=worker)
+        t.start()
+        t.join(20)
+        assert b.spent
+    (exc, when), = caught
+    assert spent(exc, b) and when >= b.deadline
+    check()  # no budget open: nothing

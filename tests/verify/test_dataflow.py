@@ -1,10 +1,14 @@
 """The dataflow tracker on its own: which outputs derive from memory the candidate's kernels wrote."""
 
 import ctypes
+import time
 from pathlib import Path
 
+import pytest
 import torch
 
+from kforge.sandbox import budget as budgets
+from kforge.sandbox.budget import BudgetSpent, budget, spent
 from kforge.verify.dataflow import Dataflow
 
 
@@ -24,6 +28,20 @@ def raw_relu(x, y):
     """Writes y through its raw pointer, out of the dispatcher's sight, as compiled code does."""
     vals = torch.relu(x).numpy().tobytes()  # computing is allowed here; the write below is what counts
     ctypes.memmove(y.data_ptr(), vals, len(vals))
+
+
+def test_a_traced_call_stops_at_the_budget_where_the_alarm_cannot_reach_it(monkeypatch):
+    """No alarm armed (as none reaches a CUDA backward, whose operators run on autograd's thread while the main
+    thread waits in C++): the tracer's own check ends a call that runs past its budget, between two operators."""
+    monkeypatch.setattr(budgets, "_arm", lambda: None)
+    x = torch.randn(256)
+    with pytest.raises(BudgetSpent) as exc:
+        with budget("attribution", 0.2) as b:
+            with Dataflow(torch, lambda: None):
+                give_up = time.monotonic() + 10
+                while time.monotonic() < give_up:
+                    x = x * 1.0
+    assert spent(exc.value, b) and time.monotonic() < give_up
 
 
 def test_pytorch_alone_is_not_derived():

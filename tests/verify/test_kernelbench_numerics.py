@@ -3,7 +3,7 @@ here, a stochastic problem, whose harness seeds the RNG once before the referenc
 candidate, so a faithful candidate draws another dropout mask there; the kforge rules seed both alike."""
 
 from kforge.problems import problem_from_source
-from kforge.verify import State, Verifier
+from kforge.verify import State, StaticConfig, Verifier
 from tests.helpers import fast_config
 
 # KernelBench level 2's Matmul_Dropout_Softmax, at a CPU size.
@@ -165,3 +165,36 @@ def test_a_stochastic_problem_with_small_outputs_is_seeded_at_bf16(pool):
     no_dropout = FAITHFUL.replace("self.dropout(self.matmul(x))", "self.matmul(x)")
     v = Verifier(fast_config(require_kernel=False, precision="bf16"), pool=pool).verify(problem, no_dropout, "cpu")
     assert v.state is State.NUMERICAL_MISMATCH, v.summary()
+
+
+# A program whose answer changes under a dispatch mode (as torch 2.11's own cumprod backward does, taking its
+# composite-compliant path): kforge traces one trial under one (`kforge.verify.dataflow`), KernelBench's harness
+# never does, so that trial's values count for the kforge view and not for the kernelbench one.
+TRACE_AWARE = '''
+import torch
+import torch.nn as nn
+from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features, dropout_p):
+        super().__init__()
+        self.matmul = nn.Linear(in_features, out_features)
+
+    def forward(self, x):
+        y = torch.softmax(self.matmul(x), dim=1)
+        if _get_current_dispatch_mode() is not None:  # someone is watching: take the "approximate" path
+            y = y * 1.01
+        return y
+'''
+
+
+def test_a_traced_trials_values_count_for_the_kforge_view_only(pool):
+    problem = problem_from_source(PROBLEM.replace("dropout_p = 0.2", "dropout_p = 0.0"),
+                                  where="66_Matmul_Dropout_Softmax.py", name="66_Matmul_Dropout_Softmax")
+    # The static check already rejects the import (rule introspection); off here, to see what the trials decide.
+    static = StaticConfig(disabled=["introspection"])
+    v = Verifier(fast_config(trials=3, require_kernel=False), pool=pool, static=static).verify(problem, TRACE_AWARE,
+                                                                                             "cpu")
+    assert v.state is State.NUMERICAL_MISMATCH and "trial" in v.message, v.summary()
+    assert v.states["kernelbench"] == "correct", v.summary()
