@@ -11,7 +11,7 @@ import pytest
 
 # Two xdist workers, the background builder and the verifiers' children share CI's two cores, each process with
 # OpenMP threads of its own. libgomp's threads spin between parallel regions by default and then hold a core
-# the other processes need: two verifications side by side took 53 s spinning and 34 s waiting passively.
+# the other processes need: two processes of four CPU verifications each took 53 s spinning, 34 s waiting passively.
 # Set before torch (and so libgomp) loads here; the children inherit it. Tests check behaviour, not speed.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
