@@ -2,11 +2,12 @@
 inputs and weights cast, both models built from one seed, outputs judged against fp32 from the same cast
 values (`tests/precision_harness.py`), independent of the verifier's own precision support.
 
-Here: every cpu solution at its cpu size, and every triton one under the interpreter at small sizes that
-are not multiples of the tiles. The interpreter's ``tl.dot`` does not handle bf16 (Triton 3.x multiplies the
-raw bits), so the tensor-core kernels of ``solutions/triton/bf16/`` run at fp32 there: the same kernels, on
-fp32 tiles. On a GPU: every cuda and triton bf16 solution through the verifier at ``precision=bf16``, at
-the gpu size and at the small sizes (edges, tails, unaligned rows, a head dim of 21).
+Here: every cpu solution at its cpu size (and at fp16 at small sizes), and every triton one under the
+interpreter at small sizes that are not multiples of the tiles. The interpreter's ``tl.dot`` does not handle
+bf16 (Triton 3.x multiplies the raw bits), so the tensor-core kernels of ``solutions/triton/bf16/`` run at fp32
+there: the same kernels, on fp32 tiles. On a GPU: every cuda and triton bf16 solution through the verifier at
+``precision=bf16``, and the triton ones at ``fp16`` too, at the gpu size and at the small sizes (edges, tails,
+unaligned rows, a head dim of 21).
 """
 
 import pytest
@@ -59,6 +60,16 @@ def test_cpu_solution_is_correct_at_bf16(pool, problem):
     assert v.states["kernelbench"] == kb, v.summary()
 
 
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_cpu_solution_is_correct_at_fp16_on_odd_sizes(pool, name):
+    """The cpu files serve fp16 too (`kforge.problems.suite.SERVES`): each at its small size, variants included,
+    through the verifier at precision=fp16 (the builds are the bf16 test's: one source serves both)."""
+    problem = load_builtin(names=[name], overrides=SMALL[name])[0]
+    path = builtin_solution_path(problem, "cpu", "fp16")
+    v = Verifier(fast_config(precision="fp16", variants=True), pool=pool).verify(problem, path.read_text(), "cpu")
+    assert v.state is State.CORRECT, v.summary()
+
+
 @pytest.fixture(scope="module")
 def interpreted():
     """Every triton solution at its SMALL size, run once in an interpreter process: name -> failure or None."""
@@ -80,23 +91,27 @@ def test_triton_solution_under_the_interpreter(interpreted, name):
 GPU_PROBLEMS = load_builtin(size="gpu")
 
 
-def _verify_bf16(pool, problem, backend):
+def _verify_at(pool, problem, backend, precision):
     from kforge.verify import State, Verifier
     from tests.helpers import fast_config
-    path = builtin_solution_path(problem, backend, "bf16")
-    v = Verifier(fast_config(trials=3, precision="bf16"), pool=pool).verify(problem, path.read_text(), backend)
+    path = builtin_solution_path(problem, backend, precision)
+    if path is None:  # cuda's kernels at fp16: the oracle says it has none (tests/llm/test_models.py)
+        pytest.skip(f"no {backend} solution serves {precision}")
+    v = Verifier(fast_config(trials=3, precision=precision), pool=pool).verify(problem, path.read_text(), backend)
     assert v.state is State.CORRECT, f"{path}: {v.summary()}"
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
 @pytest.mark.parametrize("backend", ["cuda", "triton"])
 @pytest.mark.parametrize("problem", GPU_PROBLEMS, ids=[p.key for p in GPU_PROBLEMS])
-def test_gpu_solution_is_correct_at_bf16(pool, problem, backend):
-    _verify_bf16(pool, problem, backend)
+def test_gpu_solution_is_correct_at_half_precision(pool, problem, backend, precision):
+    _verify_at(pool, problem, backend, precision)
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
 @pytest.mark.parametrize("backend", ["cuda", "triton"])
 @pytest.mark.parametrize("name", sorted(SMALL))
-def test_gpu_solution_is_correct_at_bf16_on_odd_sizes(pool, name, backend):
-    _verify_bf16(pool, load_builtin(names=[name], overrides=SMALL[name])[0], backend)
+def test_gpu_solution_is_correct_at_half_precision_on_odd_sizes(pool, name, backend, precision):
+    _verify_at(pool, load_builtin(names=[name], overrides=SMALL[name])[0], backend, precision)

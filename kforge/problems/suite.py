@@ -130,24 +130,44 @@ def _looks_builtin(spec: str) -> bool:
     return bool(re.fullmatch(r"level\d+/[\w\-]+", spec.strip()))
 
 
+#: The precisions a folder of hand-written solutions serves (its path under ``solutions/``; the backend's own
+#: folder holds fp32). A folder not named here serves its own precision alone, and an fp32 folder tf32 too (float32
+#: storage): an fp32-only kernel given bf16 inputs fails, so at a precision no folder serves, the oracle says it
+#: has no solution instead of answering with one. Named here: kernels that take any float storage and compute
+#: in fp32 (the cpu and Triton forward files), and Triton's tensor-core kernels, which take both half types
+#: (`tl.dot` on the operands as loaded). cuda's bf16 kernels check for bf16 and serve it alone.
+SERVES: dict[str, frozenset[str]] = {
+    "cpu": frozenset({"fp32", "tf32", "bf16", "fp16"}),
+    "triton": frozenset({"fp32", "tf32", "bf16", "fp16"}),
+    "triton/bf16": frozenset({"bf16", "fp16"}),
+}
+
+
+def _serves(folder: str, precision: str) -> bool:
+    name = folder.rsplit("/", 1)[-1]
+    own = {"tf32", "fp32"} if name not in PRECISIONS else {name}  # the backend's folder (or backward/) is fp32
+    return precision in SERVES.get(folder, own)
+
+
 def solution_dirs(backend: str, precision: str = "fp32", backward: bool = False) -> list[Path]:
-    """Where a backend's hand-written solutions are looked for, first match first: the precision's own folder
-    (e.g. bf16 tensor-core kernels), then the backend's (fp32, or dtype-generic where a file says so); for a
-    training step (``verify.backward``) the same under ``backward/`` (a forward-only solution has no gradients,
-    so it is never the answer there). Each holds ``level<N>/<name>.py``."""
+    """Where a backend's hand-written solutions are looked for, first match first, among the folders that serve
+    the precision (`SERVES`): the precision's own (e.g. bf16 tensor-core kernels), another reduced precision's
+    whose kernels take it too, then the backend's; for a training step (``verify.backward``) the same under
+    ``backward/`` (a forward-only solution has no gradients, so it is never the answer there). Each holds
+    ``level<N>/<name>.py``."""
     if precision not in PRECISIONS:
         raise ProblemError(f"unknown precision {precision!r}: use one of {', '.join(PRECISIONS)}")
-    base = BUILTIN_DIR / "solutions" / backend
-    if backward:
-        base = base / "backward"
-    return [base / precision, base] if precision != "fp32" else [base]
+    base = backend + ("/backward" if backward else "")
+    order = [f"{base}/{precision}"] + [f"{base}/{p}" for p in ("bf16", "fp16") if p != precision] + [base]
+    return [BUILTIN_DIR / "solutions" / folder for folder in order if _serves(folder, precision)]
 
 
 def builtin_solution_path(problem: Problem, backend: str, precision: str = "fp32",
                           backward: bool = False) -> Path | None:
     """The hand-written solution of a built-in problem for a backend at a precision (the `oracle` model's answer),
     for the forward alone or, with ``backward``, for a training step: ``solutions/<backend>[/backward]/<precision>/
-    levelN/<name>.py``, else ``solutions/<backend>[/backward]/levelN/<name>.py``."""
+    levelN/<name>.py``, else the first folder of `solution_dirs` that has the file; None where no folder that
+    serves the precision does."""
     if problem.level is None:
         return None
     for folder in solution_dirs(backend, precision, backward):

@@ -124,6 +124,24 @@ def test_oracle_answers_with_the_precisions_own_solution():
     assert "mma.sync" in bf16 and "kBFloat16" in bf16 and "mma.sync" not in fp32
 
 
+def test_oracle_answers_only_with_kernels_that_take_the_precision():
+    """fp32-only kernels (opencl's, cuda's fp32 files, every training step's) given bf16 inputs fail: at a
+    precision none of a backend's folders serves, the oracle says so instead of answering with one."""
+    m = make_model(ModelConfig(name="oracle", kind="oracle"))
+    p = resolve_problem("level1/2_Softmax")
+
+    def ask(backend, precision, backward=False):
+        return m.complete(MESSAGES, CallContext(problem_key=p.key, backend=backend, problem=p, precision=precision,
+                                                backward=backward))
+    for backend, precision, backward in [("opencl", "bf16", False), ("opencl", "fp16", False),
+                                         ("cuda", "fp16", False), ("cpu", "bf16", True), ("cuda", "bf16", True)]:
+        r = ask(backend, precision, backward)
+        assert r.note and f"solution for level1/2_Softmax on the {backend} backend at {precision}" in r.note, r.text
+    assert "cl.Program" in ask("opencl", "tf32").text  # float32 storage: the fp32 kernel serves it
+    assert "__nv_bfloat16" in ask("cuda", "bf16").text and "Any float storage" in ask("triton", "fp16").text
+    assert "AT_DISPATCH_FLOATING_TYPES_AND2" in ask("cpu", "fp16").text
+
+
 def test_replay_by_place_ignores_measured_numbers_in_the_prompt(tmp_path, monkeypatch):
     from kforge.llm import ReplayingModel, replaying
     ctx = CallContext(problem_key="level1/1_ReLU", backend="cpu", phase="optimise", iteration=1)
