@@ -84,7 +84,10 @@ def load_references(rcfg: ReferenceConfig | dict[str, Any], problems: list[Probl
     if kind == "oracle":
         out = {}
         for p in problems:
-            path = builtin_solution_path(p, source, precision, backward)
+            # A reference is ported, not run at the precision: where no kernel of the source backend takes it
+            # (cuda at fp16), its fp32 one is still a correct implementation to port from.
+            path = builtin_solution_path(p, source, precision, backward) or builtin_solution_path(p, source, "fp32",
+                                                                                                backward)
             out[p.key] = Reference(source, language, path.read_text(), "oracle") if path else None
         return out
     return _from_mlflow(rcfg, problems, source, language, tracking_uri, backward)

@@ -28,6 +28,9 @@ def test_oracle_reference_at_a_precision_is_that_precisions_solution():
     bf16 = load_references({"kind": "oracle", "backend": "cuda"}, matmul, "triton", precision="bf16")
     fp32 = load_references({"kind": "oracle", "backend": "cuda"}, matmul, "triton")
     assert "mma.sync" in bf16["level1/4_Matmul"].code and "mma.sync" not in fp32["level1/4_Matmul"].code
+    # No cuda kernel takes fp16 (the oracle has no answer there); as a reference to port, the fp32 one serves.
+    fp16 = load_references({"kind": "oracle", "backend": "cuda"}, matmul, "triton", precision="fp16")
+    assert fp16["level1/4_Matmul"].code == fp32["level1/4_Matmul"].code
 
 
 def test_same_backend_and_unknown_kind_are_errors():
