@@ -35,7 +35,11 @@ def cmd_build(args: argparse.Namespace) -> int:
     backend = backend_of(args.backend, args.device)
     paths = [Path(p) for p in args.candidates]
     if args.oracle:
-        paths += [p for p in (builtin_solution_path(pr, backend.name, args.precision) for pr in load_builtin()) if p]
+        oracle = [p for p in (builtin_solution_path(pr, backend.name, args.precision) for pr in load_builtin()) if p]
+        if not oracle and not paths:
+            raise UsageError(f"nothing to build: no built-in {backend.name} solution takes {args.precision} (which "
+                             "folders serve which precision: docs/problems.md)")
+        paths += oracle
     if not paths:
         raise UsageError("nothing to build: name candidate files, or --oracle for the built-in solutions")
     with WorkerPool(build_workers=args.jobs) as pool:

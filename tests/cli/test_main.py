@@ -84,6 +84,8 @@ def test_usage_errors_exit_two(tmp_path, capsys):
     bad.write_text("class Model:\n    pass\n")
     assert main(["verify", str(bad), cand]) == 2
     assert "no `get_inputs()` function defined" in capsys.readouterr().err
+    assert main(["build", "--oracle", "--backend", "opencl", "--precision", "bf16"]) == 2  # fp32-only kernels
+    assert "no built-in opencl solution takes bf16" in capsys.readouterr().err
 
 
 def test_first_build_says_it_compiles_torch_headers(tmp_path):
