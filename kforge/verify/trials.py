@@ -195,6 +195,10 @@ class Trials(NumericsChecks, VariantChecks, FreshModels, Harness):
         if traced:
             failures.pop("kernelbench", None)
         self.views.record(failures)
+        self.inputs_unchanged(cand_in, ref_in, where)
+
+    def inputs_unchanged(self, cand_in, ref_in, where: str) -> None:
+        """The candidate's inputs after its call against an untouched copy: a change is in-place mutation."""
         for k, (a, b) in enumerate(zip(cand_in, ref_in)):
             if isinstance(a, self.torch.Tensor) and not self.torch.equal(a, b):
                 raise HarnessVerdict("cheat_detected", f"the candidate modified input {k} in place ({where}); the "

@@ -218,10 +218,10 @@ class VariantChecks:
             ran = self._variant_reference_at(v, i, skipped)
             if ran is None:
                 continue
-            shape, label, path, inputs, refs, rng_seed = ran
+            shape, label, path, inputs, refs, rng_seed, ref_in = ran
             where = f"shape variant {shape}"
             try:
-                self._variant_candidate(path, inputs, refs, rng_seed, where)
+                self._variant_candidate(path, inputs, (refs, ref_in), rng_seed, where)
             except HarnessVerdict as fail:
                 ev = fail.extra.get("evidence") or {}
                 return VariantsResult(failure=Outcome(state=fail.state, message=f"on {where}: {fail.message}",
@@ -231,8 +231,9 @@ class VariantChecks:
         return VariantsResult(checked=checked, skipped=skipped)
 
     def _variant_reference_at(self, v: ShapeVariant, i: int, skipped: list[str]):
-        """(shape, its label among the checked, path, inputs, references, rng seed) of the variant, or of its
-        fallback where the reference fails at the variant; None, and a note in ``skipped``, where it fails at both."""
+        """(shape, its label among the checked, path, inputs, references, rng seed, the inputs as the reference
+        left them) of the variant, or of its fallback where the reference fails at the variant; None, and a note
+        in ``skipped``, where it fails at both."""
         tries = [(v.overrides, v.source)] + ([(v.fallback, v.fallback_source)] if v.fallback else [])
         failed = []
         for j, (overrides, source) in enumerate(tries):
@@ -251,7 +252,8 @@ class VariantChecks:
         return None
 
     def _variant_reference(self, path: Path, i: str):
-        """Make the variant the harness's problem: its module, init inputs, both reference models; draw inputs."""
+        """Make the variant the harness's problem: its module, init inputs, both reference models; draw inputs and
+        run the reference on a copy of them, which is what the candidate must leave its own inputs as."""
         torch = self.torch
         self.ref_mod = import_file(path, f"kforge_variant_{i}")
         torch.random.manual_seed(self.weight_seed)
@@ -260,9 +262,13 @@ class VariantChecks:
         self.build_references()
         inputs = self.inputs(self.draw())
         rng_seed = self.draw() if "stochastic" in self.flags else None
-        return inputs, self.reference(self._clone(inputs), rng_seed), rng_seed
+        ref_in = self._clone(inputs)
+        return inputs, self.reference(ref_in, rng_seed), rng_seed, ref_in
 
-    def _variant_candidate(self, path: Path, inputs: list, refs, rng_seed, where: str) -> None:
+    def _variant_candidate(self, path: Path, inputs: list, reference: tuple, rng_seed, where: str) -> None:
+        """The candidate at the variant: its outputs against ``reference`` (the references, and the inputs as the
+        reference left them), then its inputs, which it must leave as the reference does."""
+        refs, ref_in = reference
         try:
             module = import_candidate("candidate.py", path)
             model = self._construct(module.ModelNew)
@@ -278,3 +284,4 @@ class VariantChecks:
         failures = self.compare_results(outs, refs, "its trial")
         if "kforge" in failures:
             raise failures["kforge"]
+        self.inputs_unchanged(cand_in, ref_in, "its trial")  # it may write them only at sizes it was not shown

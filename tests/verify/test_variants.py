@@ -126,15 +126,42 @@ class ModelNew(nn.Module):
 
 def test_a_loop_bounded_by_the_batch_it_was_shown_fails_at_the_larger_variant(pool):
     """Every other variant is smaller, where the guarded loop is right."""
-    softmax = ("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
-               "        return torch.softmax(x, dim=1)\n\n\nbatch_size = 16\ndim = 256\n\n\n"
-               "def get_inputs():\n    return [torch.randn(batch_size, dim)]\n\n\ndef get_init_inputs():\n    return []\n")
-    p = problem_from_source(softmax, where="softmax.py", name="softmax")
+    p = problem_from_source(SOFTMAX, where="softmax.py", name="softmax")
     v = Verifier(fast_config(variants=True), pool=pool).verify(p, ROWS_BAKED, "cpu")
     assert v.states["kernelbench"] == "correct", v.summary()
     assert v.state is State.NUMERICAL_MISMATCH and "on shape variant batch_size=17, dim=273" in v.message, v.summary()
     # The row left unwritten reads as NaN, as in the primary trials, not as whatever the allocator had there.
     assert "273 NaN/Inf value(s) where the reference is finite (unwritten output elements" in v.message, v.message
+
+
+SOFTMAX = ("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
+           "        return torch.softmax(x, dim=1)\n\n\nbatch_size = 16\ndim = 256\n\n\n"
+           "def get_inputs():\n    return [torch.randn(batch_size, dim)]\n\n\ndef get_init_inputs():\n    return []\n")
+
+# Memory saved on inputs larger than the one it was shown: the big case works in place on its input.
+IN_PLACE_WHEN_LARGE = """import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        if x.numel() > 16 * 256:
+            # large inputs: normalise in place rather than allocate a second buffer
+            x.sub_(x.amax(dim=1, keepdim=True)).exp_()
+            return x.div_(x.sum(dim=1, keepdim=True))
+        return torch.softmax(x, dim=1)
+"""
+
+
+def test_a_candidate_that_writes_its_input_only_at_a_larger_size_is_caught_at_that_variant(pool):
+    p = problem_from_source(SOFTMAX, where="softmax.py", name="softmax")
+    v = Verifier(fast_config(variants=True, require_kernel=False), pool=pool).verify(p, IN_PLACE_WHEN_LARGE, "cpu")
+    assert v.states["kernelbench"] == "correct", v.summary()  # KernelBench's harness sees the problem's shape only
+    assert v.state is State.CHEAT_DETECTED, v.summary()
+    assert "on shape variant batch_size=17, dim=273: the candidate modified input 0 in place" in v.message, v.message
 
 
 # The grid computed from the sizes the model was shown, the loads and stores masked by the real count.
