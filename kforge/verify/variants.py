@@ -3,7 +3,8 @@
 LLM-written kernels often hard-code the sizes they were shown (an output allocated as ``{64, 8192}``, loops
 bounded by constants). A problem may list its own variants (``KFORGE["variants"]``: a list of constant
 overrides); a file that lists none gets three from its module-level size constants (`shape_variants`): each
-size-like integer (``batch_size``, ``dim``, ``in_features``, ... of 8 or more) at about three quarters, odd
+size-like integer (``batch_size``, ``dim``, ``in_features``, ... of 8 or more, and each such element of a shape
+written as a tuple of numbers, ``input_shape = (32768,)`` in KernelBench's scans) at about three quarters, odd
 and not a multiple of 16, all together; the first (batch-like) one alone at about half; and all of them a
 sixteenth larger, where a loop bounded by the sizes it was shown, guarded so that it is right at any smaller
 size, leaves rows or columns unwritten (it needs about a sixteenth more memory per size, more where the
@@ -42,6 +43,9 @@ SIZE_NAME = re.compile(r"batch|size|dim|feature|channel|depth|height|width|lengt
 NOT_A_SIZE = re.compile(r"kernel|stride|pad|dilation|group|head|axis|window|pool|scale|eps|prob|rate", re.I)
 MIN_SIZE = 8
 """Constants below this are left alone: too small to shrink, and often an axis or a count of something."""
+#: Tuple constants that are shapes (KernelBench's scans and losses: ``input_shape = (32768,)``, the row length of
+#: ``torch.rand(batch_size, *input_shape)``): their elements of `MIN_SIZE` or more are sizes.
+SHAPE_NAME = re.compile(r"shape|size|dims", re.I)
 
 
 def _smaller(n: int, fraction: float) -> int:
@@ -79,15 +83,43 @@ def _divisible(n: int, step: int, up: bool = False) -> int:
 def _fallback(overrides: dict[str, int], original: dict[str, int], step: int) -> dict[str, int] | None:
     """The variant's sizes made multiples of ``step`` the way they moved (a grown size rounds up, so the
     variant stays larger than the problem); None where nothing changes."""
-    out = {k: _divisible(v, step, up=v > original[k]) for k, v in overrides.items()}
+    def rounded(v, was):
+        if isinstance(v, tuple):
+            return tuple(rounded(e, o) for e, o in zip(v, was))
+        return _divisible(v, step, up=v > was)
+
+    out = {k: rounded(v, original[k]) for k, v in overrides.items()}
     return None if out == overrides else out
 
 
-def size_constants(problem: Problem) -> dict[str, int]:
-    """The problem's module-level integer constants that look like sizes, in file order."""
-    return {k: v for k, v in problem.constants.items()
-            if isinstance(v, int) and not isinstance(v, bool) and v >= MIN_SIZE
-            and SIZE_NAME.search(k) and not NOT_A_SIZE.search(k)}
+def _is_size(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= MIN_SIZE
+
+
+def size_constants(problem: Problem) -> dict[str, int | tuple]:
+    """The problem's module-level constants that look like sizes, in file order: integers, and shapes written as
+    tuples of numbers (``input_shape = (32768,)``); a tuple written with names (``bias_shape = (out_channels, 1,
+    1)``) follows the sizes it names, and is left to them."""
+    shapes = _number_tuples(problem.source)
+    return {k: v for k, v in problem.constants.items() if not NOT_A_SIZE.search(k) and (
+        (_is_size(v) and SIZE_NAME.search(k))
+        or (k in shapes and isinstance(v, tuple) and SHAPE_NAME.search(k) and any(_is_size(e) for e in v)))}
+
+
+def _number_tuples(source: str) -> set[str]:
+    """Names the file's top level binds, alone, to a tuple written without names (``(8192 * 2,)`` counts)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    return {n.targets[0].id for n in tree.body
+            if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
+            and isinstance(n.value, ast.Tuple) and not any(isinstance(x, ast.Name) for x in ast.walk(n.value))}
+
+
+def _each(v, fn):
+    """``fn`` of a size, or of each size in a shape (its elements under `MIN_SIZE` kept)."""
+    return tuple(fn(e) if _is_size(e) else e for e in v) if isinstance(v, tuple) else fn(v)
 
 
 #: The functions whose integer literals are the sizes of a file that names none as constants.
@@ -141,13 +173,13 @@ def _larger(n: int) -> int:
     return v
 
 
-def _derived(sizes: dict[str, int]) -> list[dict[str, int]]:
+def _derived(sizes: dict) -> list[dict]:
     """All the sizes at about three quarters; the first alone at about half; all of them a sixteenth larger."""
     first = next(iter(sizes))
-    out = [{k: _smaller(v, 0.75) for k, v in sizes.items()}]
+    out = [{k: _each(v, lambda n: _smaller(n, 0.75)) for k, v in sizes.items()}]
     if len(sizes) > 1:
-        out.append({first: _smaller(sizes[first], 0.5)})
-    out.append({k: _larger(v) for k, v in sizes.items()})
+        out.append({first: _each(sizes[first], lambda n: _smaller(n, 0.5))})
+    out.append({k: _each(v, _larger) for k, v in sizes.items()})
     return out
 
 
@@ -204,8 +236,8 @@ def _literal_fallback(overrides: dict[str, int], step: int) -> dict[str, int] | 
 
 def describe(overrides: dict) -> str:
     """``batch_size=47, dim=767``; a literal's change as ``16->11``, the file's literal sizes named as such."""
-    text = ", ".join(f"{k}->{v}" if k.isdigit() else f"{k}={v}" for k, v in overrides.items()
-                     if not k.isdigit() or str(v) != k)  # a literal the fallback kept is not a change
+    text = ", ".join(f"{k}->{v}" if k.isdigit() else f"{k}={tuple(v) if isinstance(v, list) else v}"  # JSON made it a list
+                     for k, v in overrides.items() if not k.isdigit() or str(v) != k)  # a kept literal is no change
     return f"{text} (literal sizes)" if overrides and all(k.isdigit() for k in overrides) else text
 
 

@@ -164,6 +164,74 @@ def test_a_candidate_that_writes_its_input_only_at_a_larger_size_is_caught_at_th
     assert "on shape variant batch_size=17, dim=273: the candidate modified input 0 in place" in v.message, v.message
 
 
+# KernelBench's scans and losses give the row length as a shape: ``torch.rand(batch_size, *input_shape)``.
+SCAN = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x):
+        return torch.cumsum(x, dim=self.dim)
+
+
+batch_size = 16
+input_shape = (4000,)
+dim = 1
+bias_shape = (batch_size, 1)
+kernel_size = (3, 5)
+
+
+def get_inputs():
+    return [torch.rand(batch_size, *input_shape)]
+
+
+def get_init_inputs():
+    return [dim]
+"""
+
+# A blocked scan with a carry, its loop bounded by the row length it was shown: right at any shorter row.
+SCAN_BAKED = """import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x):
+        out = torch.empty_like(x)
+        carry = torch.zeros(x.shape[0], 1, dtype=x.dtype, device=x.device)
+        for start in range(0, 4000, 1024):  # ROW_LEN = input_shape[0]
+            scanned = torch.cumsum(x[:, start:start + 1024], dim=1) + carry
+            out[:, start:start + 1024] = scanned
+            carry = scanned[:, -1:]
+        return out
+"""
+
+
+def test_a_shape_written_as_a_tuple_of_numbers_is_varied_with_the_sizes():
+    p = problem_from_source(SCAN, where="scan.py", name="scan")
+    # a tuple written with names follows the sizes it names; kernel geometry is no size
+    assert size_constants(p) == {"batch_size": 16, "input_shape": (4000,)}
+    first, _, larger = shape_variants(p)
+    assert first.overrides == {"batch_size": 11, "input_shape": (2999,)} and "input_shape = (2999,)" in first.source
+    assert larger.overrides == {"batch_size": 17, "input_shape": (4251,)}
+    assert first.fallback == {"batch_size": 11, "input_shape": (2952,)}
+
+
+def test_a_scan_baked_to_the_row_length_it_was_shown_fails_the_kforge_rules_only(pool):
+    p = problem_from_source(SCAN, where="scan.py", name="scan")
+    v = Verifier(fast_config(variants=True, require_kernel=False), pool=pool).verify(p, SCAN_BAKED, "cpu")
+    assert v.states["kernelbench"] == "correct", v.summary()
+    assert v.state is State.NUMERICAL_MISMATCH, v.summary()
+    assert "on shape variant batch_size=17, input_shape=(4251,)" in v.message, v.message
+
+
 # The grid computed from the sizes the model was shown, the loads and stores masked by the real count.
 GRID_BAKED = """import torch
 import torch.nn as nn
