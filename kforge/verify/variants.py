@@ -80,7 +80,7 @@ def _divisible(n: int, step: int, up: bool = False) -> int:
     return step * (v if v % 2 else v + 1 if up else v - 1)
 
 
-def _fallback(overrides: dict[str, int], original: dict[str, int], step: int) -> dict[str, int] | None:
+def _fallback(overrides: dict, original: dict, step: int) -> dict | None:
     """The variant's sizes made multiples of ``step`` the way they moved (a grown size rounds up, so the
     variant stays larger than the problem); None where nothing changes."""
     def rounded(v, was):
