@@ -114,10 +114,11 @@ class ShapeVariant(Message):
     """The module-level constants changed (``{"batch_size": 47, "dim": 3071}``)."""
     source: str
     """The problem's program with those constants."""
-    fallback: dict[str, Any] | None = None
-    """Overrides to try where the reference itself fails at ``overrides`` (a size heads or groups must divide)."""
-    fallback_source: str = ""
-    """The problem's program with the fallback's constants."""
+    fallbacks: list[dict[str, Any]] = field(default_factory=list)
+    """Overrides to try, in turn, where the reference itself fails at ``overrides`` (a size heads or groups must
+    divide)."""
+    fallback_sources: list[str] = field(default_factory=list)
+    """The problem's program with each fallback's constants."""
 
 
 @dataclass(frozen=True, kw_only=True)

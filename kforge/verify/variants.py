@@ -13,8 +13,10 @@ fallback below rounds a small size up). A file with no size constants at all (``
 (`literal_sizes`), each value changed wherever those two functions write it. Where the reference itself fails
 at a derived variant (a width its head count must divide, say), the same sizes rounded to odd multiples of 24
 (of 48 with 16 heads: the file's head and group counts divide them), down, or up for the larger variant, are
-tried instead (literals under the step, which may be head counts, keep their values there and join the step); a
-variant the reference fails at both ways is skipped with a note.
+tried instead (literals under the step, which may be head counts, keep their values there and join the step);
+where it fails there too, the same again with each size under the step that the counts divide in the problem
+made a multiple of them (16 channels in 8 groups: 11 becomes 8). A variant the reference fails at every way is
+skipped with a note.
 
 The check runs after the verification's run, in a process of its own (request ``variants``), so a kernel that
 crashes or corrupts the device at a size it did not expect costs only the kforge rules' verdict, and the
@@ -62,31 +64,47 @@ def _smaller(n: int, fraction: float) -> int:
 DIVISOR_NAME = re.compile(r"head|group", re.I)
 
 
+def _counts(problem: Problem) -> int:
+    """What the problem's head and group counts ask its sizes to be multiples of (1 where it names none):
+    KernelBench has ``num_groups = 512`` beside ``hidden_size = 8192``."""
+    unit = 1
+    for k, v in problem.constants.items():
+        if isinstance(v, int) and not isinstance(v, bool) and v >= 2 and DIVISOR_NAME.search(k):
+            unit = math.lcm(unit, v)
+    return unit
+
+
 def _step(problem: Problem) -> int:
     """The step fallback sizes are odd multiples of: 24 (2, 3, 4, 6, 8 and 12 divide it, 16 does not), times
-    what the problem's head and group counts add (16 heads: 48)."""
-    step = 24
-    for k, v in problem.constants.items():
-        if isinstance(v, int) and not isinstance(v, bool) and 2 <= v <= 256 and DIVISOR_NAME.search(k):
-            step = math.lcm(step, v)
-    return step
+    what the problem's head and group counts add (16 heads: 48; 512 groups: 1536)."""
+    return math.lcm(24, _counts(problem))
 
 
-def _divisible(n: int, step: int, up: bool = False) -> int:
-    """``n`` rounded down (``up``: up) to an odd multiple of ``step``; sizes under ``step`` stay as they are."""
+def _divisor(problem: Problem) -> int:
+    """What the second fallback makes small sizes multiples of: the head and group counts, or 8 where the file
+    names none (``num_groups=4`` as a default argument of ``Model.__init__``: 2, 4 and 8 divide it)."""
+    counts = _counts(problem)
+    return counts if counts > 1 else 8
+
+
+def _divisible(n: int, step: int, up: bool = False, unit: int = 1) -> int:
+    """``n`` rounded down (``up``: up) to an odd multiple of ``step``; a size under ``step`` to a multiple of
+    ``unit`` (at least ``unit``), where that is not 1."""
     if n < step:
-        return n
+        return max(unit, unit * (-(-n // unit) if up else n // unit))
     v = -(-n // step) if up else n // step
     return step * (v if v % 2 else v + 1 if up else v - 1)
 
 
-def _fallback(overrides: dict, original: dict, step: int) -> dict | None:
+def _fallback(overrides: dict, original: dict, step: int, unit: int = 1) -> dict | None:
     """The variant's sizes made multiples of ``step`` the way they moved (a grown size rounds up, so the
-    variant stays larger than the problem); None where nothing changes."""
+    variant stays larger than the problem); a size under the step becomes a multiple of the head and group
+    counts (``unit``) where its value in the problem is one (a channel count 8 groups divide: 11 -> 8), else
+    stays. None where nothing changes."""
     def rounded(v, was):
         if isinstance(v, tuple):
             return tuple(rounded(e, o) for e, o in zip(v, was))
-        return _divisible(v, step, up=v > was)
+        return _divisible(v, step, up=v > was, unit=unit if was % unit == 0 else 1)
 
     out = {k: rounded(v, original[k]) for k, v in overrides.items()}
     return None if out == overrides else out
@@ -199,13 +217,21 @@ def shape_variants(problem: Problem, declared: list[dict] | None = None) -> list
                                     overrides=o)
         except ProblemError:
             continue  # a declared constant the file lacks: not a variant of it
-        fallback = _fallback(o, problem.constants, step) if declared is None else None
-        if fallback is None:
-            out.append(ShapeVariant(overrides=o, source=p.source))
-            continue
-        alt = problem_from_source(problem.source, where=problem.path or problem.key, name=problem.name,
-                                  overrides=fallback)
-        out.append(ShapeVariant(overrides=o, source=p.source, fallback=fallback, fallback_source=alt.source))
+        fallbacks = [] if declared is not None else _fallbacks(o, problem.constants, step, _divisor(problem))
+        out.append(ShapeVariant(overrides=o, source=p.source, fallbacks=fallbacks, fallback_sources=[
+            problem_from_source(problem.source, where=problem.path or problem.key, name=problem.name,
+                                overrides=f).source for f in fallbacks]))
+    return out
+
+
+def _fallbacks(overrides: dict, original: dict, step: int, unit: int) -> list[dict]:
+    """The sizes rounded to odd multiples of the step; then, if the reference fails there too, with the sizes under
+    the step that the head and group counts divide in the problem made multiples of them (a channel count under
+    24 that 8 groups divide)."""
+    out: list[dict] = []
+    for f in (_fallback(overrides, original, step), _fallback(overrides, original, step, unit)):
+        if f is not None and f not in out:
+            out.append(f)
     return out
 
 
@@ -219,8 +245,9 @@ def _literal_variants(problem: Problem) -> list[ShapeVariant]:
     out, step = [], _step(problem)
     for o in _derived(sizes):
         fallback = _literal_fallback(o, step)
-        out.append(ShapeVariant(overrides=o, source=rewrite_literals(problem.source, literals, o), fallback=fallback,
-                                fallback_source=rewrite_literals(problem.source, literals, fallback) if fallback else ""))
+        out.append(ShapeVariant(overrides=o, source=rewrite_literals(problem.source, literals, o),
+                                fallbacks=[fallback] if fallback else [],
+                                fallback_sources=[rewrite_literals(problem.source, literals, fallback)] if fallback else []))
     return out
 
 
@@ -264,9 +291,9 @@ class VariantChecks:
 
     def _variant_reference_at(self, v: ShapeVariant, i: int, skipped: list[str]):
         """(shape, its label among the checked, path, inputs, references, rng seed, the inputs as the reference
-        left them) of the variant, or of its fallback where the reference fails at the variant; None, and a note
-        in ``skipped``, where it fails at both."""
-        tries = [(v.overrides, v.source)] + ([(v.fallback, v.fallback_source)] if v.fallback else [])
+        left them) of the variant, or of the first of its fallbacks the reference runs at where it fails at the
+        variant; None, and a note in ``skipped``, where it fails at every one."""
+        tries = [(v.overrides, v.source), *zip(v.fallbacks, v.fallback_sources)]
         failed = []
         for j, (overrides, source) in enumerate(tries):
             shape = describe(overrides)

@@ -240,12 +240,12 @@ def test_a_width_the_head_count_must_divide_falls_back_to_sizes_it_divides(pool)
                  "def get_init_inputs():\n    return [dim, heads]\n")
     p = problem_from_source(attention, where="attention.py", name="attention")
     first = shape_variants(p)[0]
-    assert first.overrides == {"seq_len": 29, "dim": 47} and first.fallback == {"seq_len": 24, "dim": 24}
+    assert first.overrides == {"seq_len": 29, "dim": 47} and first.fallbacks[0] == {"seq_len": 24, "dim": 24}
     larger = shape_variants(p)[2]  # rounded up, so that it stays larger than the problem
-    assert larger.overrides == {"seq_len": 43, "dim": 69} and larger.fallback == {"seq_len": 72, "dim": 72}
+    assert larger.overrides == {"seq_len": 43, "dim": 69} and larger.fallbacks[0] == {"seq_len": 72, "dim": 72}
     wide = problem_from_source(attention.replace("dim = 64\nheads = 8", "dim = 1024\nheads = 16"), where="w.py",
                                name="wide")
-    assert shape_variants(wide)[0].fallback == {"seq_len": 29, "dim": 720}  # 720 = 15 * 48: 16 heads of 45
+    assert shape_variants(wide)[0].fallbacks[0] == {"seq_len": 29, "dim": 720}  # 720 = 15 * 48: 16 heads of 45
     baked = ("import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
              "    def __init__(self, dim, heads):\n        super().__init__()\n"
              "        self.attn = nn.MultiheadAttention(dim, heads, batch_first=True)\n\n"

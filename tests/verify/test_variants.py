@@ -61,7 +61,7 @@ def test_sizes_written_as_literals_are_the_variants_sizes():
     assert "manual_seed(1234)" in first.source and "dim=-1" in first.source
     assert "torch.randn(7, 1024)" in batch.source and "return [1024, 512]" in batch.source
     # tried if the reference fails: 16 may be a head count (under the step of 24), so it stays and joins the step
-    assert first.fallback == {"16": 16, "1024": 720, "512": 336}
+    assert first.fallbacks[0] == {"16": 16, "1024": 720, "512": 336}
 
 
 def test_a_file_with_size_constants_keeps_its_literals():
@@ -221,7 +221,7 @@ def test_a_shape_written_as_a_tuple_of_numbers_is_varied_with_the_sizes():
     first, _, larger = shape_variants(p)
     assert first.overrides == {"batch_size": 11, "input_shape": (2999,)} and "input_shape = (2999,)" in first.source
     assert larger.overrides == {"batch_size": 17, "input_shape": (4251,)}
-    assert first.fallback == {"batch_size": 11, "input_shape": (2952,)}
+    assert first.fallbacks[0] == {"batch_size": 11, "input_shape": (2952,)}
 
 
 def test_a_scan_baked_to_the_row_length_it_was_shown_fails_the_kforge_rules_only(pool):
@@ -280,8 +280,8 @@ def test_a_head_count_written_as_a_literal_keeps_its_value_in_the_fallback(pool)
                  "def get_init_inputs():\n    return [64, 8]\n")
     p = problem_from_source(attention, where="attention.py", name="attention")
     first, _, larger = shape_variants(p)
-    assert first.overrides == {"40": 29, "64": 47, "8": 5} and first.fallback == {"40": 24, "64": 24, "8": 8}
-    assert larger.fallback == {"40": 72, "64": 72, "8": 8}
+    assert first.overrides == {"40": 29, "64": 47, "8": 5} and first.fallbacks[0] == {"40": 24, "64": 24, "8": 8}
+    assert larger.fallbacks[0] == {"40": 72, "64": 72, "8": 8}
     generic = attention.replace("class Model(", "class ModelNew(").split("\n\n\ndef get_inputs")[0] + "\n"
     v = Verifier(fast_config(variants=True, require_kernel=False), pool=pool).verify(p, generic, "cpu")
     assert v.state is State.CORRECT, v.summary()
@@ -296,3 +296,92 @@ def test_the_names_hand_written_problems_give_their_sizes():
            "def get_init_inputs():\n    return []\n")
     assert set(size_constants(problem_from_source(src, where="t.py", name="t"))) == \
         {"S", "E", "d_model", "in_ch", "out_ch"}  # B = 4 is under the minimum; G and n_heads divide sizes
+
+
+# KernelBench's level 2 writes 512 groups beside 8192 features (its 62 and 75), and 8 beside 16 channels.
+GEMM_GROUPNORM = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    \"\"\"Linear, GroupNorm, LeakyReLU, then x + x.\"\"\"
+    def __init__(self, input_size, hidden_size, num_groups, eps=1e-5, negative_slope=0.01):
+        super(Model, self).__init__()
+        self.fc = nn.Linear(input_size, hidden_size)
+        self.gn = nn.GroupNorm(num_groups=num_groups, num_channels=hidden_size, eps=eps)
+        self.leaky_relu = nn.LeakyReLU(negative_slope=negative_slope)
+
+    def forward(self, x):
+        x = self.leaky_relu(self.gn(self.fc(x)))
+        return x + x
+
+
+batch_size = 16
+input_size = 256
+hidden_size = 2048
+num_groups = 512
+
+
+def get_inputs():
+    return [torch.rand(batch_size, input_size)]
+
+
+def get_init_inputs():
+    return [input_size, hidden_size, num_groups]
+"""
+
+# The group norm fused by hand for the 512 groups of 4 channels it was shown.
+GROUPNORM_BAKED = """import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, input_size, hidden_size, num_groups, eps=1e-5, negative_slope=0.01):
+        super().__init__()
+        self.fc = nn.Linear(input_size, hidden_size)
+        self.gn = nn.GroupNorm(num_groups=num_groups, num_channels=hidden_size, eps=eps)
+        self.eps, self.slope = eps, negative_slope
+
+    def forward(self, x):
+        x = self.fc(x)
+        g = x.view(-1, 512, 4)  # 512 groups x 4 channels
+        mean = g.mean(dim=2, keepdim=True)
+        var = g.var(dim=2, unbiased=False, keepdim=True)
+        x = ((g - mean) * torch.rsqrt(var + self.eps)).view(-1, 2048) * self.gn.weight + self.gn.bias
+        x = torch.where(x > 0, x, x * self.slope)
+        return x * 2
+"""
+
+
+def test_sizes_that_many_groups_must_divide_fall_back_to_multiples_of_the_group_count():
+    """The step takes in any group count (512 groups: 1536, where it was capped at 256 and sizes fell back to
+    multiples of 24 alone), and a second fallback makes the sizes under the step that the groups divide in the
+    problem multiples of them: 2048 features in 512 groups become 1024, 16 channels in 8 groups 8, not 11."""
+    p = problem_from_source(GEMM_GROUPNORM, where="gn.py", name="gn")
+    first, _, larger = shape_variants(p)
+    assert first.overrides == {"batch_size": 11, "input_size": 191, "hidden_size": 1535}
+    assert first.fallbacks == [{"batch_size": 11, "input_size": 191, "hidden_size": 1024}]  # under the step
+    assert larger.fallbacks[0] == {"batch_size": 17, "input_size": 273, "hidden_size": 4608}  # 3 * 1536, 9 a group
+    conv = problem_from_source(GEMM_GROUPNORM.replace("input_size = 256\nhidden_size = 2048\nnum_groups = 512",
+                                                      "input_size = 64\nhidden_size = 16\nnum_groups = 8"),
+                               where="c.py", name="c")
+    assert [f["hidden_size"] for f in shape_variants(conv)[0].fallbacks] == [11, 8]  # first as it was, then 8
+    assert [f["hidden_size"] for f in shape_variants(conv)[2].fallbacks] == [17, 24]
+    unnamed = problem_from_source(GEMM_GROUPNORM.replace("num_groups = 512\n", "").replace(
+        "input_size, hidden_size, num_groups]", "input_size, 16, 4]").replace("hidden_size = 2048", "hidden_size = 16"),
+        where="u.py", name="u")  # the group count a literal: 8, which 2, 4 and 8 divide
+    assert shape_variants(unnamed)[0].fallbacks[-1]["hidden_size"] == 8
+
+
+def test_a_group_norm_baked_to_the_groups_it_was_shown_fails_at_the_fallback_sizes(pool):
+    p = problem_from_source(GEMM_GROUPNORM, where="gn.py", name="gn")
+    verifier = Verifier(fast_config(variants=True, require_kernel=False), pool=pool)
+    v = verifier.verify(p, GROUPNORM_BAKED, "cpu")
+    assert v.states["kernelbench"] == "correct", v.summary()
+    assert v.state is State.RUNTIME_ERROR, v.summary()
+    assert "on shape variant batch_size=11, input_size=191, hidden_size=1024" in v.message, v.message
+    generic = GROUPNORM_BAKED.replace("g = x.view(-1, 512, 4)  # 512 groups x 4 channels",
+                                      "g = x.view(x.shape[0], self.gn.num_groups, -1)")
+    fine = verifier.verify(p, generic.replace(".view(-1, 2048)", ".view_as(x)"), "cpu")
+    assert fine.state is State.CORRECT, fine.summary()
+    assert not any("skipped" in n for n in fine.evidence.notes), fine.evidence.notes
