@@ -12,6 +12,7 @@ import torch
 from kforge.verify.attribution import (
     _HEADER_KERNEL,
     _HEADER_SYMBOLS,
+    AGAIN,
     CANDIDATE,
     REFERENCE,
     attribute,
@@ -160,6 +161,41 @@ def test_a_cute_dsl_kernel_is_the_candidates_inside_its_call_and_a_librarys_outs
                                          30, 40), event(dsl, 60, 70)]
     a, _ = attribute(profile, cuda=True, so_paths=[], triton_names={"relu"})
     assert a.shares == pytest.approx({"candidate": 0.5, "library": 0.5}), a.shares
+
+def host_event(name, start, end, self_us):
+    """A CPU profile's FunctionEvent: its self time apart from its span (children run inside the span)."""
+    e = event(name, start, end, device=False)
+    e.self_cpu_time_total = self_us
+    return e
+
+
+def host_call(section, start, epilogue_us, mm_us=300.0, mms=1):
+    """One call of a forward on a CPU: a library GEMM (or ``mms`` of them), then the candidate's own epilogue."""
+    end = start + mms * mm_us + epilogue_us + 10
+    return [host_event(section, start, end, 10), *[host_event("aten::mm", start + 1 + i * mm_us, start + (i + 1) *
+                                                                mm_us, mm_us) for i in range(mms)],
+            host_event("kforge::ext::bias_gelu", end - epilogue_us - 5, end - 5, epilogue_us)]
+
+
+def test_on_a_cpu_each_operator_counts_its_least_time_over_the_calls_before_the_judged_one():
+    """On a busy 2-core machine the judged call's own epilogue was preempted (7.7 ms where it takes 0.2): its share
+    read 92% where it is 36%, and the strict rules' verdict moved with the load. The calls just before it count
+    each operator's least time."""
+    calm, preempted = 170.0, 7700.0
+    judged = host_call(CANDIDATE, 10_000, preempted)
+    alone, _ = attribute(judged, cuda=False, so_paths=[], triton_names=set())
+    assert alone.kernel_share == pytest.approx(preempted / (preempted + 300), abs=1e-3)
+    # the reference's section and two calls before the judged one: one of them preempted in its GEMM instead
+    profile = [*host_call(REFERENCE, 0, 0), *host_call(AGAIN, 500, calm, mm_us=5000), *host_call(AGAIN, 6000, calm),
+               *judged]
+    a, ops = attribute(profile, cuda=False, so_paths=[], triton_names=set())
+    assert a.kernel_share == pytest.approx(calm / (calm + 300), abs=1e-3), a.shares
+    assert [(u.name, u.calls) for u in a.top] == [("aten::mm", 1), ("ext::bias_gelu", 1)]
+    assert ops[CANDIDATE]["aten::mm"][0] == 1  # what `replayed` reads: the judged call's operators alone
+    # An operator a repeat called a different number of times keeps the judged call's time.
+    other = [*host_call(AGAIN, 500, calm, mms=2), *judged]
+    assert attribute(other, cuda=False, so_paths=[], triton_names=set())[0].top[0].ms == pytest.approx(0.3)
+
 
 def ops(ref, cand):
     return {REFERENCE: ref, CANDIDATE: cand}
