@@ -212,21 +212,27 @@ class Harness:
 
     def build_references(self) -> None:
         """The reference model in the precision (``ref_model``) and the kforge rules' one (``ref_exact``): at a
-        reduced precision the same rounded weights held in float32, else the same model."""
+        reduced precision the same rounded weights held in float32, else the same model, or a copy of it where a
+        trial runs both and the problem keeps state between calls (each must be called once a trial)."""
         self.ref_model = self._construct(self.ref_mod.Model)
-        self.ref_exact = (self._exact_copy() if self.precision.reduced and hasattr(self.ref_model, "to")
-                          else self.ref_model)
+        if self.precision.reduced and hasattr(self.ref_model, "to"):
+            self.ref_exact = self._exact_copy()
+        elif getattr(self, "stateful", False) and getattr(self, "native_differs", False):
+            self.ref_exact = self._exact_copy(keep_dtype=True)
+        else:
+            self.ref_exact = self.ref_model
 
-    def _exact_copy(self):
-        """``ref_model`` copied and held in float32. Building it again, seeded alike, gives the same weights at the
-        cost of another initialisation on the CPU, about a third of the reference's time for KernelBench's 32768 x
-        32768 Linears, paid again at every shape variant; a model that cannot be copied is built again."""
+    def _exact_copy(self, keep_dtype: bool = False):
+        """``ref_model`` copied and held in float32 (``keep_dtype``: as it is). Building it again, seeded alike, gives
+        the same weights at the cost of another initialisation on the CPU, about a third of the reference's time for
+        KernelBench's 32768 x 32768 Linears, paid again at every shape variant; a model that cannot be copied is
+        built again."""
         import copy
         try:
             model = copy.deepcopy(self.ref_model)
         except Exception:  # noqa: BLE001 - the problem's own objects: a second build is the same model
             model = self._construct(self.ref_mod.Model)
-        return model.to(dtype=self.torch.float32)
+        return model if keep_dtype else model.to(dtype=self.torch.float32)
 
     def cast(self, x: Any) -> Any:
         """An input as the precision has it: floating tensors in its dtype (every tensor, under KernelBench's
@@ -296,10 +302,11 @@ class Harness:
         if found:
             raise HarnessVerdict("cheat_detected", f"{found[1]} ({where})", rule=found[0])
 
-    def _share_weights(self, model) -> None:
-        """Same names, shapes and dtypes as the reference: give it the reference's exact weights."""
+    def _share_weights(self, model, source=None) -> None:
+        """Same names, shapes and dtypes as the reference (``source``, else ``ref_model``): give it the reference's
+        exact weights."""
         try:
-            ref_sd, sd = self.ref_model.state_dict(), model.state_dict()
+            ref_sd, sd = (self.ref_model if source is None else source).state_dict(), model.state_dict()
         except Exception:  # noqa: BLE001 - not an nn.Module: nothing to share
             return
         if ref_sd.keys() == sd.keys() and all(ref_sd[k].shape == sd[k].shape and ref_sd[k].dtype == sd[k].dtype

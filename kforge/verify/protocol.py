@@ -53,7 +53,8 @@ class ProblemAudit(Message):
     flags: list[str]
     """``stochastic``, ``degenerate``, ``launch_bound``, ``stateful``."""
     state: list[str] = field(default_factory=list)
-    """The module attributes the reference's forward reassigns (a ``stateful`` problem's state)."""
+    """The module attributes the reference's forward reassigns, or else the tensors it changes in place where its
+    output follows them (a ``stateful`` problem's state)."""
     constant_draws: list[int] = field(default_factory=list)
     """Of the draws made to test for a degenerate problem: how many gave a constant output, and of how many."""
     ref_ms: float = 0.0

@@ -2,12 +2,18 @@
 
 A reference whose ``forward`` reassigns one of its module attributes (KernelBench level 3's RNN cells: a hidden state
 drawn with ``torch.randn`` in ``__init__``, replaced by every call) answers a call from its history: its second call
-on the same inputs differs from its first. The problem audit (`kforge.verify.audit`) flags such a problem
-``stateful`` (`reassigned` finds the attributes). Its verification then builds both models afresh from the
-weight seed for every correctness trial and calls each once, as KernelBench's harness does, so their histories are
-equal (`FreshModels.fresh_for_trial`); timing still calls the models it times as often as it likes, and its
-rechecks compare a fresh reference with a fresh candidate on the refilled inputs rather than two outputs whose
-call histories differ (`FreshModels.recheck_reference`, `FreshModels.recheck_outputs`).
+on the same inputs differs from its first. So does one that changes a tensor it holds in place (a running mean in a
+buffer, a cache written by index) where its output depends on it. The problem audit (`kforge.verify.audit`) flags
+such a problem ``stateful`` (`reassigned` finds the attributes; `changed_in_place` the tensors, which count where
+the second call's output differs and drew no random numbers: BatchNorm's running statistics change in training
+mode, but its output there comes from the batch). Its verification then builds both models afresh from the
+weight seed before the first correctness trial and calls each once per trial, as KernelBench's harness does, so the
+k-th trial compares their k-th calls (`FreshModels.fresh_for_trial`): a candidate that ignores its history fails
+from the second. Each model the trials run is called once a trial: where the native reference differs from the
+exact one at full precision (TF32, a GPU's cuDNN flags) it is a copy (`kforge.sandbox.harness.Harness.build_references`).
+The two measured trials and each shape variant build a fresh pair and call it once. Timing still calls the models it
+times as often as it likes, and its rechecks compare a fresh reference with a fresh candidate on the refilled inputs
+rather than two outputs whose call histories differ (`FreshModels.recheck_reference`, `FreshModels.recheck_outputs`).
 """
 
 from __future__ import annotations
@@ -39,11 +45,22 @@ def reassigned(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     return sorted(k for k in set(before) | set(after) if before.get(k) is not after.get(k))
 
 
+def versions(held: dict[str, Any]) -> dict[str, int]:
+    """Each held tensor's version counter, which every in-place operation on it (or a view of it) advances."""
+    return {k: v._version for k, v in held.items()}
+
+
+def changed_in_place(before: dict[str, int], held: dict[str, Any]) -> list[str]:
+    """Tensors held before and after a call (the same names) whose version counter the call advanced."""
+    return sorted(k for k, v in held.items() if k in before and v._version != before[k])
+
+
 def note(attrs: list[str]) -> str:
     shown = ", ".join(f"self.{a}" for a in attrs[:4]) + (", ..." if len(attrs) > 4 else "")
-    return (f"the problem keeps state between calls (its forward reassigns {shown}): each correctness trial builds "
-            "both models afresh from one seed and calls each once, as KernelBench does, and timing rechecks compare "
-            "a fresh reference with a fresh candidate")
+    return (f"the problem keeps state between calls (its forward reassigns or changes in place {shown}): both "
+            "models are built afresh from one seed before the correctness trials and called once each a trial, as "
+            "KernelBench does, so trial k compares their k-th calls; timing rechecks compare a fresh reference with "
+            "a fresh candidate")
 
 
 class FreshModels:
@@ -53,23 +70,35 @@ class FreshModels:
     def stateful(self) -> bool:
         return STATEFUL in getattr(self, "flags", ())
 
-    def fresh_candidate(self, where: str):
-        """A new candidate model from the weight seed, with the reference's weights, as the first was built."""
+    def fresh_candidate(self, where: str, weights_from=None):
+        """A new candidate model from the weight seed, with the reference's weights (``weights_from``'s, else
+        ``ref_model``'s, which must not have been called: its buffers may hold state), as the first was built."""
         try:
             with candidate_code():
                 model = self._construct(self.model_new)
         except BaseException as exc:  # noqa: BLE001 - its construction is its own, as at load
             raise self._fail_exception(exc, f"while constructing ModelNew again ({where})") from None
-        self._share_weights(model)
+        self._share_weights(model, weights_from)
         return model
 
-    def fresh_for_trial(self, model, where: str):
+    def uncalled_reference(self):
+        """For a stateful problem, a reference built afresh to copy weights from (None: ``ref_model`` will do): one
+        that has been called may hold its state in its buffers (a running mean in a buffer, copied over with the
+        weights, failed the reference judged against itself)."""
+        return self._construct(self.ref_mod.Model) if self.stateful else None
+
+    def fresh_for_trial(self, model, where: str, lockstep: bool = False):
         """For a stateful problem, a fresh reference (now ``ref_model``) and a fresh candidate, returned; else
-        ``model`` as it is."""
+        ``model`` as it is. With ``lockstep``, the pair the last lockstep trial was given instead, to be called once
+        more each: KernelBench calls one pair of models once per correctness trial, so its k-th trial compares their
+        k-th calls, and a candidate that ignores its history fails from the second."""
         if not self.stateful:
             return model
+        if lockstep and getattr(self, "_lockstep", None) is not None:
+            return self._lockstep
         self.build_references()
-        return self.program(self.fresh_candidate(where), own=True)
+        self._lockstep = self.program(self.fresh_candidate(where), own=True)
+        return self._lockstep
 
     def recheck_reference(self, inputs: list, rng_seed: int | None) -> list:
         """The expected outputs of a timing recheck: of a fresh reference where the problem is stateful."""
@@ -87,5 +116,5 @@ class FreshModels:
         on a copy of the same inputs (the timed model has been called many times, the fresh reference once)."""
         if not self.stateful:
             return as_outputs(out)
-        return self.candidate(self.program(self.fresh_candidate(where), own=True), self._clone(snapshot), rng_seed,
-                              where)
+        fresh = self.fresh_candidate(where, weights_from=self.uncalled_reference())
+        return self.candidate(self.program(fresh, own=True), self._clone(snapshot), rng_seed, where)

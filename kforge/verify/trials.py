@@ -148,7 +148,8 @@ class Trials(NumericsChecks, VariantChecks, FreshModels, Harness):
         self.judge()
 
     def trial(self, model, trial: int, mode: str | None = None) -> None:
-        model = self.fresh_for_trial(model, f"trial {trial}")  # a stateful problem's models: fresh, one call each
+        # a stateful problem's models: fresh before the first trial, then called once a trial in lockstep
+        model = self.fresh_for_trial(model, f"trial {trial}", lockstep=mode is None and trial > 0)
         first, self._first = self._first, None
         if first is not None and mode is None and not self.stateful:  # the references `reference_alone` ran
             seed, rng_seed, pristine, inputs, refs = first

@@ -333,7 +333,7 @@ class VariantChecks:
             model = self._construct(module.ModelNew)
         except BaseException as exc:  # noqa: BLE001 - its own failure at this size
             raise self._fail_exception(exc, "while building ModelNew") from None
-        self._share_weights(model)
+        self._share_weights(model, self.uncalled_reference())
         cand_in = self._clone(inputs)
         # Poisoned as in the primary trials: rows a baked-in loop bound leaves unwritten would otherwise hold
         # whatever the allocator last freed there, often the reference's own values at this very shape.

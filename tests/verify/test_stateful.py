@@ -4,9 +4,9 @@ from pathlib import Path
 
 import torch
 
-from kforge.problems import resolve_problem
+from kforge.problems import problem_from_source, resolve_problem
 from kforge.verify import Verifier
-from kforge.verify.stateful import held_tensors, reassigned
+from kforge.verify.stateful import changed_in_place, held_tensors, reassigned, versions
 from tests.helpers import fast_config
 
 PROBLEMS = Path(__file__).parents[1] / "idioms" / "problems"
@@ -36,16 +36,121 @@ def test_a_reassigned_attribute_is_found_and_an_in_place_update_is_not():
     assert reassigned(before, held_tensors(torch, plain)) == []
 
 
+def test_an_in_place_update_is_found_by_its_version_counter():
+    cell = Cell()
+    before = versions(held_tensors(torch, cell))
+    cell(torch.ones(2, 3))
+    assert changed_in_place(before, held_tensors(torch, cell)) == ["steps"]
+    plain = torch.nn.Linear(3, 3)
+    before = versions(held_tensors(torch, plain))
+    plain(torch.ones(2, 3))
+    assert changed_in_place(before, held_tensors(torch, plain)) == []
+
+
 # The reference itself as the candidate (no kernel: judged as KernelBench judges it, with the kernel check off).
 FAITHFUL_COPY = (PROBLEMS / "33_vanilla_rnn.py").read_text().replace("class Model(", "class ModelNew(").replace(
     "super(Model, self)", "super(ModelNew, self)")
 
 
 def test_a_faithful_copy_of_a_stateful_problem_is_correct_under_both_rule_sets(pool):
-    """Both models fresh from one seed per trial, one call each; the audit (which calls the reference many times)
+    """Both models fresh from one seed, then called in lockstep; the audit (which calls the reference many times)
     and timing (which calls both as often as it likes) leave no different histories to compare."""
     problem = resolve_problem(str(PROBLEMS / "33_vanilla_rnn.py"), size="cpu")
     v = Verifier(fast_config(trials=3, require_kernel=False), pool=pool).verify(problem, FAITHFUL_COPY, "cpu")
     assert "stateful" in v.problem_flags and "stochastic" not in v.problem_flags, v.summary()
     assert v.states["kforge"] == v.states["kernelbench"] == "correct", v.summary()
     assert any("keeps state between calls" in n and "self.hidden" in n for n in v.evidence.notes), v.evidence.notes
+
+
+# A model that normalises by a running mean it keeps in a buffer and updates in place on every call: its output
+# follows its history, and no attribute is ever reassigned.
+RUNNING_MEAN = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, features: int, momentum: float = 0.1):
+        super().__init__()
+        self.momentum = momentum
+        self.register_buffer("running_mean", torch.zeros(features))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            self.running_mean.lerp_(x.mean(dim=0), self.momentum)
+        return torch.relu(x - self.running_mean)
+
+
+batch_size = 32
+features = 96
+
+
+def get_inputs():
+    return [torch.randn(batch_size, features)]
+
+
+def get_init_inputs():
+    return [features]
+"""
+
+
+def test_state_kept_in_place_in_a_buffer_is_stateful_and_the_model_matches_itself(pool):
+    """Judged against itself this model was `numerical_mismatch` at a timing recheck (flagged `stochastic`; the
+    fresh candidate was given the timed reference's buffers), then at each shape variant."""
+    problem = problem_from_source(RUNNING_MEAN, where="running_mean.py", name="running_mean")
+    copy = RUNNING_MEAN + "\n\nclass ModelNew(Model):\n    pass\n"
+    v = Verifier(fast_config(trials=3, require_kernel=False, variants=True), pool=pool).verify(problem, copy, "cpu")
+    assert "stateful" in v.problem_flags and "stochastic" not in v.problem_flags, v.summary()
+    assert v.states["kforge"] == v.states["kernelbench"] == "correct", v.summary()
+    assert any("self.running_mean" in n for n in v.evidence.notes), v.evidence.notes
+    assert any("shape variant" in n for n in v.evidence.notes), v.evidence.notes
+
+
+def test_batchnorm_in_training_mode_changes_its_buffers_but_is_not_stateful(pool):
+    """Its running statistics change in place on every call, but in training mode its output comes from the batch."""
+    source = RUNNING_MEAN.replace("self.register_buffer(\"running_mean\", torch.zeros(features))",
+                                  "self.bn = nn.BatchNorm1d(features)").replace(
+        "with torch.no_grad():\n            self.running_mean.lerp_(x.mean(dim=0), self.momentum)\n        return "
+        "torch.relu(x - self.running_mean)", "return torch.relu(self.bn(x))")
+    assert "BatchNorm1d" in source and "running_mean" not in source.split("class Model")[1].split("batch_size")[0]
+    audit = Verifier(fast_config(require_kernel=False), pool=pool).audit(
+        problem_from_source(source, where="bn.py", name="bn"), "cpu")
+    assert "stateful" not in audit.flags and "stochastic" not in audit.flags, audit.flags
+
+
+# What a model writes when it reads the reference as a normalisation against a mean that starts at zero.
+FORGETS_ITS_HISTORY = '''
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, features: int, momentum: float = 0.1):
+        super().__init__()
+        self.momentum = momentum
+        self.register_buffer("running_mean", torch.zeros(features))
+
+    def forward(self, x):
+        # running_mean is zero before the update, so after it it is momentum * mean(x): fold that in directly
+        return torch.relu(x - self.momentum * x.mean(dim=0))
+'''
+
+
+def test_a_candidate_that_ignores_the_state_fails_from_the_second_trial_under_both_rule_sets(pool):
+    """KernelBench calls one pair of models once per trial, so its second trial compares second calls. kforge judged
+    every trial on a fresh pair's first call, where this candidate is right, and called it `correct`."""
+    problem = problem_from_source(RUNNING_MEAN, where="running_mean.py", name="running_mean")
+    v = Verifier(fast_config(trials=5, require_kernel=False, skip_timing=True), pool=pool).verify(
+        problem, FORGETS_ITS_HISTORY, "cpu")
+    assert v.states["kforge"] == v.states["kernelbench"] == "numerical_mismatch", v.summary()
+    assert "correctness trial 1" in v.message, v.message
+
+
+def test_at_tf32_the_native_reference_is_a_copy_so_each_model_is_called_once_a_trial(pool):
+    """At TF32 (and on a GPU at fp32, where cuDNN's flags differ) a trial runs the exact reference and the native one:
+    the same model called twice, whose second answer the kernelbench view took for the reference's, and a faithful
+    copy of this model was `numerical_mismatch` there."""
+    problem = problem_from_source(RUNNING_MEAN, where="running_mean.py", name="running_mean")
+    copy = RUNNING_MEAN.replace("class Model(", "class ModelNew(")
+    v = Verifier(fast_config(trials=4, require_kernel=False, precision="tf32"), pool=pool).verify(problem, copy, "cpu")
+    assert v.states["kforge"] == v.states["kernelbench"] == "correct", v.summary()
