@@ -268,6 +268,19 @@ def describe(overrides: dict) -> str:
     return f"{text} (literal sizes)" if overrides and all(k.isdigit() for k in overrides) else text
 
 
+def _restated_take_the_variant(namespace: dict, overrides: dict, problem: dict) -> None:
+    """A candidate file that restates the problem's size constants (KernelBench generations repeat the whole file,
+    ``batch_size = 8`` and all) redefines them over the variant's in the namespace it shares with the problem. Where
+    it restated the problem's own value, the variant's value counts: the reference reads the same name (level 3's
+    VanillaRNN sizes its hidden state by ``batch_size`` in ``__init__``), and so judged against itself it failed
+    every variant. A size of the candidate's own stays its own, and whatever it computed from the constant on import
+    (a size written into its kernel's source) keeps the value it computed."""
+    for name, value in overrides.items():
+        if name in namespace and name in problem and type(namespace[name]) is type(problem[name]) \
+                and namespace[name] == problem[name]:
+            namespace[name] = value
+
+
 class VariantChecks:
     """Mixed into `kforge.verify.trials.Trials`: the candidate on each variant, one trial each."""
 
@@ -277,10 +290,10 @@ class VariantChecks:
             ran = self._variant_reference_at(v, i, skipped)
             if ran is None:
                 continue
-            shape, label, path, inputs, refs, rng_seed, ref_in = ran
+            shape, label, path, overrides, inputs, refs, rng_seed, ref_in = ran
             where = f"shape variant {shape}"
             try:
-                self._variant_candidate(path, inputs, (refs, ref_in), rng_seed, where)
+                self._variant_candidate(path, overrides, inputs, (refs, ref_in), rng_seed, where)
             except HarnessVerdict as fail:
                 ev = fail.extra.get("evidence") or {}
                 return VariantsResult(failure=Outcome(state=fail.state, message=f"on {where}: {fail.message}",
@@ -306,7 +319,7 @@ class VariantChecks:
                 failed.append(f"{shape}: the reference fails there ({type(exc).__name__}: {first_line(exc)})")
                 continue
             label = f"{shape} (for {describe(v.overrides)}, where the reference fails)" if j else shape
-            return (shape, label, path, *ran)
+            return (shape, label, path, overrides, *ran)
         skipped.append("; ".join(failed))
         return None
 
@@ -324,12 +337,14 @@ class VariantChecks:
         ref_in = self._clone(inputs)
         return inputs, self.reference(ref_in, rng_seed), rng_seed, ref_in
 
-    def _variant_candidate(self, path: Path, inputs: list, reference: tuple, rng_seed, where: str) -> None:
+    def _variant_candidate(self, path: Path, overrides: dict, inputs: list, reference: tuple, rng_seed,
+                           where: str) -> None:
         """The candidate at the variant: its outputs against ``reference`` (the references, and the inputs as the
         reference left them), then its inputs, which it must leave as the reference does."""
         refs, ref_in = reference
         try:
             module = import_candidate("candidate.py", path)
+            _restated_take_the_variant(vars(module), overrides, self.problem.constants)
             model = self._construct(module.ModelNew)
         except BaseException as exc:  # noqa: BLE001 - its own failure at this size
             raise self._fail_exception(exc, "while building ModelNew") from None

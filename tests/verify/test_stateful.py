@@ -54,12 +54,25 @@ FAITHFUL_COPY = (PROBLEMS / "33_vanilla_rnn.py").read_text().replace("class Mode
 
 def test_a_faithful_copy_of_a_stateful_problem_is_correct_under_both_rule_sets(pool):
     """Both models fresh from one seed, then called in lockstep; the audit (which calls the reference many times)
-    and timing (which calls both as often as it likes) leave no different histories to compare."""
+    and timing (which calls both as often as it likes) leave no different histories to compare. The copy restates
+    the file's `batch_size = 8`, which `__init__` sizes the hidden state by: at each shape variant the variant's
+    batch counts (the copy was `runtime_error` on every variant, on an H100 at KernelBench's sizes too)."""
     problem = resolve_problem(str(PROBLEMS / "33_vanilla_rnn.py"), size="cpu")
-    v = Verifier(fast_config(trials=3, require_kernel=False), pool=pool).verify(problem, FAITHFUL_COPY, "cpu")
+    v = Verifier(fast_config(trials=3, require_kernel=False, variants=True), pool=pool).verify(
+        problem, FAITHFUL_COPY, "cpu")
     assert "stateful" in v.problem_flags and "stochastic" not in v.problem_flags, v.summary()
     assert v.states["kforge"] == v.states["kernelbench"] == "correct", v.summary()
     assert any("keeps state between calls" in n and "self.hidden" in n for n in v.evidence.notes), v.evidence.notes
+    assert any(n.startswith("correct on shape variant(s) batch_size=") for n in v.evidence.notes), v.evidence.notes
+
+
+def test_a_restated_constant_takes_the_variants_value_and_a_size_of_the_candidates_own_does_not():
+    from kforge.verify.variants import _restated_take_the_variant
+    namespace = {"batch_size": 8, "hidden_size": 64, "flag": True, "TILE": 32}
+    _restated_take_the_variant(namespace, {"batch_size": 5, "hidden_size": 95, "flag": 3, "TILE": 7},
+                               {"batch_size": 8, "hidden_size": 128, "flag": 1, "TILE": 32})
+    # restated: batch_size, TILE; its own (another value, another type): hidden_size, flag
+    assert namespace == {"batch_size": 5, "hidden_size": 64, "flag": True, "TILE": 7}
 
 
 # A model that normalises by a running mean it keeps in a buffer and updates in place on every call: its output
