@@ -46,13 +46,26 @@ def reassigned(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
 
 
 def versions(held: dict[str, Any]) -> dict[str, int]:
-    """Each held tensor's version counter, which every in-place operation on it (or a view of it) advances."""
-    return {k: v._version for k, v in held.items()}
+    """Each held tensor's version counter, which every in-place operation on it (or a view of it) advances; a tensor
+    made under ``torch.inference_mode`` keeps none and is left out."""
+    out = {}
+    for k, v in held.items():
+        version = _version(v)
+        if version is not None:
+            out[k] = version
+    return out
 
 
 def changed_in_place(before: dict[str, int], held: dict[str, Any]) -> list[str]:
     """Tensors held before and after a call (the same names) whose version counter the call advanced."""
-    return sorted(k for k, v in held.items() if k in before and v._version != before[k])
+    return sorted(k for k, v in held.items() if k in before and _version(v) != before[k])
+
+
+def _version(tensor) -> int | None:
+    try:
+        return tensor._version
+    except RuntimeError:  # "Inference tensors do not track version counter."
+        return None
 
 
 def note(attrs: list[str]) -> str:

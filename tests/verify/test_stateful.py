@@ -167,3 +167,13 @@ def test_at_tf32_the_native_reference_is_a_copy_so_each_model_is_called_once_a_t
     copy = RUNNING_MEAN.replace("class Model(", "class ModelNew(")
     v = Verifier(fast_config(trials=4, require_kernel=False, precision="tf32"), pool=pool).verify(problem, copy, "cpu")
     assert v.states["kforge"] == v.states["kernelbench"] == "correct", v.summary()
+
+
+def test_a_tensor_made_in_inference_mode_has_no_version_and_is_left_out():
+    cell = Cell()
+    with torch.inference_mode():
+        cell.frozen = torch.zeros(3)
+    before = versions(held_tensors(torch, cell))
+    assert "frozen" not in before and "steps" in before
+    cell(torch.ones(2, 3))
+    assert changed_in_place(before, held_tensors(torch, cell)) == ["steps"]
