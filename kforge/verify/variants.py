@@ -272,8 +272,8 @@ def _restated_take_the_variant(namespace: dict, overrides: dict, problem: dict) 
     """A candidate file that restates the problem's size constants (KernelBench generations repeat the whole file,
     ``batch_size = 8`` and all) redefines them over the variant's in the namespace it shares with the problem. Where
     it restated the problem's own value, the variant's value counts: the reference reads the same name (level 3's
-    VanillaRNN sizes its hidden state by ``batch_size`` in ``__init__``), and so judged against itself it failed
-    every variant. A size of the candidate's own stays its own, and whatever it computed from the constant on import
+    VanillaRNN sizes its hidden state by ``batch_size`` in ``__init__``), and so judged against itself it failed its
+    first variant. A size of the candidate's own stays its own, and whatever it computed from the constant on import
     (a size written into its kernel's source) keeps the value it computed."""
     for name, value in overrides.items():
         if name in namespace and name in problem and type(namespace[name]) is type(problem[name]) \

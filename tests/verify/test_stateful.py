@@ -56,7 +56,7 @@ def test_a_faithful_copy_of_a_stateful_problem_is_correct_under_both_rule_sets(p
     """Both models fresh from one seed, then called in lockstep; the audit (which calls the reference many times)
     and timing (which calls both as often as it likes) leave no different histories to compare. The copy restates
     the file's `batch_size = 8`, which `__init__` sizes the hidden state by: at each shape variant the variant's
-    batch counts (the copy was `runtime_error` on every variant, on an H100 at KernelBench's sizes too)."""
+    batch counts (the copy was `runtime_error` on its first variant, on an H100 at KernelBench's sizes too)."""
     problem = resolve_problem(str(PROBLEMS / "33_vanilla_rnn.py"), size="cpu")
     v = Verifier(fast_config(trials=3, require_kernel=False, variants=True), pool=pool).verify(
         problem, FAITHFUL_COPY, "cpu")
@@ -109,7 +109,7 @@ def get_init_inputs():
 
 def test_state_kept_in_place_in_a_buffer_is_stateful_and_the_model_matches_itself(pool):
     """Judged against itself this model was `numerical_mismatch` at a timing recheck (flagged `stochastic`; the
-    fresh candidate was given the timed reference's buffers), then at each shape variant."""
+    fresh candidate was given the timed reference's buffers), then at its first shape variant."""
     problem = problem_from_source(RUNNING_MEAN, where="running_mean.py", name="running_mean")
     copy = RUNNING_MEAN + "\n\nclass ModelNew(Model):\n    pass\n"
     v = Verifier(fast_config(trials=3, require_kernel=False, variants=True), pool=pool).verify(problem, copy, "cpu")
