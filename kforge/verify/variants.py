@@ -15,8 +15,9 @@ at a derived variant (a width its head count must divide, say), the same sizes r
 (of 48 with 16 heads: the file's head and group counts divide them), down, or up for the larger variant, are
 tried instead (literals under the step, which may be head counts, keep their values there and join the step);
 where it fails there too, the same again with each size under the step that the counts divide in the problem
-made a multiple of them (16 channels in 8 groups: 11 becomes 8). A variant the reference fails at every way is
-skipped with a note.
+made a multiple of them (16 channels in 8 groups: 11 becomes 8); where it fails there too, the variant in the
+problem's own proportions (`_proportional`: an image stays a whole number of patches). A variant the reference
+fails at every way is skipped with a note.
 
 The check runs after the verification's run, in a process of its own (request ``variants``), so a kernel that
 crashes or corrupts the device at a size it did not expect costs only the kforge rules' verdict, and the
@@ -203,6 +204,7 @@ def _derived(sizes: dict) -> list[dict]:
 
 def shape_variants(problem: Problem, declared: list[dict] | None = None) -> list[ShapeVariant]:
     """The variants a verification checks: ``declared`` (the file's ``KFORGE["variants"]``) or derived ones."""
+    sizes: dict = {}
     if declared is not None:
         overrides = [dict(d) for d in declared]
     else:
@@ -217,22 +219,45 @@ def shape_variants(problem: Problem, declared: list[dict] | None = None) -> list
                                     overrides=o)
         except ProblemError:
             continue  # a declared constant the file lacks: not a variant of it
-        fallbacks = [] if declared is not None else _fallbacks(o, problem.constants, step, _divisor(problem))
+        fallbacks = [] if declared is not None else _fallbacks(o, problem.constants, step, _divisor(problem), sizes)
         out.append(ShapeVariant(overrides=o, source=p.source, fallbacks=fallbacks, fallback_sources=[
             problem_from_source(problem.source, where=problem.path or problem.key, name=problem.name,
                                 overrides=f).source for f in fallbacks]))
     return out
 
 
-def _fallbacks(overrides: dict, original: dict, step: int, unit: int) -> list[dict]:
+def _fallbacks(overrides: dict, original: dict, step: int, unit: int, sizes: dict) -> list[dict]:
     """The sizes rounded to odd multiples of the step; then, if the reference fails there too, with the sizes under
     the step that the head and group counts divide in the problem made multiples of them (a channel count under
-    24 that 8 groups divide)."""
+    24 that 8 groups divide); then the variant in the problem's own proportions (`_proportional`)."""
     out: list[dict] = []
-    for f in (_fallback(overrides, original, step), _fallback(overrides, original, step, unit)):
+    for f in (_fallback(overrides, original, step), _fallback(overrides, original, step, unit),
+              _proportional(overrides, original, sizes)):
         if f is not None and f not in out:
             out.append(f)
     return out
+
+
+def _proportional(overrides: dict, original: dict, sizes: dict) -> dict | None:
+    """The variant with each size that another size divides in the problem kept a multiple of it: the same multiple
+    of that size's variant value, or, where the variant leaves that size alone, the multiple of it nearest the
+    variant's value on the variant's side. A model may ask that one size divide another (an image its patch size,
+    a sequence its block length: KernelBench's level 3 asserts both), which rounding to a step cannot keep where
+    the divisor is itself a size. The largest such divisor counts, smaller sizes first, so chains hold (a patch of
+    16, an image of 224, an embedding of 512: 11, 154, 352). None where nothing changes."""
+    ints = {k: v for k, v in sizes.items() if _is_size(v)}
+    out = dict(overrides)
+    for b in sorted((k for k in overrides if k in ints), key=lambda k: ints[k]):
+        divisors = [a for a in ints if a != b and ints[a] < ints[b] and ints[b] % ints[a] == 0]
+        if not divisors:
+            continue
+        a = max(divisors, key=lambda k: ints[k])
+        if a in out:
+            out[b] = out[a] * (ints[b] // ints[a])
+        else:  # the divisor keeps its value: the variant's size becomes a multiple of it, on the variant's side
+            n = out[b] // ints[a] if out[b] < ints[b] else -(-out[b] // ints[a])
+            out[b] = ints[a] * max(1, n)
+    return None if out == overrides else out
 
 
 def _literal_variants(problem: Problem) -> list[ShapeVariant]:
