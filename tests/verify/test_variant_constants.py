@@ -1,0 +1,104 @@
+"""How a shape variant's constants reach the candidate (`kforge.verify.variants.shown_and_followed`): the test
+configuration it was shown stays as shown, so a size read from ``batch_size`` instead of the input is baked in;
+what the problem's own model reads follows the variant (the stateful side is tests/verify/test_stateful.py)."""
+
+from kforge.problems import problem_from_source
+from kforge.verify import State, Verifier
+from kforge.verify.variants import model_reads, shown_and_followed
+from tests.helpers import fast_config
+
+PROBLEM = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, scale):
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, x):
+        return torch.relu(x) * self.scale
+
+
+batch_size = 16
+dim = 4096
+input_shape = (batch_size, dim)
+
+
+def get_inputs():
+    return [torch.randn(*input_shape)]
+
+
+def get_init_inputs():
+    return [0.5]
+'''
+
+# A KernelBench-style generation: the whole file again, and the output sized by the constants it restates.
+RESTATED = '''import torch
+import torch.nn as nn
+
+batch_size = 16
+dim = 4096
+
+
+class ModelNew(nn.Module):
+    def __init__(self, scale):
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, x):
+        out = torch.empty(batch_size, dim, device=x.device, dtype=x.dtype)
+        out.copy_(x.clamp_min(0))
+        return out.mul_(self.scale)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return [0.5]
+'''
+
+# The same without restating them: the problem's namespace supplies them (KernelBench's harness runs both files in
+# one globals dict), so the rows come from there.
+INHERITED = '''import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, scale):
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, x):
+        rows = x.reshape(batch_size, -1)  # noqa: F821 - the problem's
+        return (rows.clamp_min(0) * self.scale).view_as(x)
+'''
+
+
+def test_what_the_model_reads_follows_the_variant_and_the_test_configuration_stays_as_shown():
+    assert model_reads(PROBLEM) & {"batch_size", "dim", "input_shape"} == set()
+    stateful = PROBLEM.replace("self.scale = scale", "self.scale = scale\n        self.h = torch.zeros(batch_size, 1)")
+    assert "batch_size" in model_reads(stateful) and "dim" not in model_reads(stateful)
+    # through a module-level assignment the model reads
+    derived = PROBLEM.replace("return torch.relu(x) * self.scale", "return torch.relu(x).view(input_shape) * self.scale")
+    assert {"batch_size", "dim", "input_shape"} <= model_reads(derived)
+    constants = {"batch_size": 16, "dim": 4096}
+    assert shown_and_followed({"batch_size": 11, "dim": 3071}, constants, set()) == (constants, {})
+    assert shown_and_followed({"batch_size": 11, "dim": 3071}, constants, {"batch_size"}) == \
+        ({"dim": 4096}, {"batch_size": 11})
+
+
+def test_sizes_read_from_the_constants_it_was_shown_are_baked_in(pool):
+    """Restated or read from the problem's namespace, ``batch_size`` is the batch the candidate was shown: correct
+    under KernelBench's rules, which judge one shape, and not under kforge's, at the first variant."""
+    p = problem_from_source(PROBLEM, where="scaled_relu.py", name="scaled_relu")
+    verifier = Verifier(fast_config(variants=True, require_kernel=False), pool=pool)
+    for candidate in (RESTATED, INHERITED):
+        v = verifier.verify(p, candidate, "cpu")
+        assert v.states["kernelbench"] == "correct", v.summary()
+        assert v.state is not State.CORRECT and "on shape variant batch_size=11, dim=3071" in v.message, v.summary()
+    generic = RESTATED.replace("torch.empty(batch_size, dim,", "torch.empty(x.shape[0], x.shape[1],")
+    fine = verifier.verify(p, generic, "cpu")
+    assert fine.state is State.CORRECT, fine.summary()
