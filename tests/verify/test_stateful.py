@@ -67,9 +67,9 @@ def test_a_faithful_copy_of_a_stateful_problem_is_correct_under_both_rule_sets(p
 
 
 def test_a_restated_constant_takes_the_variants_value_and_a_size_of_the_candidates_own_does_not():
-    from kforge.verify.variants import _restated_take_the_variant
+    from kforge.verify.variant_constants import restated_take_the_variant
     namespace = {"batch_size": 8, "hidden_size": 64, "flag": True, "TILE": 32}
-    _restated_take_the_variant(namespace, {"batch_size": 5, "hidden_size": 95, "flag": 3, "TILE": 7},
+    restated_take_the_variant(namespace, {"batch_size": 5, "hidden_size": 95, "flag": 3, "TILE": 7},
                                {"batch_size": 8, "hidden_size": 128, "flag": 1, "TILE": 32})
     # restated: batch_size, TILE; its own (another value, another type): hidden_size, flag
     assert namespace == {"batch_size": 5, "hidden_size": 64, "flag": True, "TILE": 7}

@@ -1,10 +1,10 @@
-"""How a shape variant's constants reach the candidate (`kforge.verify.variants.shown_and_followed`): the test
+"""How a shape variant's constants reach the candidate (`kforge.verify.variant_constants.shown_and_followed`): the test
 configuration it was shown stays as shown, so a size read from ``batch_size`` instead of the input is baked in;
 what the problem's own model reads follows the variant (the stateful side is tests/verify/test_stateful.py)."""
 
 from kforge.problems import problem_from_source
 from kforge.verify import State, Verifier
-from kforge.verify.variants import model_reads, shown_and_followed
+from kforge.verify.variant_constants import model_reads, shown_and_followed
 from tests.helpers import fast_config
 
 PROBLEM = '''import torch
