@@ -94,7 +94,7 @@ def test_sizes_read_from_the_constants_it_was_shown_are_baked_in(pool):
     """Restated or read from the problem's namespace, ``batch_size`` is the batch the candidate was shown: correct
     under KernelBench's rules, which judge one shape, and not under kforge's, at the first variant."""
     p = problem_from_source(PROBLEM, where="scaled_relu.py", name="scaled_relu")
-    verifier = Verifier(fast_config(variants=True, require_kernel=False), pool=pool)
+    verifier = Verifier(fast_config(variants=True, require_kernel=False, skip_timing=True), pool=pool)
     for candidate in (RESTATED, INHERITED):
         v = verifier.verify(p, candidate, "cpu")
         assert v.states["kernelbench"] == "correct", v.summary()

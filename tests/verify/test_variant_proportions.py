@@ -88,7 +88,7 @@ def test_a_patch_count_baked_in_fails_where_the_variant_keeps_whole_patches(pool
     problem's own model is correct there and checked, not skipped; the candidate that baked 36 patches is not
     correct under the kforge rules, and is under KernelBench's, which judge one shape."""
     p = problem_from_source(PATCHES, where="patches.py", name="patches")
-    verifier = Verifier(fast_config(variants=True, require_kernel=False), pool=pool)
+    verifier = Verifier(fast_config(variants=True, require_kernel=False, skip_timing=True), pool=pool)
     itself = verifier.verify(p, PATCHES.replace("class Model(", "class ModelNew("), "cpu")
     assert itself.state is State.CORRECT, itself.summary()
     assert not any("skipped" in n for n in itself.evidence.notes), itself.evidence.notes
