@@ -16,8 +16,10 @@ at a derived variant (a width its head count must divide, say), the same sizes r
 tried instead (literals under the step, which may be head counts, keep their values there and join the step);
 where it fails there too, the same again with each size under the step that the counts divide in the problem
 made a multiple of them (16 channels in 8 groups: 11 becomes 8); where it fails there too, the variant in the
-problem's own proportions (`_proportional`: an image stays a whole number of patches). A variant the reference
-fails at every way is skipped with a note.
+problem's own proportions (`_proportional`: an image stays a whole number of patches); then each size a multiple
+of the power of two (up to 16) its value in the problem is (`_aligned`: an image a UNet halves four times); then
+the rounded sizes with one constant at a time back at the problem's value (`_reverted`: a size the model fixes
+without reading its constant). A variant the reference fails at every way is skipped with a note.
 
 The check runs after the verification's run, in a process of its own (request ``variants``), so a kernel that
 crashes or corrupts the device at a size it did not expect costs only the kforge rules' verdict, and the
@@ -230,13 +232,48 @@ def shape_variants(problem: Problem, declared: list[dict] | None = None) -> list
 def _fallbacks(overrides: dict, original: dict, step: int, unit: int, sizes: dict) -> list[dict]:
     """The sizes rounded to odd multiples of the step; then, if the reference fails there too, with the sizes under
     the step that the head and group counts divide in the problem made multiples of them (a channel count under
-    24 that 8 groups divide); then the variant in the problem's own proportions (`_proportional`)."""
+    24 that 8 groups divide); then the variant in the problem's own proportions (`_proportional`); then each size
+    a multiple of the power of two its value in the problem is (`_aligned`); then the first of these with one
+    constant at a time back at the problem's value (`_reverted`)."""
     out: list[dict] = []
-    for f in (_fallback(overrides, original, step), _fallback(overrides, original, step, unit),
-              _proportional(overrides, original, sizes)):
-        if f is not None and f not in out:
+    rounded = _fallback(overrides, original, step)
+    for f in (rounded, _fallback(overrides, original, step, unit), _proportional(overrides, original, sizes),
+              _aligned(overrides, original), *_reverted(rounded or overrides, original)):
+        if f is not None and f != overrides and f not in out:
             out.append(f)
     return out
+
+
+#: The largest power of two `_aligned` rounds a size to a multiple of.
+ALIGN = 16
+
+
+def _aligned(overrides: dict, original: dict) -> dict | None:
+    """The variant with each size a multiple of the power of two (up to `ALIGN`) that its value in the problem is
+    a multiple of: the nearest one on the side the size moved. Sizes under four such steps in the problem (a batch
+    of 8, 16 channels) stay, so that the variant's memory stays near the problem's. A model that halves an image
+    four times asks for multiples of 16 (KernelBench's UNet concatenates each level with the one below it), which
+    odd multiples of the step never are. None where nothing changes."""
+    def rounded(v, was):
+        if isinstance(v, tuple):
+            return tuple(rounded(e, o) for e, o in zip(v, was))
+        a = min(ALIGN, was & -was)
+        if was < 4 * a:
+            return v
+        r = round(v / a) * a
+        r += a if v > was and r <= was else -a if v < was and r >= was else 0
+        return r if r > 0 else v
+
+    out = {k: rounded(v, original[k]) for k, v in overrides.items()}
+    return None if out == overrides else out
+
+
+def _reverted(overrides: dict, original: dict) -> list[dict]:
+    """The variant with one constant at a time back at its value in the problem, where another constant still
+    changes: a size the model fixes without reading its constant (KernelBench's level3/32 sizes a Linear by the
+    image size its constructor defaults to, not by ``image_size``) leaves the other sizes checked."""
+    return [{**overrides, k: original[k]} for k in overrides
+            if any(overrides[o] != original[o] for o in overrides if o != k)]
 
 
 def _proportional(overrides: dict, original: dict, sizes: dict) -> dict | None:

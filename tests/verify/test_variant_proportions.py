@@ -62,7 +62,7 @@ class ModelNew(nn.Module):
 '''
 
 
-def test_a_size_another_divides_keeps_the_multiple_in_the_last_fallback():
+def test_a_size_another_divides_keeps_the_multiple_in_the_proportional_fallback():
     """KernelBench's level3/28 in small: its image alone at about half (111 of 224) is no multiple of its 16-pixel
     patch, nor is either step fallback (72); the proportional one is (96). Where the variant changes the patch
     too, every size it divides in the problem follows it: a patch of 11 makes the image 154 and the 512-wide
@@ -71,16 +71,16 @@ def test_a_size_another_divides_keeps_the_multiple_in_the_last_fallback():
         "dim = 40", "dim = 512\nmlp_dim = 2048"), where="vit.py", name="vit")
     first, half, larger = shape_variants(vit)
     assert half.overrides == {"image_size": 111}
-    assert half.fallbacks == [{"image_size": 72}, {"image_size": 96}]
+    assert half.fallbacks[:2] == [{"image_size": 72}, {"image_size": 96}]
     assert first.overrides == {"image_size": 167, "patch_size": 11, "dim": 383, "mlp_dim": 1535}
-    assert first.fallbacks[-1] == {"image_size": 154, "patch_size": 11, "dim": 352, "mlp_dim": 1408}
-    assert larger.fallbacks[-1] == {"image_size": 238, "patch_size": 17, "dim": 544, "mlp_dim": 2176}
+    assert first.fallbacks[2] == {"image_size": 154, "patch_size": 11, "dim": 352, "mlp_dim": 1408}
+    assert larger.fallbacks[2] == {"image_size": 238, "patch_size": 17, "dim": 544, "mlp_dim": 2176}
     # A sequence in blocks (Mamba2's chunked scan): the block length follows the state size it is a multiple of.
     scan = problem_from_source(PATCHES.replace("image_size = 96", "seq_length = 128").replace(
         "patch_size = 16", "block_len = 64").replace("dim = 40", "d_state = 16").replace(
         "image_size, patch_size, channels, dim]", "seq_length, block_len, channels, d_state]"),
         where="scan.py", name="scan")
-    assert shape_variants(scan)[0].fallbacks[-1] == {"seq_length": 88, "block_len": 44, "d_state": 11}
+    assert shape_variants(scan)[0].fallbacks[2] == {"seq_length": 88, "block_len": 44, "d_state": 11}
 
 
 def test_a_patch_count_baked_in_fails_where_the_variant_keeps_whole_patches(pool):
