@@ -50,7 +50,8 @@ KB_REFERENCE_TOO_ROUGH = {"level2/4_RMSNorm_SiLUGate"}
 
 #: Checked at their cpu size as well: the elementwise path, the GEMM, and the problem whose bf16 reference is
 #: rougher than the kernel. The rest are the same sources at the same dtype; at the cpu size bf16 eager is slow on
-#: CPUs without native bf16 (a convolution's reference alone takes half a minute there), so they run at `SMALL`.
+#: CPUs without native bf16 (auditing the convolution's reference took half a minute on a loaded 2-core machine),
+#: so they run at `SMALL`.
 AT_CPU_SIZE = [p for p in CPU_PROBLEMS if p.key in ("level1/1_ReLU", "level1/4_Matmul", *KB_REFERENCE_TOO_ROUGH)]
 
 
