@@ -257,6 +257,8 @@ def _aligned(overrides: dict, original: dict) -> dict | None:
     def rounded(v, was):
         if isinstance(v, tuple):
             return tuple(rounded(e, o) for e, o in zip(v, was))
+        if v == was or not _is_size(was) or not isinstance(v, int):
+            return v  # a tuple's element the variant left alone (an axis, 0, a float)
         a = min(ALIGN, was & -was)
         if was < 4 * a:
             return v

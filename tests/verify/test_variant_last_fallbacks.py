@@ -5,7 +5,7 @@ pass the kforge rules with every variant but the batch-only one skipped."""
 
 from kforge.problems import problem_from_source
 from kforge.verify import State, Verifier
-from kforge.verify.variants import shape_variants
+from kforge.verify.variants import _aligned, shape_variants
 from tests.helpers import fast_config
 
 # Pooled to a sixteenth and broadcast back, as a UNet's levels meet: height and width must be multiples of 16.
@@ -110,6 +110,8 @@ def test_the_last_fallbacks_are_aligned_sizes_then_one_constant_back():
                                {"height": 64, "width": 24}, {"height": 24, "width": 96}]
     assert half.fallbacks == [{"height": 24}, {"height": 32}]  # nothing else changes: nothing to put back
     assert larger.fallbacks[1] == {"height": 80, "width": 112}  # above the problem's, as the variant is
+    # A shape written as a tuple keeps the elements the variant left alone, zeros and floats among them.
+    assert _aligned({"shape": (0, 47, 2.5)}, {"shape": (0, 64, 2.5)}) == {"shape": (0, 48, 2.5)}
     first = shape_variants(problem_from_source(DEFAULTED, where="defaulted.py", name="defaulted"))[0]
     assert first.overrides == {"batch_size": 7, "dim": 17, "image_size": 11, "num_classes": 29}
     # The step fallback (odd multiples of 24) with each constant back in turn; image_size's is the one that runs.
