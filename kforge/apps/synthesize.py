@@ -27,7 +27,7 @@ def _job(cfg: DictConfig) -> float:
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import open_dict
 
-    from ..job.pipeline import ConfigError, run, split_gpus
+    from ..job.pipeline import ConfigError, needs_compiler_stack, run, split_gpus
     from ..llm import LLMError
     from ..problems import ProblemError
     from ..sandbox.gpus import detect_gpus
@@ -45,7 +45,8 @@ def _job(cfg: DictConfig) -> float:
             with open_dict(cfg):
                 cfg.workers.gpus = split_gpus(detect_gpus(), hc.job.num, n_jobs)
             tags["gpus"] = ",".join(map(str, cfg.workers.gpus))
-    pool = sweep_pool(cfg.workers) if hc.mode.name == "MULTIRUN" else None
+    light = not needs_compiler_stack(cfg.verify.compile_ref, cfg.backend.name)
+    pool = sweep_pool(cfg.workers, light) if hc.mode.name == "MULTIRUN" else None
     try:
         result = run(cfg, tags=tags, pool=pool)
     except (LLMError, ConfigError, ProblemError) as exc:
@@ -70,7 +71,7 @@ def _job(cfg: DictConfig) -> float:
 _POOLS: dict[tuple, Any] = {}
 
 
-def sweep_pool(workers: Any):
+def sweep_pool(workers: Any, light: bool = False):
     """One worker pool for every job of a sweep that this process runs (Hydra's basic launcher runs them one
     after another here; a joblib worker process, several): each job would otherwise start its workers again,
     torch imported in every one (5-10 s a job on 2 cores). A job with other GPUs, build workers or spares gets a
@@ -80,14 +81,14 @@ def sweep_pool(workers: Any):
 
     from ..verify import WorkerPool
     gpus = None if workers.gpus is None else tuple(int(g) for g in workers.gpus)
-    key = (gpus, workers.build, bool(workers.spare))
+    key = (gpus, workers.build, bool(workers.spare), light)
     pool = _POOLS.get(key)
     if pool is None or pool.closed:
         for old in _POOLS.values():
             old.close()
         _POOLS.clear()
         pool = _POOLS[key] = WorkerPool(gpus=None if gpus is None else list(gpus), build_workers=workers.build,
-                                        spare=bool(workers.spare))
+                                        spare=bool(workers.spare), light=light)
         atexit.register(pool.close)
     return pool
 

@@ -177,7 +177,8 @@ def run(cfg: Any, *, llm: LLM | None = None, tags: dict[str, str] | None = None,
     # MLflow's import and a new store's schema take seconds: they run while the workers start
     opening = _Opening(job.tracking)
     own_pool = pool is None
-    pool = pool or WorkerPool(gpus=job.workers.gpus, build_workers=job.workers.build, spare=job.workers.spare)
+    pool = pool or WorkerPool(gpus=job.workers.gpus, build_workers=job.workers.build, spare=job.workers.spare,
+                              light=not needs_compiler_stack(job.verify.compile_ref, job.backend.name))
     try:
         with _sigterm_as_interrupt(), tempfile.TemporaryDirectory(prefix="kforge-analysis-") as scratch:
             return execute(compose(conf, job, llm, pool, scratch, chash, tags or {}), opening.tracker())
@@ -185,6 +186,13 @@ def run(cfg: Any, *, llm: LLM | None = None, tags: dict[str, str] | None = None,
         if own_pool:
             pool.close()
         opening.join()  # a job that stopped early leaves no store half made
+
+
+def needs_compiler_stack(compile_ref: bool, backend: str) -> bool:
+    """Whether a job's run workers should import dynamo, inductor and Triton before forking: when it times
+    torch.compile of the reference, or its candidates are Triton. Otherwise each worker starts ~5 s of CPU
+    sooner (the sandbox's light preload) and the rare child that needs the stack imports it itself."""
+    return bool(compile_ref) or backend == "triton"
 
 
 class _Opening:

@@ -55,7 +55,9 @@ class WorkerPool:
         self.light = light
         """Workers import torch and its extension builder only, not the compiler stack (dynamo, inductor,
         Triton): they start seconds sooner, and each child imports what it needs. For one verification
-        (``kforge verify``); a sweep forks many children and wants them preloaded."""
+        (``kforge verify``, and jobs that neither time torch.compile nor write Triton: `needs_compiler_stack`); a
+        sweep that does forks many children and wants them preloaded. Build workers are always light: a build
+        never compiles the reference, and a Triton candidate's own import brings Triton (0.4 s)."""
         self.resident = resident
         """Seconds a worker outlives the pool waiting for the next one (`kforge.sandbox.resident`; 0: none does).
         For one-shot commands: ``kforge verify --resident``."""
@@ -92,7 +94,7 @@ class WorkerPool:
 
     def _env(self, kind: str) -> dict[str, str]:
         env = self._kind_env(kind)
-        if self.light:
+        if self.light or kind == "build":
             env[PRELOAD_ENV] = str(LIGHT_LEVEL)
         return env
 

@@ -17,3 +17,22 @@ def test_the_jobs_of_a_sweep_share_one_worker_pool():
         assert other is not again and again.closed and other.build_workers == 2
     finally:
         sweep_pool(same).close()
+
+
+def test_a_job_preloads_the_compiler_stack_only_where_it_uses_it():
+    """A job that times torch.compile, or writes Triton, wants dynamo, inductor and Triton imported before its
+    workers fork; any other starts them light, in a pool of its own within a sweep."""
+    from types import SimpleNamespace
+
+    from kforge.apps.synthesize import sweep_pool
+    from kforge.job.pipeline import needs_compiler_stack
+    assert needs_compiler_stack(True, "cpu") and needs_compiler_stack(False, "triton")
+    assert not needs_compiler_stack(False, "cpu") and not needs_compiler_stack(False, "cuda")
+    workers = SimpleNamespace(gpus=[], build=1, spare=True)
+    full = sweep_pool(workers)
+    try:
+        light = sweep_pool(workers, light=True)
+        assert light is not full and full.closed and light.light and not full.light
+        assert sweep_pool(workers, light=True) is light
+    finally:
+        sweep_pool(workers, light=True).close()

@@ -23,7 +23,11 @@ def test_start_boots_every_worker_at_once_and_later_requests_reuse_them_and_time
     # The session's build cache: a fresh one would compile torch's headers again (a minute on 2 cores).
     with WorkerPool(gpus=[], build_workers=2, cpu_workers=1, build_cache=cache_dir / "ext") as pool:
         pool.start(["build", "cpu"])
-        assert sorted(pool.preloads()) == ["build-0", "build-1", "cpu-0"]
+        preloads = pool.preloads()
+        assert sorted(preloads) == ["build-0", "build-1", "cpu-0"]
+        # The run worker preloads the compiler stack a sweep's compile references use; a build never needs it.
+        assert "torch._dynamo" in preloads["cpu-0"], preloads
+        assert preloads["build-0"] == preloads["build-1"] == ["torch.utils.cpp_extension"], preloads
         started = {k: t["start"] for k, t in pool.time_s.items()}
         assert set(started) == {"build", "cpu"} and all(s > 0 for s in started.values())
         relu = resolve_problem("level1/1_ReLU", size="cpu")
