@@ -32,6 +32,20 @@ def test_a_gap_the_reference_shows_too_is_the_hosts():
     assert not persistent(cand, ref)
 
 
+def test_a_device_other_processes_share_is_not_an_accusation():
+    # Measured on an H200 that three verifiers shared: an honest kernel on a stream it joins back waits for a time
+    # slice at each of its stream waits, the reference at its one launch; neither leaves work behind.
+    honest = gap(0.0109, [0.5249, 0.61, 0.55, 0.71, 0.5312, 0.58, 0.66, 0.5401])
+    ref = gap(0.0076, [0.2963, 0.35, 0.31, 0.42, 0.30, 0.33, 0.38, 0.2990])
+    assert suspicious(honest, ref, own_streams=True) and not persistent(honest, ref)
+    # A time slice that fell between one reference call's events: its gap is near zero, the others' are not.
+    sliced = Gap([0.0076] * 7 + [0.30], [0.2963, 0.35, 0.31, 0.42, 0.30, 0.33, 0.38, 0.3102])
+    assert sliced.smallest_gap_ms < 0.02 and not persistent(honest, sliced)
+    # Hidden work of a millisecond on that same device still shows: its whole length is in every call.
+    side = gap(0.0109, [1.52 + d for d in (0.5249, 0.61, 0.55, 0.71, 0.5312, 0.58, 0.66, 0.5401)])
+    assert persistent(side, ref) and persistent(side, sliced)
+
+
 class ScriptedClock:
     """A clock whose host times are the event times plus a scripted delay; records what was timed, and how."""
 
