@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import sys
+import threading
 import time
 
 from ..problems import resolve_problem
@@ -63,6 +64,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
             if not verifier.build_known(problem, candidate, backend):  # a program built before needs no build worker
                 booting.append(verifier.start_workers(backend, devices=False))
                 _pch_notice(backend, pool, candidate)
+                if backend.device == "cuda":
+                    # The GPU idles while the candidate builds: the problem's audit and baselines are timed then (a
+                    # run waits for them; a build that fails does not, and leaves the thread to the pool's closing).
+                    # Not on a CPU, where they would be timed beside the compiler and kept for a week.
+                    threading.Thread(target=verifier.prepare, args=(problem, backend), daemon=True).start()
             verdict = verifier.verify(problem, candidate, backend)
             for thread in booting:
                 thread.join()

@@ -50,6 +50,23 @@ class CompileRefs:
         self.root = root
         self._kept: dict[str, KeptRef] = {}
         self._lock = threading.Lock()
+        self._claims: dict[str, threading.Event] = {}
+        """Keys being timed ahead of a run (`Verifier.prepare`), each set when that is done."""
+
+    def claim(self, key: str) -> bool:
+        """Claims ``key`` for timing ahead of any run; False where it is kept already or another claim holds it.
+        A claim is ended by `release`, which `known` with ``wait`` waits for."""
+        with self._lock:
+            if key in self._claims or key in self._kept:
+                return False
+            self._claims[key] = threading.Event()
+            return True
+
+    def release(self, key: str) -> None:
+        with self._lock:
+            claim = self._claims.pop(key, None)
+        if claim is not None:
+            claim.set()
 
     @staticmethod
     def key(problem: Problem, device: str | None, cfg: VerifyConfig) -> str | None:
@@ -64,11 +81,16 @@ class CompileRefs:
     def path(self, key: str) -> Path:
         return self.root / f"{key[:32]}.json"
 
-    def known(self, key: str | None) -> KeptRef | None:
+    def known(self, key: str | None, wait: bool = False) -> KeptRef | None:
         """A median timed earlier: in this process, or in another one on this machine (on disk), so that a
-        one-shot ``kforge verify`` need not compile the reference again, nor even import the compiler."""
+        one-shot ``kforge verify`` need not compile the reference again, nor even import the compiler. With
+        ``wait``, after any claim on it (`claim`) has ended."""
         if not key:
             return None
+        with self._lock:
+            claim = self._claims.get(key) if wait else None
+        if claim is not None:
+            claim.wait()
         with self._lock:
             if key in self._kept:
                 return self._kept[key]
@@ -85,12 +107,15 @@ class CompileRefs:
                                       f"eager median (kept in {self.root}; verify.compile_ref_reuse=false times "
                                       "it anew)"))
 
-    def keep(self, key: str, stats: TimingStats, eager: TimingStats | None) -> None:
-        """Keep a compile reference timed now, as its ratio to the eager median timed beside it."""
+    def keep(self, key: str, stats: TimingStats, eager: TimingStats | None, ahead: bool = False) -> None:
+        """Keep a compile reference timed now, as its ratio to the eager median timed beside it; ``ahead``: timed
+        ahead of any candidate (`Verifier.prepare`) rather than in a verification."""
         if not eager or eager.median_ms <= 0:
             return
-        note = ("torch.compile reference: its time relative to eager as timed in this problem's first verification "
-                "on this device model, scaled to this verification's eager median (verify.compile_ref_reuse)")
+        when = "ahead of this verification, while the candidate built," if ahead else \
+            "in this problem's first verification on this device model,"
+        note = (f"torch.compile reference: its time relative to eager as timed {when} scaled to this verification's "
+                "eager median (verify.compile_ref_reuse)")
         with self._lock:
             self._kept.setdefault(key, KeptRef(stats, eager.median_ms, note))
         try:

@@ -77,12 +77,18 @@ class AuditResult(Message):
     error: str | None = None
     """Why the problem could not be audited (it fails on its own)."""
     evidence: Evidence | None = None
+    ref: TimingStats | None = None
+    """Eager's timing, where the request asked for the baselines."""
+    compile_ref: TimingStats | None = None
+    """``torch.compile``'s, timed beside it (None: not asked, or it failed: the run says why)."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class AuditRequest(ProgramRequest):
     KIND: ClassVar[str] = "audit"
     RESULT: ClassVar[type[Message]] = AuditResult
+    baselines: bool = False
+    """Also time eager and ``torch.compile`` on the problem's inputs, in the run's regime (`Verifier.prepare`)."""
 
 
 @dataclass(frozen=True, kw_only=True)

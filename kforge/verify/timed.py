@@ -40,7 +40,8 @@ class TimedRounds:
 
     # -- timing ------------------------------------------------------------------------------------
     def _time_within_budget(self, model) -> RunEnd:
-        """Timing within its budget (`kforge.verify.phases`); cut short, it reports what its rounds measured."""
+        """Timing within its budget (`kforge.verify.phases`); cut short, it reports what its rounds measured.
+        ``model`` None times the baselines alone."""
         try:
             with self.timing_budget() as b:
                 return self._time(model)
@@ -129,7 +130,7 @@ class TimedRounds:
             # Rechecks after rounds every, 2*every, 4*every, ...: a handful per verification, since
             # refilling inputs costs more than a timed call, and the first one already catches a cache.
             k, r = divmod(rounds + 1, every)
-            recheck = r == 0 and k & (k - 1) == 0
+            recheck = model is not None and r == 0 and k & (k - 1) == 0
             expected = snapshot = None
             if recheck:
                 # Same buffers, new values: a cache keyed by pointer or shape now returns stale results.
@@ -154,7 +155,8 @@ class TimedRounds:
             if sampler.done(rounds):
                 break
         self.trip("after timing")
-        self._check_unsynchronized(sampler, own_streams, model, sets[0])
+        if model is not None:
+            self._check_unsynchronized(sampler, own_streams, model, sets[0])
         self.notes.append(f"timing: {rounds} rounds, stopped: {sampler.stop_reason}")
         rechecks = sum(1 for k in range(1, rounds // every + 1) if k & (k - 1) == 0)
         return RunEnd("correct", f"matches the reference on {self.cfg.trials} trials and {rechecks} timing rechecks",
@@ -193,7 +195,8 @@ class TimedRounds:
             except Exception as exc:  # noqa: BLE001 - a baseline failing is a note, not the candidate's fault
                 self.notes.append(f"torch.compile of the reference failed: {first_line(exc)}")
             phase("timing")
-        programs.append(("cand", model, None))
+        if model is not None:  # None: the baselines alone (`Verifier.prepare`)
+            programs.append(("cand", model, None))
         return programs
 
     def _check_unsynchronized(self, sampler, own_streams: bool, model, inputs) -> None:

@@ -157,6 +157,32 @@ class Verifier:
             raise RuntimeError(f"auditing {problem.key} failed: {why or reply.output_tail}")
         return found.audit
 
+    def prepare(self, problem: Problem, backend: Backend | str, config: VerifyConfig | None = None) -> bool:
+        """The problem's audit and its baselines' timings (eager and ``torch.compile``) ahead of any candidate, so
+        that a verification asked for meanwhile finds them (the audit cached on disk, the compile reference kept:
+        `CompileRefs`) instead of spending its run on them. A one-shot ``kforge verify`` calls it while the
+        candidate builds. Whether it kept a compile reference; a failure is left for the run to meet and report.
+        A run waits for it once it has claimed the problem's key (after the device worker is up)."""
+        cfg = config or self.config
+        backend = get_backend(backend)
+        kinds = self.device_kinds(backend)
+        devices = {self.pool.device_info(k, backend.spec()).device for k in kinds}
+        key = self.compile_refs.key(problem, devices.pop() if len(devices) == 1 else None, cfg)
+        if not key or cfg.backward or self.compile_refs.known(key) or not self.compile_refs.claim(key):
+            return False
+        try:
+            request = AuditRequest(problem=problem, backend=backend.spec(), config=cfg.to_dict(),
+                                   arch=self.arch(backend, kinds), baselines=True)
+            found = self.pool.request(kinds, request, {"problem.py": problem.source}, cfg.timeout_s).result
+            if found is None or found.ref is None or found.compile_ref is None:
+                return False
+            self.compile_refs.keep(key, found.compile_ref, found.ref, ahead=True)
+            return True
+        except Exception:  # noqa: BLE001 - ahead of time only: the run meets the failure again and says so
+            return False
+        finally:
+            self.compile_refs.release(key)
+
     def _request_retrying(self, kinds: list[str], request: Request, files: dict[str, str], timeout: float) -> Reply:
         """A lost worker (its process died under the candidate: a crash in the driver, a lost GPU, or the
         candidate killing it) is retried once, on another device where there is one; a second loss raises."""
@@ -181,12 +207,12 @@ class Verifier:
         arch = self.arch(backend, kinds)
         devices = {self.pool.device_info(k, backend.spec()).device for k in kinds}
         ref_key = self.compile_refs.key(problem, devices.pop() if len(devices) == 1 else None, cfg)
-        known = self.compile_refs.known(ref_key)
         clock("checks")
         build, ended = self._build(BuildRequest(backend=backend.spec(), arch=arch), files, evidence, cfg)
         clock("build")
         if ended is not None:
             return ended
+        known = self.compile_refs.known(ref_key, wait=True)  # after the build: `prepare` may have timed it meanwhile
         request = RunRequest(problem=problem, backend=backend.spec(), config=replace(cfg, compile_ref=False).to_dict()
                              if known else cfg.to_dict(), arch=arch, own_streams=own_streams(candidate.source),
                              failed_builds=build["failed_builds"])

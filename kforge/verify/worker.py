@@ -195,15 +195,24 @@ class _Run(OwnPhases, TimedRounds, Trials):
                               mismatch=(v.extra.get("evidence") or {}).get("mismatch"))
 
     def audit_only(self) -> AuditResult:
-        """The problem audit alone (``kforge problems --audit``): no candidate is involved."""
+        """The problem audit alone (``kforge problems --audit``): no candidate is involved. With ``baselines``,
+        eager and ``torch.compile`` are timed after it as a run times them, minus the candidate (`Verifier.prepare`)."""
         import torch
         try:
             with torch.no_grad():
                 self.setup(flush_l2=True)
                 self.load_reference()
-                return AuditResult(audit=self._audit())
+                self.audit = self._audit()
+                if not getattr(self.req, "baselines", False):
+                    return AuditResult(audit=self.audit)
+                self.begin()
+                self.flags = list(self.audit.flags)
+                self.guard_candidate()  # the tripwire's baseline, as a run has it when timing starts
+                timed = self._time_within_budget(None)
+                return AuditResult(audit=self.audit, ref=timed.timings.get("ref"),
+                                   compile_ref=timed.timings.get("compile_ref"))
         except HarnessVerdict as v:
-            return AuditResult(error=v.message, evidence=Evidence(**(v.extra.get("evidence") or {})))
+            return AuditResult(audit=self.audit, error=v.message, evidence=Evidence(**(v.extra.get("evidence") or {})))
 
     def _execute(self) -> RunEnd:
         cfg = self.cfg

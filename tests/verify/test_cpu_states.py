@@ -114,6 +114,23 @@ def test_compile_reference_is_timed(verifier, relu):
         v.compile_ref.median_ms / v.ref.median_ms, rel=1e-6)
 
 
+def test_baselines_timed_while_the_candidate_builds_serve_its_run(pool):
+    # `kforge verify` on a GPU asks for the problem's audit and baselines while the candidate builds
+    # (`Verifier.prepare`); the run then times neither torch.compile nor the audit, and says whence its figure came.
+    # A size of its own, so that neither its audit nor its compile reference is on disk from an earlier run.
+    relu = resolve_problem("level1/1_ReLU", size="cpu", overrides={"BATCH": 4, "DIM": 1000 + time.time_ns() % 99991})
+    verifier = Verifier(fast_config(compile_ref=True), pool=pool)
+    assert verifier.prepare(relu, "cpu") is True
+    v = verifier.verify(relu, candidate("cpu", "relu_ok.py"), "cpu")
+    assert v.state is State.CORRECT and v.compile_ref is not None, v.summary()
+    assert "compile reference" not in v.phases and "audit" in v.phases, v.phases
+    assert any("timed ahead of" in n for n in v.evidence.notes), v.evidence.notes
+    assert v.phases["audit"] < 0.5, v.phases  # read from the cache the prepared audit wrote
+    assert verifier.prepare(relu, "cpu") is False  # kept: nothing to time again
+    broken = dataclasses.replace(relu, source=relu.source.replace("return torch.relu(x)", "return x.no_such_op()"))
+    assert broken.source != relu.source and verifier.prepare(broken, "cpu") is False  # the run will say why
+
+
 @pytest.mark.parametrize("name,state,needle", [
     ("relu_wrong_math.py", State.NUMERICAL_MISMATCH, "outside atol"),
     ("relu_wrong_shape.py", State.SHAPE_MISMATCH, "shape (8, 4095), expected (8, 4096)"),
