@@ -120,12 +120,16 @@ def test_baselines_timed_while_the_candidate_builds_serve_its_run(pool):
     # A size of its own, so that neither its audit nor its compile reference is on disk from an earlier run.
     relu = resolve_problem("level1/1_ReLU", size="cpu", overrides={"BATCH": 4, "DIM": 1000 + time.time_ns() % 99991})
     verifier = Verifier(fast_config(compile_ref=True), pool=pool)
+    audits = Path(pool.build_cache).parent / "audit"
+    before = set(audits.glob("*.json"))
     assert verifier.prepare(relu, "cpu") is True
+    prepared = set(audits.glob("*.json")) - before
+    assert len(prepared) == 1  # this problem's audit, which the run reads instead of auditing again
     v = verifier.verify(relu, candidate("cpu", "relu_ok.py"), "cpu")
     assert v.state is State.CORRECT and v.compile_ref is not None, v.summary()
     assert "compile reference" not in v.phases and "audit" in v.phases, v.phases
     assert any("timed ahead of" in n for n in v.evidence.notes), v.evidence.notes
-    assert v.phases["audit"] < 0.5, v.phases  # read from the cache the prepared audit wrote
+    assert set(audits.glob("*.json")) - before == prepared
     assert verifier.prepare(relu, "cpu") is False  # kept: nothing to time again
     broken = dataclasses.replace(relu, source=relu.source.replace("return torch.relu(x)", "return x.no_such_op()"))
     assert broken.source != relu.source and verifier.prepare(broken, "cpu") is False  # the run will say why
