@@ -70,11 +70,13 @@ class CompileRefs:
 
     @staticmethod
     def key(problem: Problem, device: str | None, cfg: VerifyConfig) -> str | None:
-        """Same problem (source and sizes), same GPU model, same timing settings; None when nothing is kept."""
+        """Same problem (source and sizes), same GPU model, same timing settings, same precision and input casting
+        (KernelBench's rules cast integer inputs too: the audit's cache keys them alike); None when nothing is kept."""
         if not (cfg.compile_ref and cfg.compile_ref_reuse and not cfg.skip_timing) or not device:
             return None
+        numerics = f"{cfg.precision}{':all' if cfg.rules == 'kernelbench' else ''}"
         blob = json.dumps([problem.to_dict(), device, metadata.version("torch"), cfg.compile_mode,
-                           cfg.to_dict()["timing"], *(["training step"] if cfg.backward else [])],
+                           cfg.to_dict()["timing"], numerics, *(["training step"] if cfg.backward else [])],
                           sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()
 

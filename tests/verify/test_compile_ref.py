@@ -32,3 +32,17 @@ def test_a_claim_that_ends_without_a_figure_releases_its_waiters(tmp_path):
     assert refs.claim("k")
     refs.release("k")
     assert refs.known("k", wait=True) is None and refs.claim("k")
+
+
+def test_a_reference_is_kept_per_precision_and_per_input_casting():
+    # The compile reference is timed in the precision (bf16 eager and compile are other programs than fp32's), and
+    # KernelBench's rules cast integer inputs too: a figure kept for one must not serve another, as it did when the
+    # key left the precision out (a precision ablation's bf16 jobs reused the fp32 ratio).
+    from kforge.problems import resolve_problem
+    from tests.helpers import fast_config
+    relu = resolve_problem("level1/1_ReLU", size="cpu")
+    keys = {CompileRefs.key(relu, "some GPU", fast_config(compile_ref=True, precision=p, rules=r))
+            for p in ("fp32", "tf32", "bf16", "fp16") for r in ("kforge", "kernelbench")}
+    assert len(keys) == 8 and None not in keys
+    same = CompileRefs.key(relu, "some GPU", fast_config(compile_ref=True, precision="bf16", rules="strict"))
+    assert same == CompileRefs.key(relu, "some GPU", fast_config(compile_ref=True, precision="bf16"))
