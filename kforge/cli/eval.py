@@ -36,7 +36,8 @@ output
   runtime_ms, ref_runtime_ms, rule, message, trimmed evidence, ...). A file kforge cannot
   verify (its problem is missing) gets state "error" and an `error` field. A rerun skips
   files whose path and content already have a row there; an error row is tried again and
-  replaced, so the file keeps one row per candidate.
+  replaced, so the file keeps one row per candidate. A rerun that judges otherwise
+  (another --precision, --rules, --size, ...) than the file's rows refuses: use another --out.
   The summary (per level: correct %, fast_0/1/1.5/2, geomean speedup, states) is printed
   and written beside the rows: FILE.summary.json and FILE.summary.md.
 
@@ -70,7 +71,8 @@ def add_parser(sub) -> None:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     """Verify many candidate files in one pool; rows to --out, the summary printed and written beside it."""
-    from ..evaluate import render_text, run_eval, summarise, write_summary
+    from ..evaluate import load_results, render_text, run_eval, summarise, write_summary
+    from ..evaluate.judged import resume_conflict
     from ..verify import BackendUnavailable, Verifier, WorkerPool
     jobs, source, out = _inputs(args)
     backends = {name: backend_of(name, args.device) for name in sorted({j.backend for j in jobs})}
@@ -78,6 +80,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     def size_of(name: str) -> str:
         return args.size or __import__("kforge.problems", fromlist=["default_size"]).default_size(backends[name].device)
 
+    # Before any worker or MLflow run: rows judged under other settings would pass for this run's verdicts.
+    if conflict := resume_conflict(out, load_results(out), verify_config(args), size_of, backends):
+        raise UsageError(conflict)
     tracker = parent = None
     started = time.monotonic()
     with WorkerPool(build_workers=args.jobs) as pool, Verifier(verify_config(args), pool=pool) as verifier:

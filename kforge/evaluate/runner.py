@@ -26,6 +26,7 @@ from ..candidate import Candidate
 from ..errors import KforgeError
 from ..manifest import manifest_rows
 from ..problems import Problem, ProblemError, kernelbench_root, parse_ids, resolve_problem
+from .judged import judged_under, resume_conflict
 from .summary import ERROR_STATE
 
 #: The file names KernelBench's scripts/generate_samples.py writes into a run directory.
@@ -291,6 +292,9 @@ def run_eval(jobs: Iterable[CandidateFile], verifier, backends: dict[str, Any], 
     """
     jobs = list(jobs)
     done = load_results(out)
+    cfg = config or verifier.config
+    if conflict := resume_conflict(out, done, cfg, size_of, backends):
+        raise EvalInputError(conflict)
     problems: dict[tuple[str, str], Problem | ProblemError] = {}  # each problem loaded once per size
     rows: dict[int, dict[str, Any]] = {}
     todo: list[tuple[int, CandidateFile, str | None, Problem, Candidate]] = []
@@ -327,6 +331,7 @@ def run_eval(jobs: Iterable[CandidateFile], verifier, backends: dict[str, Any], 
     with _appending(out) as fh:
 
         def record(i: int, row: dict[str, Any], source: str | None) -> None:
+            row["judged"] = judged_under(cfg, row["size"])
             fh.write((json.dumps(row, default=str) + "\n").encode())
             fh.flush()
             rows[i] = row

@@ -314,6 +314,34 @@ def test_eval_usage_errors_exit_two(tmp_path, capsys):
         assert message in capsys.readouterr().err, argv
 
 
+def test_a_rerun_judging_otherwise_does_not_take_over_the_rows(tmp_path, capsys):
+    """A rows file is resumed only by a run judging as its rows were judged: the fp32 verdicts of a first run are
+    not a `--precision bf16` run's, nor a `--rules kernelbench` one's. The run refuses before verifying anything,
+    says what differs and what to do, and the file stays as it was."""
+    kb = kernelbench(tmp_path / "KB", problems=("1_ReLU",))
+    gen = generations(tmp_path / "run", {kb_name(1, 0): b"Sorry, I cannot write this kernel.\n", kb_name(1, 1): GARBAGE})
+    out = tmp_path / "r.jsonl"
+    argv = ["eval", str(kb), str(gen), "--no-progress", "--out", str(out)]
+    assert main(argv) == 0
+    rows = out.read_text()
+    assert all(json.loads(line)["judged"]["precision"] == "fp32" for line in rows.splitlines())
+    capsys.readouterr()
+    for extra, said in ((["--precision", "bf16"], "precision=fp32, and this run judges under precision=bf16"),
+                        (["--rules", "kernelbench"], "rules=kforge, and this run judges under rules=kernelbench"),
+                        (["--no-variants"], "variants=True, and this run judges under variants=False")):
+        assert main(argv + extra) == 2, extra
+        err = capsys.readouterr().err
+        assert f"{out} holds 2 verdict row(s) judged under {said}" in err and "another --out FILE" in err, err
+        assert out.read_text() == rows
+    assert main(argv + ["--precision", "bf16", "--out", str(tmp_path / "bf16.jsonl")]) == 0
+    assert main(argv) == 0 and "0 verified now, 2 already in r.jsonl" in capsys.readouterr().out
+    # Rows written before rows said what they were judged under still carry their verdict's precision.
+    legacy = [{k: v for k, v in json.loads(line).items() if k != "judged"} for line in rows.splitlines()]
+    out.write_text("".join(json.dumps(r) + "\n" for r in legacy))
+    assert main(argv + ["--precision", "fp16"]) == 2 and "precision=fp32" in capsys.readouterr().err
+    assert main(argv) == 0
+
+
 def test_eval_notices_go_through_logging_to_stderr(tmp_path, capsys, caplog):
     """The command's notices are `kforge.cli.eval` log records, printed on stderr once each (the rows and the
     summary stay on stdout); a second run in the same process prints them once again, not twice."""
