@@ -166,8 +166,7 @@ class Verifier:
         cfg = config or self.config
         backend = get_backend(backend)
         kinds = self.device_kinds(backend)
-        devices = {self.pool.device_info(k, backend.spec()).device for k in kinds}
-        key = self.compile_refs.key(problem, devices.pop() if len(devices) == 1 else None, cfg)
+        key = self._ref_key(problem, backend, kinds, cfg)
         if not key or cfg.backward or self.compile_refs.known(key) or not self.compile_refs.claim(key):
             return False
         try:
@@ -182,6 +181,11 @@ class Verifier:
             return False
         finally:
             self.compile_refs.release(key)
+
+    def _ref_key(self, problem: Problem, backend: Backend, kinds: list[str], cfg: VerifyConfig) -> str | None:
+        """The kept compile reference's key: for the one device model these slots have (None: several)."""
+        devices = {self.pool.device_info(k, backend.spec()).device for k in kinds}
+        return self.compile_refs.key(problem, devices.pop() if len(devices) == 1 else None, cfg)
 
     def _request_retrying(self, kinds: list[str], request: Request, files: dict[str, str], timeout: float) -> Reply:
         """A lost worker (its process died under the candidate: a crash in the driver, a lost GPU, or the
@@ -205,8 +209,7 @@ class Verifier:
             return Facts.ended(State.CHEAT_DETECTED, denied[0].message, denied[0].rule, evidence=evidence)
         files = {"problem.py": problem.source, "candidate.py": candidate.source}
         arch = self.arch(backend, kinds)
-        devices = {self.pool.device_info(k, backend.spec()).device for k in kinds}
-        ref_key = self.compile_refs.key(problem, devices.pop() if len(devices) == 1 else None, cfg)
+        ref_key = self._ref_key(problem, backend, kinds, cfg)
         clock("checks")
         build, ended = self._build(BuildRequest(backend=backend.spec(), arch=arch), files, evidence, cfg)
         clock("build")

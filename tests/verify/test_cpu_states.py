@@ -8,10 +8,13 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from kforge.candidate import Candidate
 from kforge.problems import resolve_problem
+from kforge.sandbox.harness import cpu_name
 from kforge.verify import State, StaticConfig, Verifier, WorkerPool
+from kforge.verify.audit import cache_path
 from kforge.verify.static import RULES
 from tests.helpers import candidate, fast_config
 
@@ -120,16 +123,17 @@ def test_baselines_timed_while_the_candidate_builds_serve_its_run(pool):
     # A size of its own, so that neither its audit nor its compile reference is on disk from an earlier run.
     relu = resolve_problem("level1/1_ReLU", size="cpu", overrides={"BATCH": 4, "DIM": 1000 + time.time_ns() % 99991})
     verifier = Verifier(fast_config(compile_ref=True), pool=pool)
-    audits = Path(pool.build_cache).parent / "audit"
-    before = set(audits.glob("*.json"))
+    # This problem's audit file (other test files audit other problems into the same cache meanwhile).
+    audited = cache_path(str(Path(pool.build_cache).parent), relu.source, cpu_name(), torch.__version__, "fp32")
+    assert not audited.exists()
     assert verifier.prepare(relu, "cpu") is True
-    prepared = set(audits.glob("*.json")) - before
-    assert len(prepared) == 1  # this problem's audit, which the run reads instead of auditing again
+    assert audited.is_file()
+    written = audited.stat().st_mtime_ns
     v = verifier.verify(relu, candidate("cpu", "relu_ok.py"), "cpu")
     assert v.state is State.CORRECT and v.compile_ref is not None, v.summary()
     assert "compile reference" not in v.phases and "audit" in v.phases, v.phases
     assert any("timed ahead of" in n for n in v.evidence.notes), v.evidence.notes
-    assert set(audits.glob("*.json")) - before == prepared
+    assert audited.stat().st_mtime_ns == written  # the run read the prepared audit instead of auditing again
     assert verifier.prepare(relu, "cpu") is False  # kept: nothing to time again
     broken = dataclasses.replace(relu, source=relu.source.replace("return torch.relu(x)", "return x.no_such_op()"))
     assert broken.source != relu.source and verifier.prepare(broken, "cpu") is False  # the run will say why
