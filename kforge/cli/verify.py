@@ -32,7 +32,9 @@ def add_parser(sub) -> None:
     v = sub.add_parser("verify", help="verify a candidate against a problem",
                        description="Run a candidate (a .py defining ModelNew, or a model's reply in markdown) "
                                    "against a problem in isolated worker processes, and print the verdict. "
-                                   "Exits 0 whatever the verdict; 2 for usage errors.")
+                                   "Exits 0 whatever the verdict; 2 for usage errors; 1 when no verdict could be given "
+                                   "because other processes held the device's memory (tried again for "
+                                   "verify.device_busy_wait_s first).")
     v.add_argument("problem", help="a problem file, or a built-in problem name (level1/1_ReLU, 1_ReLU, ReLU)")
     v.add_argument("candidate", help="the candidate program (.py) or a reply (.md/.txt) to extract it from")
     add_verify_options(v)
@@ -47,6 +49,7 @@ def add_parser(sub) -> None:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    from ..sandbox.memory import DeviceBusy
     from ..verify import BackendUnavailable, Verifier, WorkerPool
     age = _process_age()
     backend = backend_of(args.backend, args.device)
@@ -74,6 +77,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 thread.join()
     except BackendUnavailable as exc:
         raise UsageError(str(exc)) from None
+    except DeviceBusy as exc:  # no verdict: the device's memory was other processes' (`kforge.sandbox.memory`)
+        print(f"kforge: {exc}", file=sys.stderr)
+        return 1
     if args.json:
         print(json.dumps(verdict.to_dict(), default=str))
     else:

@@ -13,6 +13,7 @@ import time
 import traceback
 
 from . import dispatch, progress
+from .memory import DeviceBusy
 from .quiet import take_quiet_lock
 
 OUTPUT_TAIL = 6000
@@ -39,6 +40,8 @@ def _child(request: dict, wfd: int) -> None:
         sys.stdout = os.fdopen(1, "w", buffering=1)
         sys.stderr = os.fdopen(2, "w", buffering=1)
         result = {"result": _handle(request), "pid": os.getpid()}  # which process served it
+    except DeviceBusy as exc:  # no verdict: other processes held the device's memory (`kforge.sandbox.memory`)
+        result = {"busy": str(exc), "pid": os.getpid()}
     except BaseException:  # noqa: BLE001 - report anything, including SystemExit from candidate code
         result = {"error": traceback.format_exc()[-OUTPUT_TAIL:]}
         code = 1

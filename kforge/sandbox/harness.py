@@ -23,6 +23,7 @@ from ..backends import WorkerContext, from_spec
 from ..backends.clocks import l2_flush_bytes
 from ..precision import get_precision
 from .budget import BudgetSpent
+from .memory import DeviceBusy, busy_after
 from .progress import candidate_code
 from .protocol import ProgramRequest
 from .writeguard import WriteGuard, install_write_guard
@@ -194,6 +195,7 @@ class Harness:
             step = "get_inputs()"
             self.inputs(self.draw())  # before any candidate code: a failure here is the problem's alone
         except Exception as exc:  # noqa: BLE001
+            self.raise_if_busy(exc)
             raise HarnessVerdict(PROBLEM_ERROR, f"the problem fails in {step} ({type(exc).__name__}: "
                                  f"{first_line(exc)}); this is a bug in the problem, not in the candidate",
                                  evidence={"traceback": tail(traceback.format_exc())}) from None
@@ -255,13 +257,23 @@ class Harness:
     def _clone(self, inputs: list[Any]) -> list[Any]:
         return [x.clone() if isinstance(x, self.torch.Tensor) else x for x in inputs]
 
-    def _fail_exception(self, exc: BaseException, where: str) -> HarnessVerdict | BudgetSpent:
+    def raise_if_busy(self, exc: BaseException) -> None:
+        """Raise `DeviceBusy` where ``exc`` ran out of device memory that other processes held
+        (`kforge.sandbox.memory`): before an error becomes anyone's verdict."""
+        busy = busy_after(self.torch, exc, getattr(self, "device", None))
+        if busy is not None:
+            raise busy from exc
+
+    def _fail_exception(self, exc: BaseException, where: str) -> HarnessVerdict | BudgetSpent | DeviceBusy:
         if isinstance(exc, BudgetSpent):  # the harness's own phase ran out of time, not the candidate's failure
             return exc
         from ..backends.build import CompilationError
         refused = self.writes.finding() if self.writes is not None else None
         if refused:  # the candidate failed because it was refused a write: that write is the verdict
             return HarnessVerdict("cheat_detected", f"{refused[1]} ({where})", rule=refused[0])
+        busy = busy_after(self.torch, exc, getattr(self, "device", None))
+        if busy is not None:  # the machine's load, not the candidate's failure
+            return busy
         if isinstance(exc, CompilationError):
             return HarnessVerdict("compilation_failure", f"the candidate's extension does not build ({where})",
                             evidence={"compiler_log": tail(exc.log)})

@@ -208,6 +208,8 @@ class Reply(Generic[R]):
     """What the child had established when it stopped reporting (`kforge.sandbox.progress`)."""
     error: str | None = None
     """The handler raised (or the worker failed): its traceback's tail."""
+    busy: str | None = None
+    """The run ran out of device memory that other processes held, and gave no verdict (`kforge.sandbox.memory`)."""
     result: R | None = None
 
     @classmethod

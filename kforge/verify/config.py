@@ -87,6 +87,9 @@ class VerifyConfig(StrictConfig):
     trials passed is judged from what it established, not charged with a timeout."""
     build_timeout_s: float = 900.0
     """Wall-clock limit for the build phase (compiling the candidate's extensions)."""
+    device_busy_wait_s: float = 300.0
+    """How long a run that ran out of device memory other processes held is tried again before the verification
+    gives up without a verdict (`kforge.sandbox.memory`; 0: not tried again)."""
     compile_ref: bool = True
     """Also time ``torch.compile`` of the reference (slow to compile on CPU: inductor builds C++)."""
     compile_ref_reuse: bool = True

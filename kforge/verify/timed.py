@@ -94,7 +94,7 @@ class TimedRounds:
 
     def _timed_rounds(self, model, n_sets: int) -> RunEnd:
         torch, tcfg, clock = self.torch, self.cfg.timing, self.clock
-        sets = _oom_guard(torch, "reference", lambda: [self.inputs(self.draw()) for _ in range(n_sets)])
+        sets = _oom_guard(self, "reference", lambda: [self.inputs(self.draw()) for _ in range(n_sets)])
         programs = self._programs(model, sets[0])
         stochastic = "stochastic" in self.flags
         own_streams = bool(getattr(self.req, "own_streams", False))
@@ -108,6 +108,7 @@ class TimedRounds:
                         return clock.time(lambda: prog(*inputs), settled=label == "cand" and own_streams)
                 except BaseException as exc:  # noqa: BLE001
                     if _is_oom(torch, exc):
+                        self.raise_if_busy(exc)
                         raise _OutOfMemory("candidate" if label == "cand" else "reference") from None
                     if label != "cand":
                         raise
@@ -139,13 +140,13 @@ class TimedRounds:
                         if isinstance(dst, torch.Tensor):
                             dst.copy_(src)
                     return self.recheck_reference(self._clone(sets[i]), rng_seed), self._clone(sets[i])
-                expected, snapshot = _oom_guard(torch, "reference", refill)
+                expected, snapshot = _oom_guard(self, "reference", refill)
             for label, prog, numerics in programs:
                 dev_ms, host_ms, out = run(label, prog, numerics, sets[i], rng_seed)
                 sampler.add(label, dev_ms, host_ms)
                 if label == "cand" and recheck:
                     where = f"timing round {rounds}, fresh inputs"
-                    _oom_guard(torch, "comparison", lambda: self._check(
+                    _oom_guard(self, "comparison", lambda: self._check(
                         self.recheck_outputs(out, snapshot, rng_seed, where), expected, sets[i], snapshot, where))
                 _poison(torch, out, protected)
                 del out
@@ -193,6 +194,7 @@ class TimedRounds:
                 self.notes.append(f"torch.compile of the reference did not finish within its share of the timing "
                                   f"phase's budget ({within.seconds:.3g} s): no compile baseline")
             except Exception as exc:  # noqa: BLE001 - a baseline failing is a note, not the candidate's fault
+                self.raise_if_busy(exc)
                 self.notes.append(f"torch.compile of the reference failed: {first_line(exc)}")
             phase("timing")
         if model is not None:  # None: the baselines alone (`Verifier.prepare`)
@@ -237,13 +239,16 @@ def _is_oom(torch, exc: BaseException) -> bool:
     return isinstance(exc, getattr(torch, "OutOfMemoryError", MemoryError)) or isinstance(exc, MemoryError)
 
 
-def _oom_guard(torch, where: str, fn):
+def _oom_guard(run, where: str, fn):
+    """``fn()``, its running out of device memory told as `_OutOfMemory` (or `DeviceBusy`, where other processes held
+    the memory: `kforge.sandbox.memory`)."""
     try:
         return fn()
     except HarnessVerdict:
         raise
     except BaseException as exc:  # noqa: BLE001
-        if _is_oom(torch, exc):
+        if _is_oom(run.torch, exc):
+            run.raise_if_busy(exc)
             raise _OutOfMemory(where) from None
         raise
 

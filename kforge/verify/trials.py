@@ -107,6 +107,7 @@ class Trials(NumericsChecks, VariantChecks, FreshModels, Harness):
         except HarnessVerdict:
             raise
         except Exception as exc:  # noqa: BLE001 - whatever the reference raises on its own is the problem's
+            self.raise_if_busy(exc)
             raise HarnessVerdict(PROBLEM_ERROR, f"the reference program fails when run on its own as the trials run "
                                  f"it ({'; '.join(runs)}): {type(exc).__name__}: {first_line(exc)}; this is a bug in "
                                  "the problem or beyond PyTorch at this size, not the candidate's",
@@ -358,6 +359,7 @@ class Trials(NumericsChecks, VariantChecks, FreshModels, Harness):
         try:
             return mirrored(self, results, seed, rng_seed)
         except Exception as exc:  # noqa: BLE001 - not measured: the decoy finding stands
+            self.raise_if_busy(exc)
             self.attribution.notes.append(f"the reference's dead code could not be traced ({first_line(exc)})")
             return None
 

@@ -368,6 +368,7 @@ class VariantChecks:
             try:
                 ran = self._variant_reference(path, f"{i}_{j}")
             except Exception as exc:  # noqa: BLE001 - the problem itself does not run at this size
+                self.raise_if_busy(exc)
                 failed.append(f"{shape}: the reference fails there ({type(exc).__name__}: {first_line(exc)})")
                 continue
             label = f"{shape} (for {describe(v.overrides)}, where the reference fails)" if j else shape

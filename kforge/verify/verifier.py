@@ -23,6 +23,7 @@ from ..sandbox.harness import PROBLEM_ERROR
 from ..sandbox.pool import WorkerLost, WorkerPool
 from ..sandbox.protocol import ProtocolError, Reply, Request
 from .build_memo import BuildMemo
+from .busy import retry_while_busy
 from .compile_ref import CompileRefs, KeptRef
 from .conclude import Facts, Subject, conclude
 from .config import VerifyConfig
@@ -150,7 +151,8 @@ class Verifier:
         kinds = self.device_kinds(backend)
         request = AuditRequest(problem=problem, backend=backend.spec(), config=self.config.to_dict(),
                                arch=self.arch(backend, kinds))
-        reply = self._request_retrying(kinds, request, {"problem.py": problem.source}, self.config.timeout_s)
+        reply = self._request_retrying(kinds, request, {"problem.py": problem.source}, self.config.timeout_s,
+                                       self.config.device_busy_wait_s)
         found = reply.result
         if found is None or found.audit is None:
             why = (found.error if found else None) or reply.error or ("timed out" if reply.timed_out else "")
@@ -187,14 +189,17 @@ class Verifier:
         devices = {self.pool.device_info(k, backend.spec()).device for k in kinds}
         return self.compile_refs.key(problem, devices.pop() if len(devices) == 1 else None, cfg)
 
-    def _request_retrying(self, kinds: list[str], request: Request, files: dict[str, str], timeout: float) -> Reply:
+    def _request_retrying(self, kinds: list[str], request: Request, files: dict[str, str], timeout: float,
+                          busy_wait_s: float = 0.0) -> Reply:
         """A lost worker (its process died under the candidate: a crash in the driver, a lost GPU, or the
-        candidate killing it) is retried once, on another device where there is one; a second loss raises."""
-        try:
-            return self.pool.request(kinds, request, files, timeout)
-        except WorkerLost as exc:
-            others = [k for k in kinds if k != exc.kind] or kinds
-            return self.pool.request(others, request, files, timeout)
+        candidate killing it) is retried once, on another device where there is one; a second loss raises. A run
+        whose device memory other processes held is tried again for up to ``busy_wait_s`` (`retry_while_busy`)."""
+        def ask(where: list[str]) -> Reply:
+            try:
+                return self.pool.request(where, request, files, timeout)
+            except WorkerLost as exc:
+                return self.pool.request([k for k in where if k != exc.kind] or where, request, files, timeout)
+        return retry_while_busy(ask, kinds, busy_wait_s)
 
     # -- the steps -----------------------------------------------------------------------------------
     def _facts(self, problem: Problem, candidate: Candidate, backend: Backend, cfg: VerifyConfig) -> Facts:
@@ -221,7 +226,7 @@ class Verifier:
                              failed_builds=build["failed_builds"])
         info = {k: v for k, v in build.items() if k != "failed_builds"}
         try:  # any free device runs it
-            reply = self._request_retrying(kinds, request, files, cfg.timeout_s)
+            reply = self._request_retrying(kinds, request, files, cfg.timeout_s, cfg.device_busy_wait_s)
         except WorkerLost as exc:
             return Facts.ended(State.RUNTIME_ERROR, f"the worker process died twice under this candidate: {exc}",
                                build=info)
@@ -246,7 +251,7 @@ class Verifier:
         """The candidate on the problem's shape variants, in a process of its own: a crash there costs only the
         kforge rules' verdict (`kforge.verify.variants`)."""
         try:
-            reply = self._request_retrying(kinds, request, files, cfg.timeout_s)
+            reply = self._request_retrying(kinds, request, files, cfg.timeout_s, cfg.device_busy_wait_s)
         except WorkerLost as exc:
             return facts.with_variants(Outcome(state=State.RUNTIME_ERROR.value, message=f"on the shape variants: the "
                                           f"worker process died twice under this candidate: {exc}"))

@@ -142,17 +142,21 @@ def variants(req: VariantsRequest) -> VariantsResult:
     """The candidate on the problem's shape variants, one correctness trial each (`kforge.verify.variants`)."""
     import torch
     run = _Run(req)
-    with torch.no_grad():
-        phase("setup")
-        run.setup(flush_l2=False, failed_builds=req.failed_builds)
-        run.setup_views()
-        phase("reference")
-        run.load_reference()
-        if run.cfg.audit:
-            run.flags = list(run._audit().flags)
-        run.guard_candidate()
-        phase("shape variants")
-        return run.check_variants(req.variants)
+    try:
+        with torch.no_grad():
+            phase("setup")
+            run.setup(flush_l2=False, failed_builds=req.failed_builds)
+            run.setup_views()
+            phase("reference")
+            run.load_reference()
+            if run.cfg.audit:
+                run.flags = list(run._audit().flags)
+            run.guard_candidate()
+            phase("shape variants")
+            return run.check_variants(req.variants)
+    except Exception as exc:  # the harness's own step failed: the machine's load, or the worker's fault
+        run.raise_if_busy(exc)
+        raise
 
 
 class _Run(OwnPhases, TimedRounds, Trials):
@@ -166,6 +170,9 @@ class _Run(OwnPhases, TimedRounds, Trials):
                 ended = self._execute()
         except HarnessVerdict as v:
             ended = RunEnd.of(v)
+        except Exception as exc:  # the harness's own step failed: the machine's load, or the worker's fault
+            self.raise_if_busy(exc)
+            raise
         ended, kernelbench = self._in_both_numerics(ended)
         evidence = Evidence(**ended.evidence)
         evidence.notes.extend(self.notes)
@@ -265,6 +272,7 @@ class _Run(OwnPhases, TimedRounds, Trials):
             try:
                 found = problem_audit.run(self)
             except Exception as exc:  # noqa: BLE001 - the reference fails on its own: say so, judge nothing
+                self.raise_if_busy(exc)
                 raise HarnessVerdict(PROBLEM_ERROR, f"the reference program fails when run on its own "
                                      f"({type(exc).__name__}: {first_line(exc)}); this is a bug in the problem, "
                                      "not in the candidate", evidence={"traceback": tail(traceback.format_exc())})
