@@ -32,10 +32,16 @@ class Script:
 
 def test_a_busy_run_is_asked_again_on_another_device_first_until_it_gives_a_verdict():
     s = Script(Reply(slot="cuda:0", busy=BUSY), Reply(slot="cuda:1", busy=BUSY), Reply(slot="cuda:0", result="verdict"))
-    reply = retry_while_busy(s.ask, ["cuda:0", "cuda:1"], wait_s=300, sleep=s.slept.append)
+    reply = retry_while_busy(s.ask, ["cuda:0", "cuda:1"], wait_s=300, sleep=s.slept.append, jitter=lambda: 0.0)
     assert reply.result == "verdict"
     assert s.asked == [["cuda:0", "cuda:1"], ["cuda:1"], ["cuda:0"]]
     assert s.slept == [5.0, 10.0]  # the pause doubles
+
+
+def test_verifiers_sharing_a_gpu_do_not_try_again_in_step():
+    s = Script(Reply(slot="cuda:0", busy=BUSY), Reply(slot="cuda:0", result="verdict"))
+    retry_while_busy(s.ask, ["cuda:0"], wait_s=300, sleep=s.slept.append, jitter=lambda: 0.9)
+    assert s.slept == [7.25]  # stretched by up to half: here 0.9 of that
 
 
 def test_past_its_wait_the_verification_ends_without_a_verdict_and_says_how_long_it_tried():
@@ -46,7 +52,7 @@ def test_past_its_wait_the_verification_ends_without_a_verdict_and_says_how_long
         s.slept.append(seconds)
         now[0] += seconds
     with pytest.raises(DeviceBusy, match=r"122.0 GiB .*tried 3 time\(s\) over 15 s \(verify.device_busy_wait_s=30\)"):
-        retry_while_busy(s.ask, ["cuda:0"], wait_s=30, sleep=sleep, clock=lambda: now[0])
+        retry_while_busy(s.ask, ["cuda:0"], wait_s=30, sleep=sleep, clock=lambda: now[0], jitter=lambda: 0.0)
     assert s.slept == [5.0, 10.0]  # a third pause (20 s) would pass the 30 s
 
 
