@@ -9,6 +9,7 @@ import os
 import sys
 import threading
 import time
+from pathlib import Path
 
 from ..problems import resolve_problem
 from .common import UsageError, add_verify_options, backend_of, parse_set, read_candidate_file, verify_config
@@ -78,6 +79,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     except BackendUnavailable as exc:
         raise UsageError(str(exc)) from None
     except DeviceBusy as exc:  # no verdict: the device's memory was other processes' (`kforge.sandbox.memory`)
+        if args.json:  # as `kforge eval` writes a file it could not judge: state `error`, and why
+            print(json.dumps({"state": "error", "correct": False, "error": str(exc), "message": str(exc)}))
         print(f"kforge: {exc}", file=sys.stderr)
         return 1
     if args.json:
@@ -105,8 +108,8 @@ def _pch_notice(backend, pool, candidate) -> None:
 def _process_age() -> float | None:
     """Seconds since this process started (Linux), so `-v` can say what Python and kforge's imports took."""
     try:
-        ticks = int(open("/proc/self/stat").read().rsplit(")", 1)[1].split()[19])
-        uptime = float(open("/proc/uptime").read().split()[0])
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
         return uptime - ticks / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
         return None

@@ -63,6 +63,22 @@ def test_verify_json_fields_and_exit_zero_on_failure(tmp_path):
     assert verdict["state"] == "correct" and verdict["speedup_eager"] > 0 and verdict["runtime_ms"] > 0
 
 
+def test_verify_without_a_verdict_because_the_gpu_was_busy_exits_1_and_says_why(monkeypatch, capsys):
+    from kforge.sandbox.memory import DeviceBusy
+    from kforge.verify import Verifier
+
+    def busy(self, *args, **kwargs):
+        raise DeviceBusy("the device ran out of memory while other processes held 122.0 GiB of its 139.8 GiB; "
+                         "tried 8 time(s) over 255 s (verify.device_busy_wait_s=300)")
+    monkeypatch.setattr(Verifier, "verify", busy)
+    cand = str(CANDIDATES / "cpu" / "relu_torch_only.py")
+    assert main(["verify", "level1/1_ReLU", cand, "--json", "--no-compile-ref"]) == 1
+    out, err = capsys.readouterr()
+    row = json.loads(out)  # a JSON reader still gets one object: state `error`, as `kforge eval` writes one
+    assert row["state"] == "error" and row["correct"] is False and "122.0 GiB" in row["error"]
+    assert "kforge: the device ran out of memory" in err and "Traceback" not in err
+
+
 def test_verify_reply_in_markdown(tmp_path):
     reply = tmp_path / "reply.md"
     reply.write_text("Here is my answer, in prose only.")
