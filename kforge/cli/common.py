@@ -68,7 +68,8 @@ def read_candidate_file(path: str):
 def verify_config(args: argparse.Namespace):
     """The verifier's config from the options `add_verify_options` adds."""
     from ..verify import VerifyConfig
-    cfg = VerifyConfig(trials=args.trials, timeout_s=args.timeout, compile_ref=not args.no_compile_ref,
+    cfg = VerifyConfig(trials=args.trials, timeout_s=args.timeout, device_busy_wait_s=args.busy_wait,
+                       compile_ref=not args.no_compile_ref,
                        require_kernel=not args.no_kernel_check, seed=args.seed, skip_timing=args.no_timing,
                        rules=args.rules, precision=args.precision, variants=not args.no_variants,
                        backward=args.backward)
@@ -90,6 +91,9 @@ def add_verify_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trials", type=int, default=5, help="correctness trials (default 5; 2 more measure whose "
                    "code did the work)")
     p.add_argument("--timeout", type=float, default=300.0, help="run-phase wall-clock limit per candidate, seconds")
+    p.add_argument("--busy-wait", type=float, default=300.0, metavar="SECONDS",
+                   help="how long a run that ran out of GPU memory other processes held is tried again before it "
+                   "gives up without a verdict (default 300; 0: not tried again)")
     p.add_argument("--atol", type=float, help="absolute tolerance (default: by dtype, 1e-4 for fp32)")
     p.add_argument("--rtol", type=float, help="relative tolerance (default: by dtype, 1e-4 for fp32)")
     p.add_argument("--seed", type=int, help="fix the secret seed (debugging only)")

@@ -35,7 +35,7 @@ def add_parser(sub) -> None:
                                    "against a problem in isolated worker processes, and print the verdict. "
                                    "Exits 0 whatever the verdict; 2 for usage errors; 1 when no verdict could be given "
                                    "because other processes held the device's memory (tried again for "
-                                   "verify.device_busy_wait_s first).")
+                                   "--busy-wait seconds first).")
     v.add_argument("problem", help="a problem file, or a built-in problem name (level1/1_ReLU, 1_ReLU, ReLU)")
     v.add_argument("candidate", help="the candidate program (.py) or a reply (.md/.txt) to extract it from")
     add_verify_options(v)

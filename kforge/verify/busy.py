@@ -33,7 +33,7 @@ def retry_while_busy(ask: Callable[[list[str]], Reply], kinds: list[str], wait_s
         waited, this = clock() - started, pause * (1 + jitter() / 2)
         if waited + this > wait_s:
             raise DeviceBusy(f"{reply.busy}; tried {tries} time(s) over {waited:.0f} s "
-                             f"(verify.device_busy_wait_s={wait_s:g})")
+                             f"(verify.device_busy_wait_s, --busy-wait on the command line: {wait_s:g} s)")
         log.warning("kforge: %s; trying again in %.0f s", reply.busy, this)
         sleep(this)
         pause = min(2 * pause, MAX_PAUSE_S)

@@ -68,11 +68,12 @@ def test_verify_without_a_verdict_because_the_gpu_was_busy_exits_1_and_says_why(
     from kforge.verify import Verifier
 
     def busy(self, *args, **kwargs):
+        assert self.config.device_busy_wait_s == 7  # --busy-wait
         raise DeviceBusy("the device ran out of memory while other processes held 122.0 GiB of its 139.8 GiB; "
-                         "tried 8 time(s) over 255 s (verify.device_busy_wait_s=300)")
+                         "tried 1 time(s) over 0 s (verify.device_busy_wait_s, --busy-wait on the command line: 7 s)")
     monkeypatch.setattr(Verifier, "verify", busy)
     cand = str(CANDIDATES / "cpu" / "relu_torch_only.py")
-    assert main(["verify", "level1/1_ReLU", cand, "--json", "--no-compile-ref"]) == 1
+    assert main(["verify", "level1/1_ReLU", cand, "--json", "--no-compile-ref", "--busy-wait", "7"]) == 1
     out, err = capsys.readouterr()
     row = json.loads(out)  # a JSON reader still gets one object: state `error`, as `kforge eval` writes one
     assert row["state"] == "error" and row["correct"] is False and "122.0 GiB" in row["error"]

@@ -51,7 +51,7 @@ def test_past_its_wait_the_verification_ends_without_a_verdict_and_says_how_long
     def sleep(seconds):
         s.slept.append(seconds)
         now[0] += seconds
-    with pytest.raises(DeviceBusy, match=r"122.0 GiB .*tried 3 time\(s\) over 15 s \(verify.device_busy_wait_s=30\)"):
+    with pytest.raises(DeviceBusy, match=r"122.0 GiB .*tried 3 time\(s\) over 15 s \(verify.device_busy_wait_s, --busy-wait .*: 30 s\)"):
         retry_while_busy(s.ask, ["cuda:0"], wait_s=30, sleep=sleep, clock=lambda: now[0], jitter=lambda: 0.0)
     assert s.slept == [5.0, 10.0]  # a third pause (20 s) would pass the 30 s
 
