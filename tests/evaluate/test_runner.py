@@ -227,6 +227,30 @@ def test_run_eval_resumes_by_path_and_content(tmp_path, pool):
     assert [json.loads(line) for line in out.read_text().splitlines()] == lines
 
 
+
+def test_a_file_the_busy_gpu_left_unjudged_is_an_error_row_a_rerun_judges(tmp_path, pool, monkeypatch):
+    from kforge.sandbox.memory import DeviceBusy
+    kb = kernelbench(tmp_path / "KB", problems=("1_ReLU",))
+    gen = generations(tmp_path / "run", {kb_name(1, 0): CANDIDATES / "cpu" / "relu_torch_only.py"})
+    out = tmp_path / "rows.jsonl"
+    verifier = Verifier(fast_config(require_kernel=False, skip_timing=True, trials=1), pool=pool)
+    real = Verifier.verify
+
+    def busy(self, *args, **kwargs):
+        raise DeviceBusy("the device ran out of memory while other processes held 122.0 GiB of its 139.8 GiB")
+
+    def run():
+        return run_eval(discover(kb, gen, "cpu").jobs, verifier, {"cpu": get_backend("cpu")},
+                        size_of=lambda b: "cpu", out=out, threads=1, progress=False)
+
+    monkeypatch.setattr(Verifier, "verify", busy)
+    first = run()
+    assert [r["state"] for r in first.rows] == ["error"] and "122.0 GiB" in first.rows[0]["error"]
+    monkeypatch.setattr(Verifier, "verify", real)
+    again = run()  # the load has gone: the file is judged, and its row replaces the error row
+    assert again.verified == 1 and [r["state"] for r in again.rows] == ["correct"]
+    assert [json.loads(line)["state"] for line in out.read_text().splitlines()] == ["correct"]
+
 # -- the command --------------------------------------------------------------------------------------
 def test_eval_command_end_to_end(tmp_path, cache_dir):
     """Oracle kernels, a candidate that kills its worker, garbage, no kernel, a missing problem: one table."""
