@@ -10,6 +10,9 @@ calls ``load_inline`` (or writes its sources to files and calls ``load``) gets:
   built instead of compiling again on the GPU slot;
 * a precompiled ``torch/extension.h`` (GCC PCH) per set of compile flags, kept in the cache, for the
   C++ binding file that every extension has;
+* that header tried first without torch's C++ frontend (`LIGHT_DROPS`), which saves a third of a build:
+  a source that compiles without it means the same with it, and one that does not is built again as
+  torch builds it, whose result and compiler log are the ones reported;
 * a ``.cu`` file without torch headers when the CUDA source (inline) uses none (``torch/types.h``
   dominates nvcc's time): one-shot examples keep torch types in the C++ part to benefit;
 * one lock per build, so parallel build processes never build the same thing twice or collide.
@@ -39,7 +42,13 @@ from ..errors import KforgeError
 
 RECIPE_VERSION = 3
 _TORCH_SYMBOLS = re.compile(r"\bat::|\btorch\b|\bc10\b|\bATen\b|\bTORCH_|\bAT_|\bC10_|\bTensor\b")
-_MISSING_DECL = re.compile(r"undefined|not declared|has not been declared|is not a member|incomplete type")
+#: What the light ``torch/extension.h`` leaves out: the C++ frontend (``torch/all.h``: nn, optim, data, serialize,
+#: jit, fft, special, ...) and what ``torch/python.h`` includes only to bind C++ modules. Their names live in
+#: namespaces of their own (``torch::nn``, ``torch::fft``, ...) or are ``using`` declarations of ATen's, and none
+#: specialises a pybind11 caster, so a source that compiles without them means the same with them. torch's own
+#: ``TORCH_INDUCTOR_CPP_WRAPPER`` mode leaves ``torch/all.h`` out the same way.
+LIGHT_DROPS = ("torch/all.h", "torch/nn/module.h", "torch/detail/static.h", "torch/ordered_dict.h")
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"]', re.MULTILINE)
 # Arguments that do not change what is built.
 _NOT_IN_KEY = {"verbose", "build_directory", "keep_intermediates"}
 
@@ -75,9 +84,11 @@ def _compiler_version() -> str:
 PCH_STAMP = "kforge_pch.json"
 
 
-def pch_stamp(torch_version: str, cxx: str, extra_cflags: list[str]) -> dict[str, Any]:
-    """What makes a precompiled header usable by a build (besides the CUDA arch): torch, compiler, flags."""
-    return {"torch": torch_version, "cxx": cxx, "extra_cflags": list(extra_cflags)}
+def pch_stamp(torch_version: str, cxx: str, extra_cflags: list[str], light: bool = True) -> dict[str, Any]:
+    """What makes a precompiled header usable by a build (besides the CUDA arch): torch, compiler, flags, and
+    which header (a build tries the light one first; the full one only where that fails to compile)."""
+    stamp = {"torch": torch_version, "cxx": cxx, "extra_cflags": list(extra_cflags)}
+    return {**stamp, "header": "light"} if light else stamp
 
 
 def compiler_line() -> str:
@@ -121,6 +132,7 @@ class Builder:
         self._env = {"torch": torch.__version__, "cuda": torch.version.cuda, "arch": arch,
                      "cxx": version.splitlines()[0] if version else "", "python": sys.version.split()[0],
                      "recipe": RECIPE_VERSION}
+        self._light: list[str] | None = None
         self.built: list[str] = []
         """Build directories this process compiled (not cache hits), for reporting."""
         self.hits: list[str] = []
@@ -171,8 +183,11 @@ class Builder:
         kwargs.update(zip(self._load_params[2:], args))  # torch's parameters may be passed by position
         paths = [os.fspath(p) for p in ([sources] if isinstance(sources, (str, os.PathLike)) else sources)]
         key = self.file_key(name, paths, kwargs)  # a missing source raises here, as in torch's load
-        return self._cached(key, name, kwargs, lambda build_dir: self._run_build(
-            build_dir, name, self._real_load, set(self._load_params), self._with_pch(kwargs), sources=paths))
+        def build(build_dir: Path, light: bool):
+            return self._run_build(build_dir, name, self._real_load, set(self._load_params),
+                                   self._with_pch(kwargs, light), sources=paths)
+        return self._cached(key, name, kwargs, lambda build_dir: self._first_that_builds(
+            lambda: build(build_dir, True), lambda: build(build_dir, False), differ=self._light_ok()))
 
     # -- internals --------------------------------------------------------------------------------
     def _cached(self, key: str, name: str, kwargs: dict[str, Any], build: Callable[[Path], Any]):
@@ -216,30 +231,58 @@ class Builder:
     def _build(self, build_dir: Path, name: str, cpp_sources: Any, cuda_sources: Any, kwargs: dict[str, Any]):
         cpp, cuda = _as_list(cpp_sources), _as_list(cuda_sources)
         tuned = dict(kwargs)
-        tweaked = False
         if (self.torch_free_cu and cuda and not kwargs.get("no_implicit_headers")
                 and "no_implicit_headers" in self._accepted and not any(_TORCH_SYMBOLS.search(s) for s in cuda)):
             # Same program, but nvcc no longer parses torch's headers for a .cu that does not use them.
             tuned["no_implicit_headers"] = True
             cpp = ["#include <torch/extension.h>"] + cpp
             cuda = ["#include <cuda.h>", "#include <cuda_runtime.h>"] + cuda
-            tweaked = True
-        try:
-            return self._run_build(build_dir, name, self._real_load_inline, self._accepted, self._with_pch(tuned),
-                                   cpp_sources=cpp, cuda_sources=cuda or None)
-        except CompilationError as exc:
-            if not (tweaked and _MISSING_DECL.search(exc.log)):
-                raise
-        # The .cu needed something from torch's headers after all: build it the way torch would.
-        return self._run_build(build_dir, name, self._real_load_inline, self._accepted, dict(kwargs),
-                               cpp_sources=_as_list(cpp_sources), cuda_sources=_as_list(cuda_sources) or None)
 
-    def _with_pch(self, kwargs: dict[str, Any]) -> dict[str, Any]:
-        """``kwargs`` with the precompiled torch/extension.h first on the include path, where one can be had."""
-        pch_dir = self._ensure_pch(list(kwargs.get("extra_cflags") or [])) if self.use_pch else None
+        def build(kw: dict[str, Any], cpp: list[str], cuda: list[str]):
+            return self._run_build(build_dir, name, self._real_load_inline, self._accepted, kw,
+                                   cpp_sources=cpp, cuda_sources=cuda or None)
+        return self._first_that_builds(
+            lambda: build(self._with_pch(tuned, light=True), cpp, cuda),
+            lambda: build(self._with_pch(kwargs), _as_list(cpp_sources), _as_list(cuda_sources)),
+            differ=tuned != kwargs or self._light_ok())
+
+    @staticmethod
+    def _first_that_builds(faster: Callable[[], Any], torchs: Callable[[], Any], differ: bool):
+        """``faster()`` (the light header, a torch-free ``.cu``) where it ``differ``s from ``torchs()``, the build as
+        torch makes it; where ``faster()`` does not build, ``torchs()``, whose result and log are the verdict's."""
+        if differ:
+            with contextlib.suppress(CompilationError):
+                return faster()
+        return torchs()
+
+    def _light_ok(self) -> bool:
+        """Whether builds get the light header first: GCC with precompiled headers on, and torch's headers laid
+        out as `light_includes` expects."""
+        return self.use_pch and self._is_gcc and bool(self.light_includes())
+
+    def _with_pch(self, kwargs: dict[str, Any], light: bool = False) -> dict[str, Any]:
+        """``kwargs`` with the precompiled torch/extension.h (the light one where ``light``) first on the include
+        path, where one can be had."""
+        light = light and self._light_ok()
+        pch_dir = self._ensure_pch(list(kwargs.get("extra_cflags") or []), light) if self.use_pch else None
         if pch_dir is None:
             return kwargs
         return {**kwargs, "extra_include_paths": [str(pch_dir)] + list(kwargs.get("extra_include_paths") or [])}
+
+    def light_includes(self) -> list[str]:
+        """What the light ``torch/extension.h`` includes: ``torch/python.h``'s includes less `LIGHT_DROPS`; [] (no
+        light header) unless ``torch/extension.h`` is ``torch/all.h`` and ``torch/python.h``, as in torch 2.x."""
+        if self._light is None:
+            import torch.utils.cpp_extension as ce
+            inc = [Path(p) for p in ce.include_paths()]
+            try:
+                top = _INCLUDE.findall((inc[0] / "torch" / "extension.h").read_text())
+                python = _INCLUDE.findall((inc[1] / "torch" / "python.h").read_text())
+            except (OSError, IndexError):
+                top, python = [], []
+            fits = top == ["torch/all.h", "torch/python.h"] and "torch/types.h" in python
+            self._light = [h for h in python if h not in LIGHT_DROPS] if fits else []
+        return self._light
 
     def _run_build(self, build_dir: Path, name: str, real: Callable, accepted: set[str], kwargs: dict[str, Any],
                    **sources: Any):
@@ -258,36 +301,40 @@ class Builder:
         (build_dir / "kforge_ok.json").write_text(json.dumps({"so": str(so), "name": so.stem}))
         return module
 
-    def _ensure_pch(self, extra_cflags: list[str]) -> Path | None:
-        """A precompiled torch/extension.h for these flags, built once under a lock; None if unusable."""
+    def _ensure_pch(self, extra_cflags: list[str], light: bool = False) -> Path | None:
+        """A precompiled torch/extension.h (the light one where ``light``) for these flags, built once under a
+        lock; None if unusable."""
         cxx = os.environ.get("CXX", "c++")
         if not self._is_gcc:
             return None  # PCH files are compiler-specific; this recipe is for GCC
         import torch.utils.cpp_extension as ce
-        torch_inc = Path(ce.include_paths()[0])
-        header = torch_inc / "torch" / "extension.h"
+        header = Path(ce.include_paths()[0]) / "torch" / "extension.h"
         std = _cxx_std()
         flags = ["-DTORCH_API_INCLUDE_EXTENSION_H", std, "-fPIC", *extra_cflags]
         includes = [f"-I{p}" for p in ce.include_paths()] + [f"-I{sysconfig.get_paths()['include']}"]
-        key = hashlib.sha256(json.dumps([self._env, flags, includes]).encode()).hexdigest()[:16]
+        kind = {"header": "light", "includes": self.light_includes()} if light else {}
+        key = hashlib.sha256(json.dumps([self._env, flags, includes, kind] if light else
+                                        [self._env, flags, includes]).encode()).hexdigest()[:16]
         pch_dir = self.root / "pch" / key
         gch = pch_dir / "torch" / "extension.h.gch"
         # A second #include <torch/extension.h> (load_inline adds one; many candidates write one too) cannot
-        # use the PCH and looks for the header beside it: a one-line header there includes the real one.
+        # use the PCH and looks for the header beside it: there, the light header's text, or a one-line header
+        # that includes the real one.
         forward = pch_dir / "torch" / "extension.h"
-        stamp = pch_dir / PCH_STAMP
+        text = _light_header(self.light_includes()) if light else f'#pragma once\n#include "{header}"\n'
+        stamp, made_for = pch_dir / PCH_STAMP, pch_stamp(self._env["torch"], self._env["cxx"], extra_cflags, light)
         if gch.is_file() and forward.is_file():
             if not stamp.is_file():  # made before stamps were written: say what it was made for now
-                stamp.write_text(json.dumps(pch_stamp(self._env["torch"], self._env["cxx"], extra_cflags)))
+                stamp.write_text(json.dumps(made_for))
             return pch_dir
         with _locked(self.root / "pch" / f"{key}.lock"):
             gch.parent.mkdir(parents=True, exist_ok=True)
             if not forward.is_file():
-                forward.write_text(f'#pragma once\n#include "{header}"\n')
+                forward.write_text(text)
             if gch.is_file():
                 return pch_dir
             tmp = gch.with_suffix(f".tmp{os.getpid()}")
-            cmd = [cxx, "-x", "c++-header", str(header), "-o", str(tmp), *includes, *flags]
+            cmd = [cxx, "-x", "c++-header", str(forward if light else header), "-o", str(tmp), *includes, *flags]
             proc = subprocess.run(cmd, capture_output=True, text=True)
             if proc.returncode != 0:
                 tmp.unlink(missing_ok=True)
@@ -295,8 +342,17 @@ class Builder:
                 return None
             os.replace(tmp, gch)
             # What it was built for, so that a caller can tell beforehand whether a build will make another.
-            stamp.write_text(json.dumps(pch_stamp(self._env["torch"], self._env["cxx"], extra_cflags)))
+            stamp.write_text(json.dumps(made_for))
         return pch_dir
+
+
+def _light_header(includes: list[str]) -> str:
+    """The light ``torch/extension.h``: torch's own refusal of stable-ABI builds, then ``includes``."""
+    lines = ["#ifndef KFORGE_LIGHT_TORCH_EXTENSION_H", "#define KFORGE_LIGHT_TORCH_EXTENSION_H",
+             "#if defined(TORCH_STABLE_ONLY) || defined(TORCH_TARGET_VERSION)",
+             '#error "This file should not be included when either TORCH_STABLE_ONLY or TORCH_TARGET_VERSION is '
+             'defined."', "#endif", *(f"#include <{h}>" for h in includes), "#endif", ""]
+    return "\n".join(lines)
 
 
 def _read(path: str) -> bytes:
