@@ -115,13 +115,14 @@ class Builder:
     """Builds and caches extensions; `install` swaps it in for torch's ``load_inline`` and ``load``."""
 
     def __init__(self, cache_root: str | os.PathLike, *, arch: str | None = None, use_pch: bool = True,
-                 torch_free_cu: bool = True):
+                 torch_free_cu: bool = True, light_header: bool = True):
         import torch
         import torch.utils.cpp_extension as ce
         self.root = Path(cache_root)
         self.arch = arch
         self.use_pch = use_pch and sys.platform.startswith("linux")
         self.torch_free_cu = torch_free_cu
+        self.light_header = light_header
         self._ce = ce
         self._real_load_inline = ce.load_inline
         self._accepted = set(inspect.signature(ce.load_inline).parameters)
@@ -256,9 +257,9 @@ class Builder:
         return torchs()
 
     def _light_ok(self) -> bool:
-        """Whether builds get the light header first: GCC with precompiled headers on, and torch's headers laid
-        out as `light_includes` expects."""
-        return self.use_pch and self._is_gcc and bool(self.light_includes())
+        """Whether builds get the light header first: on (the backend option ``light_header``), GCC with
+        precompiled headers on, and torch's headers laid out as `light_includes` expects."""
+        return self.light_header and self.use_pch and self._is_gcc and bool(self.light_includes())
 
     def _with_pch(self, kwargs: dict[str, Any], light: bool = False) -> dict[str, Any]:
         """``kwargs`` with the precompiled torch/extension.h (the light one where ``light``) first on the include

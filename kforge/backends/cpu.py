@@ -16,5 +16,6 @@ class CpuBackend(Backend):
 
     def prepare(self, ctx: WorkerContext) -> None:
         from .build import Builder
-        self.builder = Builder(ctx.cache_dir, use_pch=self.options.get("pch", True))
+        self.builder = Builder(ctx.cache_dir, use_pch=self.options.get("pch", True),
+                               light_header=self.options.get("light_header", True))
         self.builder.install()

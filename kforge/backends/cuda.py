@@ -17,5 +17,6 @@ class CudaBackend(Backend):
         # The arch comes from the GPU the candidate will run on (sm_90a on Hopper), so builds made in
         # the GPU-less build phase target it too.
         self.builder = Builder(ctx.cache_dir, arch=ctx.arch, use_pch=self.options.get("pch", True),
-                               torch_free_cu=self.options.get("torch_free_cu", True))
+                               torch_free_cu=self.options.get("torch_free_cu", True),
+                               light_header=self.options.get("light_header", True))
         self.builder.install()

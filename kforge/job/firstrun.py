@@ -64,7 +64,8 @@ def pch_pending(backend, build_cache: str | os.PathLike, source: str | None = No
         return False
     from ..backends.build import PCH_STAMP, compiler_line, pch_stamp
     from ..sandbox.devices import torch_version  # from torch's package metadata: importing torch costs seconds
-    want = pch_stamp(torch_version() or "", compiler_line(), expected_cflags(backend, source))
+    want = pch_stamp(torch_version() or "", compiler_line(), expected_cflags(backend, source),
+                     light=backend.options.get("light_header", True))
     for stamp in (Path(build_cache) / "pch").glob(f"*/{PCH_STAMP}"):
         try:
             have = json.loads(stamp.read_text())

@@ -135,6 +135,10 @@ def test_first_build_says_it_compiles_torch_headers(tmp_path):
     (tmp_path / "pch" / "bare" / "torch" / "extension.h.gch").write_bytes(b"")  # no stamp: made for who knows
     assert pch_pending(cpu, tmp_path)
     assert not pch_pending(cpu, tmp_path, plain)  # a candidate without flags finds its header
+    # The full header (all a build needs where the light one does not compile) does not spare the first build.
+    cached("full", **pch_stamp(torch.__version__, compiler_line(), ["-O3", "-fopenmp"], light=False))
+    assert pch_pending(cpu, tmp_path)
+    assert not pch_pending(get_backend("cpu", light_header=False), tmp_path)
     cached("this", **pch_stamp(torch.__version__, compiler_line(), ["-O3", "-fopenmp"]))
     assert not pch_pending(cpu, tmp_path)
     assert not pch_pending(get_backend("triton", device="cpu"), tmp_path / "other")  # Triton builds no C++
