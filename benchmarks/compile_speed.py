@@ -109,7 +109,7 @@ def main() -> None:
     for light in (False, True):  # the header of each set of flags the variants use, timed for the first
         for kw in variants.values():
             t0 = time.perf_counter()
-            Builder(cache)._ensure_pch(list(kw.get("extra_cflags") or []), light)
+            Builder(cache).headers.ensure(list(kw.get("extra_cflags") or []), light)
             made.setdefault(light, time.perf_counter() - t0)
     device = torch.cuda.get_device_name() if args.backend == "cuda" else "cpu"
     print(f"\ncold extension builds ({args.backend}, {device}, {os.cpu_count()} cores, torch {torch.__version__}); "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 from pathlib import Path
@@ -23,3 +25,16 @@ def write_json(path: str | os.PathLike, data: Any) -> None:
     tmp = path.with_suffix(f".tmp{os.getpid()}")
     tmp.write_text(json.dumps(data, indent=1))
     os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def locked(path: str | os.PathLike):
+    """Hold an exclusive lock on ``path`` (created if missing) for the block: one process at a time."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)

@@ -10,9 +10,9 @@ calls ``load_inline`` (or writes its sources to files and calls ``load``) gets:
   built instead of compiling again on the GPU slot;
 * a precompiled ``torch/extension.h`` (GCC PCH) per set of compile flags, kept in the cache, for the
   C++ binding file that every extension has;
-* that header tried first without torch's C++ frontend (`LIGHT_DROPS`), which saves a third of a build:
-  a source that compiles without it means the same with it, and one that does not is built again as
-  torch builds it, whose result and compiler log are the ones reported;
+* that header tried first without torch's C++ frontend (`kforge.backends.header`), which saves a third
+  of a build: a source that compiles without it means the same with it, and one that does not is built
+  again as torch builds it, whose result and compiler log are the ones reported;
 * a ``.cu`` file without torch headers when the CUDA source (inline) uses none (``torch/types.h``
   dominates nvcc's time): one-shot examples keep torch types in the C++ part to benefit;
 * one lock per build, so parallel build processes never build the same thing twice or collide.
@@ -23,7 +23,6 @@ A build failure raises `CompilationError` carrying the compiler's output.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -34,21 +33,15 @@ import re
 import shutil
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 from typing import Any, Callable
 
+from ..cachefile import locked
 from ..errors import KforgeError
+from .header import PrecompiledHeaders
 
 RECIPE_VERSION = 3
 _TORCH_SYMBOLS = re.compile(r"\bat::|\btorch\b|\bc10\b|\bATen\b|\bTORCH_|\bAT_|\bC10_|\bTensor\b")
-#: What the light ``torch/extension.h`` leaves out: the C++ frontend (``torch/all.h``: nn, optim, data, serialize,
-#: jit, fft, special, ...) and what ``torch/python.h`` includes only to bind C++ modules. Their names live in
-#: namespaces of their own (``torch::nn``, ``torch::fft``, ...) or are ``using`` declarations of ATen's, and none
-#: specialises a pybind11 caster, so a source that compiles without them means the same with them. torch's own
-#: ``TORCH_INDUCTOR_CPP_WRAPPER`` mode leaves ``torch/all.h`` out the same way.
-LIGHT_DROPS = ("torch/all.h", "torch/nn/module.h", "torch/detail/static.h", "torch/ordered_dict.h")
-_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"]', re.MULTILINE)
 # Arguments that do not change what is built.
 _NOT_IN_KEY = {"verbose", "build_directory", "keep_intermediates"}
 
@@ -61,17 +54,6 @@ class CompilationError(KforgeError, RuntimeError):
         self.log = log
 
 
-@contextlib.contextmanager
-def _locked(path: Path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def _compiler_version() -> str:
     cxx = os.environ.get("CXX", "c++")
     try:
@@ -80,35 +62,10 @@ def _compiler_version() -> str:
         return cxx
 
 
-#: Beside each precompiled header: the torch, compiler and extra flags it was built for (`pch_stamp`).
-PCH_STAMP = "kforge_pch.json"
-
-
-def pch_stamp(torch_version: str, cxx: str, extra_cflags: list[str], light: bool = True) -> dict[str, Any]:
-    """What makes a precompiled header usable by a build (besides the CUDA arch): torch, compiler, flags, and
-    which header (a build tries the light one first; the full one only where that fails to compile)."""
-    stamp = {"torch": torch_version, "cxx": cxx, "extra_cflags": list(extra_cflags)}
-    return {**stamp, "header": "light"} if light else stamp
-
-
 def compiler_line() -> str:
     """The compiler's version line, as the build cache keys by it."""
     version = _compiler_version()
     return version.splitlines()[0] if version else ""
-
-
-def _cxx_std() -> str:
-    """The -std flag torch compiles extensions with (it changed across versions)."""
-    import torch.utils.cpp_extension as ce
-    for fn_name in ("_write_ninja_file_to_build_library", "_write_ninja_file"):
-        fn = getattr(ce, fn_name, None)
-        if fn is None:
-            continue
-        with contextlib.suppress(OSError, TypeError):
-            m = re.search(r"-std=c\+\+(\d+)", inspect.getsource(fn))
-            if m:
-                return f"-std=c++{m.group(1)}"
-    return "-std=c++17"
 
 
 class Builder:
@@ -133,7 +90,7 @@ class Builder:
         self._env = {"torch": torch.__version__, "cuda": torch.version.cuda, "arch": arch,
                      "cxx": version.splitlines()[0] if version else "", "python": sys.version.split()[0],
                      "recipe": RECIPE_VERSION}
-        self._light: list[str] | None = None
+        self.headers = PrecompiledHeaders(self.root, self._env, self._is_gcc)
         self.built: list[str] = []
         """Build directories this process compiled (not cache hits), for reporting."""
         self.hits: list[str] = []
@@ -185,8 +142,8 @@ class Builder:
         paths = [os.fspath(p) for p in ([sources] if isinstance(sources, (str, os.PathLike)) else sources)]
         key = self.file_key(name, paths, kwargs)  # a missing source raises here, as in torch's load
         def build(build_dir: Path, light: bool):
-            return self._run_build(build_dir, name, self._real_load, set(self._load_params),
-                                   self._with_pch(kwargs, light), sources=paths)
+            kw = self._with_pch(kwargs, light, fallback=not light and self._light_ok())
+            return self._run_build(build_dir, name, self._real_load, set(self._load_params), kw, sources=paths)
         return self._cached(key, name, kwargs, lambda build_dir: self._first_that_builds(
             lambda: build(build_dir, True), lambda: build(build_dir, False), differ=self._light_ok()))
 
@@ -198,7 +155,7 @@ class Builder:
         if key in self.known_failures:
             self.failed[key] = self.known_failures[key]
             raise CompilationError(self.known_failures[key])
-        with _locked(self.root / "builds" / f"{key}.lock"):
+        with locked(self.root / "builds" / f"{key}.lock"):
             module = self._load_cached(build_dir, name, kwargs)
             if module is not None:
                 self.hits.append(str(build_dir))
@@ -244,7 +201,8 @@ class Builder:
                                    cpp_sources=cpp, cuda_sources=cuda or None)
         return self._first_that_builds(
             lambda: build(self._with_pch(tuned, light=True), cpp, cuda),
-            lambda: build(self._with_pch(kwargs), _as_list(cpp_sources), _as_list(cuda_sources)),
+            lambda: build(self._with_pch(kwargs, fallback=self._light_ok()), _as_list(cpp_sources),
+                          _as_list(cuda_sources)),
             differ=tuned != kwargs or self._light_ok())
 
     @staticmethod
@@ -258,32 +216,18 @@ class Builder:
 
     def _light_ok(self) -> bool:
         """Whether builds get the light header first: on (the backend option ``light_header``), GCC with
-        precompiled headers on, and torch's headers laid out as `light_includes` expects."""
-        return self.light_header and self.use_pch and self._is_gcc and bool(self.light_includes())
+        precompiled headers on, and torch's headers laid out as `PrecompiledHeaders.light_includes` expects."""
+        return self.light_header and self.use_pch and self._is_gcc and bool(self.headers.light_includes())
 
-    def _with_pch(self, kwargs: dict[str, Any], light: bool = False) -> dict[str, Any]:
+    def _with_pch(self, kwargs: dict[str, Any], light: bool = False, fallback: bool = False) -> dict[str, Any]:
         """``kwargs`` with the precompiled torch/extension.h (the light one where ``light``) first on the include
-        path, where one can be had."""
+        path, where one can be had; for a ``fallback`` from the light header, only once one was needed before."""
         light = light and self._light_ok()
-        pch_dir = self._ensure_pch(list(kwargs.get("extra_cflags") or []), light) if self.use_pch else None
+        cflags = list(kwargs.get("extra_cflags") or [])
+        pch_dir = self.headers.ensure(cflags, light, on_second_need=fallback) if self.use_pch else None
         if pch_dir is None:
             return kwargs
         return {**kwargs, "extra_include_paths": [str(pch_dir)] + list(kwargs.get("extra_include_paths") or [])}
-
-    def light_includes(self) -> list[str]:
-        """What the light ``torch/extension.h`` includes: ``torch/python.h``'s includes less `LIGHT_DROPS`; [] (no
-        light header) unless ``torch/extension.h`` is ``torch/all.h`` and ``torch/python.h``, as in torch 2.x."""
-        if self._light is None:
-            import torch.utils.cpp_extension as ce
-            inc = [Path(p) for p in ce.include_paths()]
-            try:
-                top = _INCLUDE.findall((inc[0] / "torch" / "extension.h").read_text())
-                python = _INCLUDE.findall((inc[1] / "torch" / "python.h").read_text())
-            except (OSError, IndexError):
-                top, python = [], []
-            fits = top == ["torch/all.h", "torch/python.h"] and "torch/types.h" in python
-            self._light = [h for h in python if h not in LIGHT_DROPS] if fits else []
-        return self._light
 
     def _run_build(self, build_dir: Path, name: str, real: Callable, accepted: set[str], kwargs: dict[str, Any],
                    **sources: Any):
@@ -301,60 +245,6 @@ class Builder:
             so = found[0] if found else so
         (build_dir / "kforge_ok.json").write_text(json.dumps({"so": str(so), "name": so.stem}))
         return module
-
-    def _ensure_pch(self, extra_cflags: list[str], light: bool = False) -> Path | None:
-        """A precompiled torch/extension.h (the light one where ``light``) for these flags, built once under a
-        lock; None if unusable."""
-        cxx = os.environ.get("CXX", "c++")
-        if not self._is_gcc:
-            return None  # PCH files are compiler-specific; this recipe is for GCC
-        import torch.utils.cpp_extension as ce
-        header = Path(ce.include_paths()[0]) / "torch" / "extension.h"
-        std = _cxx_std()
-        flags = ["-DTORCH_API_INCLUDE_EXTENSION_H", std, "-fPIC", *extra_cflags]
-        includes = [f"-I{p}" for p in ce.include_paths()] + [f"-I{sysconfig.get_paths()['include']}"]
-        kind = {"header": "light", "includes": self.light_includes()} if light else {}
-        key = hashlib.sha256(json.dumps([self._env, flags, includes, kind] if light else
-                                        [self._env, flags, includes]).encode()).hexdigest()[:16]
-        pch_dir = self.root / "pch" / key
-        gch = pch_dir / "torch" / "extension.h.gch"
-        # A second #include <torch/extension.h> (load_inline adds one; many candidates write one too) cannot
-        # use the PCH and looks for the header beside it: there, the light header's text, or a one-line header
-        # that includes the real one.
-        forward = pch_dir / "torch" / "extension.h"
-        text = _light_header(self.light_includes()) if light else f'#pragma once\n#include "{header}"\n'
-        stamp, made_for = pch_dir / PCH_STAMP, pch_stamp(self._env["torch"], self._env["cxx"], extra_cflags, light)
-        if gch.is_file() and forward.is_file():
-            if not stamp.is_file():  # made before stamps were written: say what it was made for now
-                stamp.write_text(json.dumps(made_for))
-            return pch_dir
-        with _locked(self.root / "pch" / f"{key}.lock"):
-            gch.parent.mkdir(parents=True, exist_ok=True)
-            if not forward.is_file():
-                forward.write_text(text)
-            if gch.is_file():
-                return pch_dir
-            tmp = gch.with_suffix(f".tmp{os.getpid()}")
-            cmd = [cxx, "-x", "c++-header", str(forward if light else header), "-o", str(tmp), *includes, *flags]
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-            if proc.returncode != 0:
-                tmp.unlink(missing_ok=True)
-                (pch_dir / "FAILED").write_text(proc.stderr[-4000:])
-                return None
-            os.replace(tmp, gch)
-            # What it was built for, so that a caller can tell beforehand whether a build will make another.
-            stamp.write_text(json.dumps(made_for))
-        return pch_dir
-
-
-def _light_header(includes: list[str]) -> str:
-    """The light ``torch/extension.h``: torch's own refusal of stable-ABI builds, then ``includes``."""
-    lines = ["#ifndef KFORGE_LIGHT_TORCH_EXTENSION_H", "#define KFORGE_LIGHT_TORCH_EXTENSION_H",
-             "#if defined(TORCH_STABLE_ONLY) || defined(TORCH_TARGET_VERSION)",
-             '#error "This file should not be included when either TORCH_STABLE_ONLY or TORCH_TARGET_VERSION is '
-             'defined."', "#endif", *(f"#include <{h}>" for h in includes), "#endif", ""]
-    return "\n".join(lines)
-
 
 def _read(path: str) -> bytes:
     """A source's bytes; a missing file raises what torch's ``load`` raises (it opens each source alike)."""

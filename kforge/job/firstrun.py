@@ -62,7 +62,8 @@ def pch_pending(backend, build_cache: str | os.PathLike, source: str | None = No
         return False
     if source is not None and not builds_cpp(source):
         return False
-    from ..backends.build import PCH_STAMP, compiler_line, pch_stamp
+    from ..backends.build import compiler_line
+    from ..backends.header import PCH_STAMP, pch_stamp
     from ..sandbox.devices import torch_version  # from torch's package metadata: importing torch costs seconds
     want = pch_stamp(torch_version() or "", compiler_line(), expected_cflags(backend, source),
                      light=backend.options.get("light_header", True))

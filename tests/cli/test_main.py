@@ -113,7 +113,8 @@ def test_first_build_says_it_compiles_torch_headers(tmp_path):
     import torch
 
     from kforge.backends import get_backend
-    from kforge.backends.build import PCH_STAMP, compiler_line, pch_stamp
+    from kforge.backends.build import compiler_line
+    from kforge.backends.header import PCH_STAMP, pch_stamp
     from kforge.job.firstrun import _gcc, expected_cflags, pch_pending
     if not sys.platform.startswith("linux") or not _gcc():
         pytest.skip("kforge precompiles torch's header with GCC on Linux only")

@@ -4,13 +4,16 @@ that build's result and compiler log are the ones reported."""
 
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from kforge.backends.build import LIGHT_DROPS, PCH_STAMP, Builder, CompilationError, _light_header
+from kforge.backends import header
+from kforge.backends.build import Builder, CompilationError
+from kforge.backends.header import LIGHT_DROPS, PCH_STAMP, light_header
 from tests.backends.test_build import FLAGS, cache_with_the_sessions_pch
 
 # Written the way models write CPU kernels: the extension header, checks, a dispatch macro, OpenMP.
@@ -60,18 +63,18 @@ def builder(tmp_path, cache_dir):
 
 
 def header_of(build_dir: str) -> str:
-    """Which precompiled header a finished build compiled against, from its ninja file and the header's stamp."""
+    """Which precompiled header a finished build compiled against (``none``), from its ninja file and the header's
+    stamp."""
     ninja = (Path(build_dir) / "build.ninja").read_text()
     pch = re.search(r"-I(\S+/pch/[0-9a-f]+)\b", ninja)
-    assert pch, "the build used no precompiled header"
-    return json.loads((Path(pch.group(1)) / PCH_STAMP).read_text()).get("header", "full")
+    return json.loads((Path(pch.group(1)) / PCH_STAMP).read_text()).get("header", "full") if pch else "none"
 
 
 def test_the_light_header_is_torch_python_bindings_without_the_cpp_frontend(builder):
-    includes = builder.light_includes()
+    includes = builder.headers.light_includes()
     assert "torch/types.h" in includes and "torch/csrc/utils/pybind.h" in includes
     assert not set(includes) & set(LIGHT_DROPS)
-    text = _light_header(includes)
+    text = light_header(includes)
     # torch's own refusal of stable-ABI builds comes with it, before anything is included.
     assert text.index("#error") < text.index("#include <torch/types.h>")
 
@@ -89,7 +92,7 @@ def test_a_kernel_on_the_cpp_frontend_is_built_as_torch_builds_it(builder):
                               extra_ldflags=["-fopenmp"])
     x = torch.randn(257)
     torch.testing.assert_close(ext.gelu_tanh(x), F.gelu(x, approximate="tanh"))
-    assert len(builder.built) == 1 and header_of(builder.built[0]) == "full"
+    assert len(builder.built) == 1 and header_of(builder.built[0]) != "light"  # torch's full header
     assert builder.failed == {}  # the light attempt is the builder's business, not a failed build
 
 
@@ -117,3 +120,25 @@ def test_the_faster_build_is_tried_only_where_it_differs_and_its_failure_is_not_
     calls.clear()
     assert Builder._first_that_builds(lambda: calls.append("faster") or "fast", torchs, differ=True) == "fast"
     assert calls == ["faster"]
+
+
+def test_the_full_header_behind_the_light_one_is_precompiled_when_a_second_build_needs_it(tmp_path, monkeypatch):
+    """A cache sees few builds that need the full header after the light one; precompiling it costs about three
+    builds, so the first of them compiles without it and the second makes it."""
+    made = []
+
+    def compiler(cmd, **kw):  # stands in for the header's compile: writes the file it is asked for
+        made.append(cmd)
+        Path(cmd[cmd.index("-o") + 1]).write_bytes(b"gch")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+    builder = Builder(tmp_path)
+    if not builder.headers.is_gcc:
+        pytest.skip("kforge precompiles torch's header with GCC only")
+    monkeypatch.setattr(header.subprocess, "run", compiler)
+    assert builder.headers.ensure(FLAGS, on_second_need=True) is None and made == []
+    first = builder.headers.ensure(FLAGS, on_second_need=True)
+    assert first is not None and len(made) == 1 and (first / "torch" / "extension.h.gch").is_file()
+    assert builder.headers.ensure(FLAGS, on_second_need=True) == first and len(made) == 1  # made once
+    # The light header, and the full one where it is the first tried, are made at their first need.
+    assert builder.headers.ensure(["-O2"], light=True) is not None and builder.headers.ensure(["-O2"]) is not None
+    assert len(made) == 3
