@@ -142,8 +142,8 @@ class Builder:
         paths = [os.fspath(p) for p in ([sources] if isinstance(sources, (str, os.PathLike)) else sources)]
         key = self.file_key(name, paths, kwargs)  # a missing source raises here, as in torch's load
         def build(build_dir: Path, light: bool):
-            kw = self._with_pch(kwargs, light, fallback=not light and self._light_ok())
-            return self._run_build(build_dir, name, self._real_load, set(self._load_params), kw, sources=paths)
+            return self._run_build(build_dir, name, self._real_load, set(self._load_params),
+                                   self._with_pch(kwargs, light), sources=paths)
         return self._cached(key, name, kwargs, lambda build_dir: self._first_that_builds(
             lambda: build(build_dir, True), lambda: build(build_dir, False), differ=self._light_ok()))
 
@@ -201,8 +201,7 @@ class Builder:
                                    cpp_sources=cpp, cuda_sources=cuda or None)
         return self._first_that_builds(
             lambda: build(self._with_pch(tuned, light=True), cpp, cuda),
-            lambda: build(self._with_pch(kwargs, fallback=self._light_ok()), _as_list(cpp_sources),
-                          _as_list(cuda_sources)),
+            lambda: build(self._with_pch(kwargs), _as_list(cpp_sources), _as_list(cuda_sources)),
             differ=tuned != kwargs or self._light_ok())
 
     @staticmethod
@@ -219,12 +218,11 @@ class Builder:
         precompiled headers on, and torch's headers laid out as `PrecompiledHeaders.light_includes` expects."""
         return self.light_header and self.use_pch and self._is_gcc and bool(self.headers.light_includes())
 
-    def _with_pch(self, kwargs: dict[str, Any], light: bool = False, fallback: bool = False) -> dict[str, Any]:
+    def _with_pch(self, kwargs: dict[str, Any], light: bool = False) -> dict[str, Any]:
         """``kwargs`` with the precompiled torch/extension.h (the light one where ``light``) first on the include
-        path, where one can be had; for a ``fallback`` from the light header, only once one was needed before."""
+        path, where one can be had."""
         light = light and self._light_ok()
-        cflags = list(kwargs.get("extra_cflags") or [])
-        pch_dir = self.headers.ensure(cflags, light, on_second_need=fallback) if self.use_pch else None
+        pch_dir = self.headers.ensure(list(kwargs.get("extra_cflags") or []), light) if self.use_pch else None
         if pch_dir is None:
             return kwargs
         return {**kwargs, "extra_include_paths": [str(pch_dir)] + list(kwargs.get("extra_include_paths") or [])}

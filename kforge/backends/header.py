@@ -81,10 +81,9 @@ class PrecompiledHeaders:
             self._light = [h for h in python if h not in LIGHT_DROPS] if fits else []
         return self._light
 
-    def ensure(self, extra_cflags: list[str], light: bool = False, on_second_need: bool = False) -> Path | None:
+    def ensure(self, extra_cflags: list[str], light: bool = False) -> Path | None:
         """The directory to put first on the include path: a precompiled torch/extension.h (the light one where
-        ``light``) for these flags. None if unusable, or where ``on_second_need`` and none was asked for before
-        (the full header behind the light one: a cache sees few builds that need it, and making it costs three)."""
+        ``light``) for these flags, made at its first need; None if unusable."""
         if not self.is_gcc:
             return None  # PCH files are compiler-specific; this recipe is for GCC
         import torch.utils.cpp_extension as ce
@@ -100,11 +99,6 @@ class PrecompiledHeaders:
         # that includes the real one.
         forward = pch_dir / "torch" / "extension.h"
         made_for = json.dumps(pch_stamp(self.env["torch"], self.env["cxx"], extra_cflags, light))
-        wanted = self.root / f"{key}.wanted"
-        if on_second_need and not gch.is_file() and not wanted.is_file():
-            wanted.parent.mkdir(parents=True, exist_ok=True)
-            wanted.touch()
-            return None
         if gch.is_file() and forward.is_file():
             if not (pch_dir / PCH_STAMP).is_file():  # made before stamps were written: say what it was made for now
                 (pch_dir / PCH_STAMP).write_text(made_for)

@@ -4,14 +4,12 @@ that build's result and compiler log are the ones reported."""
 
 import json
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from kforge.backends import header
 from kforge.backends.build import Builder, CompilationError
 from kforge.backends.header import LIGHT_DROPS, PCH_STAMP, light_header
 from tests.backends.test_build import FLAGS, cache_with_the_sessions_pch
@@ -121,24 +119,3 @@ def test_the_faster_build_is_tried_only_where_it_differs_and_its_failure_is_not_
     assert Builder._first_that_builds(lambda: calls.append("faster") or "fast", torchs, differ=True) == "fast"
     assert calls == ["faster"]
 
-
-def test_the_full_header_behind_the_light_one_is_precompiled_when_a_second_build_needs_it(tmp_path, monkeypatch):
-    """A cache sees few builds that need the full header after the light one; precompiling it costs about three
-    builds, so the first of them compiles without it and the second makes it."""
-    made = []
-
-    def compiler(cmd, **kw):  # stands in for the header's compile: writes the file it is asked for
-        made.append(cmd)
-        Path(cmd[cmd.index("-o") + 1]).write_bytes(b"gch")
-        return subprocess.CompletedProcess(cmd, 0, "", "")
-    builder = Builder(tmp_path)
-    if not builder.headers.is_gcc:
-        pytest.skip("kforge precompiles torch's header with GCC only")
-    monkeypatch.setattr(header.subprocess, "run", compiler)
-    assert builder.headers.ensure(FLAGS, on_second_need=True) is None and made == []
-    first = builder.headers.ensure(FLAGS, on_second_need=True)
-    assert first is not None and len(made) == 1 and (first / "torch" / "extension.h.gch").is_file()
-    assert builder.headers.ensure(FLAGS, on_second_need=True) == first and len(made) == 1  # made once
-    # The light header, and the full one where it is the first tried, are made at their first need.
-    assert builder.headers.ensure(["-O2"], light=True) is not None and builder.headers.ensure(["-O2"]) is not None
-    assert len(made) == 3
