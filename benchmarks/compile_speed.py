@@ -120,5 +120,6 @@ def main() -> None:
         row = [statistics.median(build_once(kw, mode, cache) for _ in range(args.repeats)) for mode in modes]
         print(f"{label:36} " + " ".join(f"{x:10.1f}" for x in row))
 
+
 if __name__ == "__main__":
     main()
