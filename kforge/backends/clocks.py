@@ -8,6 +8,8 @@ what it sees, not what the clock calls.
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from typing import Any, Callable
 
@@ -35,6 +37,36 @@ class CpuClock:
         t1 = self._perf()
         ms = (t1 - t0) * 1e3
         return ms, ms, out
+
+
+class RunDelay:
+    """The time the calling thread has spent runnable but waiting for a core (Linux's ``schedstat`` run delay).
+
+    A host time holds every moment the scheduler gave the core to another process; this says how much of a call
+    that was, so a call the host was preempted in can be told from one it was not. Read through a descriptor and
+    ``os.pread`` captured when the clock is made; `ms` is None where the kernel does not keep the figure (no
+    ``/proc``, no ``CONFIG_SCHED_INFO``) or on another thread than the one that made it.
+    """
+
+    def __init__(self) -> None:
+        self._pread, self._tid_now = os.pread, threading.get_native_id
+        self._tid = self._tid_now()
+        try:
+            self._fd: int | None = os.open(f"/proc/self/task/{self._tid}/schedstat", os.O_RDONLY)
+            self._read()
+        except (OSError, ValueError, IndexError):
+            self._fd = None
+
+    def _read(self) -> float:
+        return int(self._pread(self._fd, 128, 0).split()[1]) / 1e6
+
+    def ms(self) -> float | None:
+        if self._fd is None or self._tid_now() != self._tid:
+            return None
+        try:
+            return self._read()
+        except (OSError, ValueError, IndexError):
+            return None
 
 
 LAUNCH_PAD_US = 250
@@ -68,6 +100,7 @@ class CudaClock:
         # a spin of ~LAUNCH_PAD_US (clock64 cycles at up to ~2 GHz: longer, never shorter, at lower clocks)
         self._spin = getattr(torch.cuda, "_sleep", None)
         self._pad_cycles = LAUNCH_PAD_US * 2000
+        self.run_delay = RunDelay()
 
     def now(self) -> float:
         return self._perf()

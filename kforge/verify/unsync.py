@@ -20,6 +20,15 @@ smallest gap of 0.49-0.51 ms, the reference 0.28-0.29 ms in most calls (a time s
 events moves into its event time, so the reference's smallest gap can be near zero). So the excess must also be
 more than twice the reference's median gap, which measures that contention; on a quiet device that gap is a few
 microseconds and changes nothing.
+
+That margin measures whatever stretches the reference's waits, and a host whose cores are oversubscribed stretches
+them too: seen on an H200 beside 32 CPU hogs on 16 cores, the reference's median gap grew past the 1 ms a
+side-stream exploit hid, and the exploit was called `correct`. So each re-timed call also reads how long the
+worker's thread sat runnable without a core (`kforge.backends.clocks.RunDelay`), and the re-timing goes on (up to
+`MAX_CALLS`) until each program has `REPEATS` quiet calls, preempted for less than `QUIET_MS`. The decision reads
+the quiet calls alone: preemption is then out of every figure, and what stays in the margin is the device's
+contention, which no run delay shows. Where the kernel keeps no run delay, or too few calls were quiet, all calls
+are read, as before.
 """
 
 from __future__ import annotations
@@ -31,9 +40,15 @@ from ..sandbox.harness import HarnessVerdict
 from ..sandbox.settings import Swap
 
 REPEATS = 8
-"""Re-timed calls of each program before an accusation."""
+"""Re-timed calls of each program before an accusation (quiet ones, where the run delay is known)."""
+MAX_CALLS = 4 * REPEATS
+"""At most this many re-timed calls of each program while waiting for quiet ones."""
 MIN_GAP_MS = 0.05
 """A gap below this (or below half the event time) is launch and synchronisation noise."""
+QUIET_MS = MIN_GAP_MS / 2
+"""A call whose thread waited less than this for a core is quiet: preemption alone cannot make a gap of it."""
+MIN_QUIET = 3
+"""Fewest quiet calls of each program for the decision to read the quiet calls alone."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +57,17 @@ class Gap:
 
     device_ms: list[float]
     host_ms: list[float]
+    delay_ms: list[float | None] | None = None
+    """Per call, how long the timing thread waited for a core (None: not known)."""
+
+    def quiet(self) -> Gap:
+        """The calls the host was not preempted in."""
+        keep = [i for i, d in enumerate(self.delay_ms or []) if d is not None and d < QUIET_MS]
+        return Gap([self.device_ms[i] for i in keep], [self.host_ms[i] for i in keep], [0.0] * len(keep))
+
+    @property
+    def calls(self) -> int:
+        return len(self.host_ms)
 
     @property
     def event_ms(self) -> float:
@@ -74,33 +100,51 @@ def suspicious(cand: Gap, ref: Gap, own_streams: bool) -> bool:
     return _large(cand, 0.0 if own_streams else ref.host_min_ms - ref.event_ms)
 
 
+def quiet_pair(cand: Gap, ref: Gap) -> tuple[Gap, Gap]:
+    """The quiet calls of both, where each has at least `MIN_QUIET`; else all calls of both."""
+    qc, qr = cand.quiet(), ref.quiet()
+    return (qc, qr) if min(qc.calls, qr.calls) >= MIN_QUIET else (cand, ref)
+
+
 def persistent(cand: Gap, ref: Gap) -> bool:
-    """The re-timing's decision (both timed settled): the candidate's smallest gap stays large beyond the
-    reference's smallest, in every call, and by more than twice the reference's median (a device other processes
-    share)."""
+    """The re-timing's decision (both timed settled, read on their quiet calls where there are enough): the
+    candidate's smallest gap stays large beyond the reference's smallest, in every call, and by more than twice the
+    reference's median (a device other processes share)."""
+    cand, ref = quiet_pair(cand, ref)
     ref_gap = max(0.0, ref.smallest_gap_ms)
     contention = 2 * max(0.0, ref.typical_gap_ms)
     return _large(cand, ref_gap) and cand.smallest_gap_ms - ref_gap > max(MIN_GAP_MS, 0.5 * cand.event_ms, contention)
 
 
-def retime(clock, candidate, reference, repeats: int = REPEATS) -> tuple[Gap, Gap]:
+def retime(clock, candidate, reference, repeats: int = REPEATS, max_calls: int = MAX_CALLS) -> tuple[Gap, Gap]:
     """Time the candidate and the reference (callables of no argument returning their output) back to back,
-    alternating which goes first, each with the device settled before its start event."""
-    got: dict[str, tuple[list[float], list[float]]] = {"cand": ([], []), "ref": ([], [])}
-    for i in range(repeats):
+    alternating which goes first, each with the device settled before its start event; with the clock's run delay
+    read around each call, until each has ``repeats`` quiet calls (at most ``max_calls`` each)."""
+    run_delay = getattr(getattr(clock, "run_delay", None), "ms", lambda: None)
+    known = run_delay() is not None
+    got: dict[str, Gap] = {"cand": Gap([], [], []), "ref": Gap([], [], [])}
+    for i in range(max_calls):
         order = (("cand", candidate), ("ref", reference)) if i % 2 == 0 else (("ref", reference), ("cand", candidate))
         for label, fn in order:
+            before = run_delay()
             device_ms, host_ms, out = clock.time(fn, settled=True)
+            after = run_delay()
             del out
-            got[label][0].append(device_ms)
-            got[label][1].append(host_ms)
-    return Gap(*got["cand"]), Gap(*got["ref"])
+            gap = got[label]
+            gap.device_ms.append(device_ms)
+            gap.host_ms.append(host_ms)
+            gap.delay_ms.append(None if before is None or after is None else after - before)
+        if i + 1 >= repeats and (not known or min(g.quiet().calls for g in got.values()) >= repeats):
+            break
+    return got["cand"], got["ref"]
 
 
-def message(cand: Gap, ref: Gap, repeats: int = REPEATS) -> str:
-    return (f"the candidate's work is not on the timed stream: events see {cand.event_ms:.4f} ms, the host waits at "
-            f"least {cand.host_min_ms:.4f} ms for the device in each of {repeats} calls re-timed with the device "
-            f"settled (the reference, timed beside it: {ref.event_ms:.4f} vs at least {ref.host_min_ms:.4f} ms)")
+def message(cand: Gap, ref: Gap) -> str:
+    used, used_ref = quiet_pair(cand, ref)
+    which = f"{used.calls} of {cand.calls} calls re-timed" + (", the quiet ones," if used is not cand else "")
+    return (f"the candidate's work is not on the timed stream: events see {used.event_ms:.4f} ms, the host waits at "
+            f"least {used.host_min_ms:.4f} ms for the device in each of {which} with the device settled (the "
+            f"reference, timed beside it: {used_ref.event_ms:.4f} vs at least {used_ref.host_min_ms:.4f} ms)")
 
 
 def check(run, sampler, own_streams: bool, model, inputs) -> None:
@@ -119,5 +163,7 @@ def check(run, sampler, own_streams: bool, model, inputs) -> None:
     cand, ref = retime(run.clock, lambda: model(*inputs), baseline)
     if persistent(cand, ref):
         raise HarnessVerdict("cheat_detected", message(cand, ref), rule="unsynchronized_work")
-    run.notes.append(f"events and host time disagreed while timing; re-timed settled {REPEATS} times beside the "
-                     "reference, the gap did not persist (a busy host): no unsynchronized work")
+    used, _ = quiet_pair(cand, ref)
+    calls = f"{used.calls} quiet calls of {cand.calls}" if used is not cand else f"{cand.calls} calls"
+    run.notes.append(f"events and host time disagreed while timing; re-timed settled beside the reference "
+                     f"({calls}), the gap did not persist (a busy host): no unsynchronized work")

@@ -2,8 +2,16 @@
 busy host's stretched host times."""
 
 import itertools
+import os
+import subprocess
+import sys
+import threading
+import time
 
-from kforge.verify.unsync import REPEATS, Gap, persistent, retime, suspicious
+import pytest
+
+from kforge.backends.clocks import RunDelay
+from kforge.verify.unsync import MAX_CALLS, QUIET_MS, REPEATS, Gap, message, persistent, retime, suspicious
 
 
 def gap(event_ms: float, host_ms: list[float]) -> Gap:
@@ -58,6 +66,34 @@ class ScriptedClock:
         return self.event_ms[label], self.event_ms[label] + next(self.delays[label]), label
 
 
+def test_a_host_preempted_in_most_calls_hides_no_side_stream():
+    # Seen on an H200 beside 32 CPU hogs on 16 cores: the reference's waits stretched by preemption past the 1 ms
+    # the exploit hid, so the contention margin (twice the reference's median gap) swallowed the whole gap.
+    preempted = [2.9, 0.0, 3.4, 2.2, 0.0, 4.1, 2.7, 0.0, 3.0, 2.5]
+    side = Gap([0.15] * 10, [1.05 + p for p in preempted], preempted)
+    ref = Gap([0.0077] * 10, [0.012 + p for p in preempted[::-1]], preempted[::-1])
+    blind = Gap(side.device_ms, side.host_ms), Gap(ref.device_ms, ref.host_ms)
+    assert not persistent(*blind)  # the rule without run delays: "a busy host"
+    assert persistent(side, ref)  # read on the three calls nobody preempted, the hidden millisecond is in each
+    assert "3 of 10 calls re-timed, the quiet ones," in message(side, ref)
+    # An honest kernel under the same load: its quiet calls show no gap, however long its preempted ones were.
+    honest = Gap([0.0204] * 10, [0.03 + p for p in preempted], preempted)
+    assert not persistent(honest, ref)
+
+
+def test_preemption_leaves_the_margin_for_a_shared_device_in_place():
+    # The same H200 shared by three verifiers: no thread was preempted, the device's time slices stay in the gaps.
+    honest = Gap([0.0109] * 8, [0.5249, 0.61, 0.55, 0.71, 0.5312, 0.58, 0.66, 0.5401], [0.0] * 8)
+    ref = Gap([0.0076] * 8, [0.2963, 0.35, 0.31, 0.42, 0.30, 0.33, 0.38, 0.2990], [0.001] * 8)
+    assert not persistent(honest, ref)
+
+
+def test_too_few_quiet_calls_read_every_call():
+    side = Gap([0.02] * 8, [1.52, 1.50, 1.71, 1.51, 2.3, 1.50, 1.6, 1.55], [5.0] * 6 + [0.0] * 2)
+    ref = Gap([1.5] * 8, [1.53, 1.52, 1.9, 1.51, 1.52, 1.6, 1.52, 1.53], [0.0] * 8)
+    assert persistent(side, ref) and "8 of 8 calls re-timed with" in message(side, ref)
+
+
 def test_retime_alternates_and_settles_every_call():
     clock = ScriptedClock({"cand": 0.02, "ref": 0.5}, {"cand": [0.4, 0.01], "ref": [0.02, 0.3]})
     cand, ref = retime(clock, lambda: "cand", lambda: "ref")
@@ -65,3 +101,67 @@ def test_retime_alternates_and_settles_every_call():
     assert all(settled for _, settled in clock.calls)
     assert [c for c, _ in clock.calls[:4]] == ["cand", "ref", "ref", "cand"]
     assert cand.smallest_gap_ms < 0.02 and not persistent(cand, ref)
+
+
+class PreemptedClock(ScriptedClock):
+    """A scripted clock whose thread also waits a scripted time for a core in each call (its ``run_delay``)."""
+
+    def __init__(self, preempted_ms: list[float]):
+        super().__init__({"cand": 0.02, "ref": 0.5}, {"cand": [0.01], "ref": [0.02]})
+        self.steps, self.total, self.run_delay = itertools.cycle(preempted_ms), 0.0, self
+
+    def ms(self):
+        return self.total
+
+    def time(self, fn, settled=False):
+        self.total += next(self.steps)
+        return super().time(fn, settled)
+
+
+def test_retime_goes_on_until_each_program_has_quiet_calls():
+    clock = PreemptedClock([3.0, 3.0, 0.0])  # one call in three is quiet
+    cand, ref = retime(clock, lambda: "cand", lambda: "ref")
+    assert min(cand.quiet().calls, ref.quiet().calls) == REPEATS and cand.calls < MAX_CALLS
+    assert cand.quiet().delay_ms == [0.0] * REPEATS
+    clock = PreemptedClock([3.0])  # never quiet: the re-timing stops at its cap
+    cand, ref = retime(clock, lambda: "cand", lambda: "ref")
+    assert cand.calls == ref.calls == MAX_CALLS and cand.quiet().calls == 0
+
+
+def test_retime_without_a_run_delay_stops_at_repeats():
+    clock = ScriptedClock({"cand": 0.02, "ref": 0.5}, {"cand": [0.01], "ref": [0.02]})
+    clock.run_delay = RunDelay()
+    clock.run_delay._fd = None  # a kernel without schedstat
+    cand, ref = retime(clock, lambda: "cand", lambda: "ref")
+    assert cand.calls == ref.calls == REPEATS and cand.delay_ms == [None] * REPEATS
+
+
+@pytest.mark.skipif(not os.path.exists(f"/proc/self/task/{threading.get_native_id()}/schedstat"),
+                    reason="this kernel keeps no schedstat")
+def test_run_delay_counts_the_time_other_processes_had_the_core():
+    delay = RunDelay()
+    n = 2 * (os.cpu_count() or 1) + 1
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        time.sleep(0.5)  # the hogs are running
+        before, t0 = delay.ms(), time.perf_counter()
+        while time.perf_counter() - t0 < 1.0:  # spin: runnable all the time, on a core a third of it at most
+            pass
+        waited = delay.ms() - before
+    finally:
+        for p in hogs:
+            p.kill()
+            p.wait()
+    assert waited > 0.3 * 1000  # ms; with 2n+1 runnable threads on n cores, about two thirds of the second
+    assert QUIET_MS < 0.3 * 1000
+    other: list = []
+    threading.Thread(target=lambda: other.append(delay.ms())).start()
+    time.sleep(0.1)
+    assert other == [None]  # another thread's delay is not this one's
+
+
+def test_run_delay_is_none_where_the_kernel_keeps_none(monkeypatch):
+    def no_proc(*a, **k):
+        raise FileNotFoundError("/proc")
+    monkeypatch.setattr(os, "open", no_proc)
+    assert RunDelay().ms() is None
