@@ -63,7 +63,7 @@ class Gap:
     def quiet(self) -> Gap:
         """The calls the host was not preempted in."""
         keep = [i for i, d in enumerate(self.delay_ms or []) if d is not None and d < QUIET_MS]
-        return Gap([self.device_ms[i] for i in keep], [self.host_ms[i] for i in keep], [0.0] * len(keep))
+        return Gap([self.device_ms[i] for i in keep], [self.host_ms[i] for i in keep], [self.delay_ms[i] for i in keep])
 
     @property
     def calls(self) -> int:
