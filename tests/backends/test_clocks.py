@@ -1,11 +1,16 @@
-"""The CUDA clock times the kernels, not the host's launch path in front of them (however slow the host)."""
+"""The CUDA clock times the kernels, not the host's launch path in front of them (however slow the host); the run
+delay it reads says when the host was preempted."""
 
+import os
 import statistics
+import subprocess
+import sys
+import threading
 import time
 
 import pytest
 
-from kforge.backends.clocks import LAUNCH_PAD_US, CudaClock, l2_flush_bytes
+from kforge.backends.clocks import LAUNCH_PAD_US, CudaClock, RunDelay, l2_flush_bytes
 
 
 def _slow_launch(x, host_us: float):
@@ -40,3 +45,33 @@ def test_settled_calls_still_time_their_launch():
     x = torch.randn(1 << 16, device="cuda")
     slow = [clock.time(_slow_launch(x, 300.0), settled=True)[0] for _ in range(5)]
     assert statistics.median(slow) > 0.25, slow
+
+
+@pytest.mark.skipif(not os.path.exists(f"/proc/self/task/{threading.get_native_id()}/schedstat"),
+                    reason="this kernel keeps no schedstat")
+def test_run_delay_counts_the_time_other_processes_had_the_core():
+    delay = RunDelay()
+    n = 2 * (os.cpu_count() or 1) + 1
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        time.sleep(0.5)  # the hogs are running
+        before, t0 = delay.ms(), time.perf_counter()
+        while time.perf_counter() - t0 < 1.0:  # spin: runnable all the time, on a core a third of it at most
+            pass
+        waited = delay.ms() - before
+    finally:
+        for p in hogs:
+            p.kill()
+            p.wait()
+    assert waited > 0.3 * 1000  # ms; with 2n+1 runnable threads on n cores, about two thirds of the second
+    other: list = []
+    threading.Thread(target=lambda: other.append(delay.ms())).start()
+    time.sleep(0.1)
+    assert other == [None]  # another thread's delay is not this one's
+
+
+def test_run_delay_is_none_where_the_kernel_keeps_none(monkeypatch):
+    def no_proc(*a, **k):
+        raise FileNotFoundError("/proc")
+    monkeypatch.setattr(os, "open", no_proc)
+    assert RunDelay().ms() is None
