@@ -77,6 +77,12 @@ def test_unknown_override_lists_constants(tmp_path):
         load_problem_file(path, overrides={"K": 1})
 
 
+def test_text_for_a_numeric_constant_is_the_overrides_fault_not_the_problems(tmp_path):
+    path = write(tmp_path, "x.py", GOOD)
+    with pytest.raises(ProblemError, match=r"M is the number \d+ in the file; 'abc' is not a number"):
+        load_problem_file(path, overrides={"M": "abc"})
+
+
 CONV3D = """import torch
 import torch.nn as nn
 

@@ -177,10 +177,15 @@ def apply_overrides(source: str, overrides: dict[str, Any], where: str) -> str:
     tree = ast.parse(source)
     nodes = {name: (value, stmt) for name, value, stmt in _top_level_assignments(tree)}
     missing = [k for k in overrides if k not in nodes or k == "KFORGE"]
+    constants = _evaluate_constants(source, tree)
     if missing:
-        known = sorted(k for k in _evaluate_constants(source, tree))
         raise ProblemError(f"{where}: no top-level constant {', '.join(missing)} to override "
-                           f"(constants: {', '.join(known) or 'none'})")
+                           f"(constants: {', '.join(sorted(constants)) or 'none'})")
+    for name, value in overrides.items():  # `--set batch_size=abc` arrives as text: say so, not "the problem fails"
+        was = constants.get(name)
+        if isinstance(value, str) and isinstance(was, (int, float)) and not isinstance(was, bool):
+            raise ProblemError(f"{where}: {name} is the number {was!r} in the file; {value!r} is not a number "
+                               f"to override it with (e.g. --set {name}={was!r})")
     lines = source.splitlines(keepends=True)
     offsets = [0]
     for line in lines:
