@@ -239,6 +239,14 @@ class Harness:
             model = self._construct(self.ref_mod.Model)
         return model if keep_dtype else model.to(dtype=self.torch.float32)
 
+    def cast_note(self) -> str:
+        """For a reference that fails: what the kernelbench rules did to its inputs, which may be why."""
+        if not self.cast_all:
+            return ""
+        dtype = str(self.storage).replace("torch.", "")
+        return (f" (the kernelbench rules cast every input tensor to {dtype}, integer ones too, as KernelBench's "
+                "harness does; the kforge rules cast floating-point ones only)")
+
     def cast(self, x: Any) -> Any:
         """An input as the precision has it: floating tensors in its dtype (every tensor, under KernelBench's
         rules, which cast integer and boolean inputs too)."""

@@ -110,7 +110,7 @@ class Trials(NumericsChecks, VariantChecks, FreshModels, Harness):
             self.raise_if_busy(exc)
             raise HarnessVerdict(PROBLEM_ERROR, f"the reference program fails when run on its own as the trials run "
                                  f"it ({'; '.join(runs)}): {type(exc).__name__}: {first_line(exc)}; this is a bug in "
-                                 "the problem or beyond PyTorch at this size, not the candidate's",
+                                 f"the problem or beyond PyTorch at this size, not the candidate's{self.cast_note()}",
                                  evidence={"traceback": tail(traceback.format_exc())}) from None
 
     def program(self, module, own: bool = False):

@@ -96,3 +96,40 @@ def test_a_reference_whose_truth_or_step_fails_is_the_problems_error_not_the_can
     with pytest.raises(ProblemFails, match="fails when run on its own") as err:
         Verifier(cfg, pool=pool).verify(p, src + "\n\nModelNew = Model\n", "cpu")
     assert ("kf-bf16-only" if case == "bf16 only" else "kf-no-backward") in str(err.value), err.value
+
+
+LOOKUP = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, num, dim):
+        super().__init__()
+        self.table = nn.Embedding(num, dim)
+
+    def forward(self, idx):
+        return self.table(idx)
+
+
+num, dim, tokens = 100, 16, 32
+
+
+def get_inputs():
+    return [torch.randint(0, num, (tokens,))]
+
+
+def get_init_inputs():
+    return [num, dim]
+"""
+
+
+def test_kernelbenchs_casting_of_integer_inputs_is_named_when_the_reference_fails_on_it(pool):
+    """KernelBench's `precision=bf16` casts every input tensor, indices too, and an embedding then fails on its own:
+    the problem's error, with the cast named; the kforge rules cast floating-point inputs only."""
+    p = problem_from_source(LOOKUP, where="lookup.py", name="lookup")
+    cfg = dict(skip_timing=True, require_kernel=False, precision="bf16")
+    with pytest.raises(ProblemFails, match="bug in the problem") as err:
+        Verifier(fast_config(rules="kernelbench", **cfg), pool=pool).verify(p, LOOKUP + "\nModelNew = Model\n", "cpu")
+    assert "cast every input tensor to bfloat16, integer ones too" in str(err.value), err.value
+    v = Verifier(fast_config(**cfg), pool=pool).verify(p, LOOKUP + "\nModelNew = Model\n", "cpu")
+    assert v.state is State.CORRECT and v.precision == "bf16", v.summary()
