@@ -127,6 +127,8 @@ def in_triton_interpreter(cases: dict[str, tuple[str, str, str]]) -> dict[str, s
 
 
 def _interpreter_child() -> None:
+    from kforge.backends.triton_bf16 import install
+    install()  # as a kforge worker running the interpreter does (TritonBackend.prepare): bf16 by value
     cases = json.loads(sys.stdin.read())
     results: dict[str, str | None] = {}
     for name, (problem, candidate, dtype) in cases.items():

@@ -4,9 +4,9 @@ values (`tests/precision_harness.py`), independent of the verifier's own precisi
 
 Here: every cpu solution at bf16 and fp16 at small sizes that are not multiples of the tiles, three of them at
 bf16 at their cpu size too (the size `make demo precision=bf16` runs on a CPU), and every triton one under the
-interpreter at the small sizes. The interpreter's ``tl.dot`` does not handle
-bf16 (Triton 3.x multiplies the raw bits), so the tensor-core kernels of ``solutions/triton/bf16/`` run at fp32
-there: the same kernels, on fp32 tiles. On a GPU: every cuda and triton bf16 solution through the verifier at
+interpreter at the small sizes, in bf16: Triton's interpreter alone computes on bf16's bit patterns (its
+``tl.dot`` multiplies them), so the interpreter process installs kforge's by-value arithmetic first, as a kforge
+worker does (`kforge.backends.triton_bf16`). On a GPU: every cuda and triton bf16 solution through the verifier at
 ``precision=bf16``, and the triton ones at ``fp16`` too, at the gpu size and at the small sizes (edges, tails,
 unaligned rows, a head dim of 21).
 """
@@ -90,8 +90,7 @@ def interpreted():
     for name, sizes in SMALL.items():
         problem = load_builtin(names=[name], overrides=sizes)[0]
         path = builtin_solution_path(problem, "triton", "bf16")
-        tensor_core = "bf16" in path.parts  # its own bf16 file: tl.dot, which the interpreter runs in fp32 only
-        cases[name] = (problem.source, path.read_text(), "float32" if tensor_core else "bfloat16")
+        cases[name] = (problem.source, path.read_text(), "bfloat16")
     return in_triton_interpreter(cases)
 
 

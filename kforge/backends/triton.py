@@ -2,12 +2,13 @@
 warp specialisation) launched from ``ModelNew.forward``.
 
 On a machine without a GPU (CI) the same candidates run on CPU tensors through Triton's interpreter
-(``TRITON_INTERPRET=1``): that checks correctness, not speed.
+(``TRITON_INTERPRET=1``): that checks correctness, not speed, with bf16 computed by value
+(`kforge.backends.triton_bf16`).
 """
 
 from __future__ import annotations
 
-from .base import Backend
+from .base import Backend, WorkerContext
 
 
 class TritonBackend(Backend):
@@ -33,3 +34,10 @@ class TritonBackend(Backend):
             if cls.__module__.startswith("triton") and "CompilationError" in cls.__name__:
                 return "compilation_failure"
         return None
+
+    def prepare(self, ctx: WorkerContext) -> None:
+        """Under the interpreter, bf16 arithmetic by value (`kforge.backends.triton_bf16`): the interpreter alone
+        computes on bf16's bit patterns."""
+        if self.interpret:
+            from .triton_bf16 import install
+            install()

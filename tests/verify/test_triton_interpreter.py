@@ -51,3 +51,15 @@ def test_triton_backward_oracle_under_the_interpreter(setup, key):
     v = verifier.verify(problem, code, backend, config=fast_config(backward=True))
     assert v.state is State.CORRECT, v.summary()
     assert v.attribution.backward_share and v.attribution.gradient_from_kernel, v.summary()
+
+
+def test_a_bf16_tensor_core_kernel_is_judged_at_bf16_under_the_interpreter(setup):
+    """The worker installs bf16 by-value arithmetic in Triton's interpreter (which alone computes on bf16's bit
+    patterns): the bf16 Matmul oracle's ``tl.dot`` tiles come out `correct` at ``precision=bf16``, variants too."""
+    from kforge.problems import builtin_solution_path
+    verifier, _, backend = setup
+    problem = resolve_problem("level1/4_Matmul", size="cpu", overrides={"M": 70, "K": 40, "N": 150})
+    code = builtin_solution_path(problem, "triton", "bf16").read_text()
+    assert "tl.dot(a, b, acc)" in code
+    v = verifier.verify(problem, code, backend, config=fast_config(precision="bf16", variants=True))
+    assert v.state is State.CORRECT and v.precision == "bf16", v.summary()
