@@ -185,7 +185,7 @@ def apply_overrides(source: str, overrides: dict[str, Any], where: str) -> str:
         was = constants.get(name)
         if isinstance(value, str) and isinstance(was, (int, float)) and not isinstance(was, bool):
             raise ProblemError(f"{where}: {name} is the number {was!r} in the file; {value!r} is not a number "
-                               f"to override it with (e.g. --set {name}={was!r})")
+                               f"to override it with (e.g. {name}={was!r})")
     lines = source.splitlines(keepends=True)
     offsets = [0]
     for line in lines:
