@@ -22,8 +22,8 @@ more than twice the reference's median gap, which measures that contention; on a
 microseconds and changes nothing.
 
 That margin measures whatever stretches the reference's waits, and a host whose cores are oversubscribed stretches
-them too: seen on an H200 beside 32 CPU hogs on 16 cores, the reference's median gap grew past the 1 ms a
-side-stream exploit hid, and the exploit was called `correct`. So each re-timed call also reads how long the
+them too: seen on an H200 beside 32 CPU hogs on 16 cores, twice the reference's median gap grew past the work (about
+3 ms there) a side-stream exploit hid, and the exploit was called `correct`. So each re-timed call also reads how long the
 worker's thread sat runnable without a core (`kforge.backends.clocks.RunDelay`), and the re-timing goes on (up to
 `MAX_CALLS`) until each program has `REPEATS` quiet calls, preempted for less than `QUIET_MS`. The decision reads
 the quiet calls alone: preemption is then out of every figure, and what stays in the margin is the device's
