@@ -35,6 +35,10 @@ from .protocol import CeilingsRequest, DeviceInfo, ProbeRequest, Reply, Request
 from .zygote import LIGHT_LEVEL, PRELOAD_ENV, SPARE_ENV
 
 
+class PoolClosed(RuntimeError):
+    """The pool was closed: no slot is handed out, and a worker that finishes starting afterwards is stopped."""
+
+
 class WorkerPool:
     """Slots by kind: ``build`` (CPU, no GPU visible), ``cpu`` (runs CPU candidates), ``cuda:N``."""
 
@@ -127,7 +131,7 @@ class WorkerPool:
     def _free_slots(self, kind: str) -> list[tuple[str, WorkerProcess | None]]:
         """The free list of ``kind``, made on first use; call with ``_lock`` held."""
         if self._closed:
-            raise RuntimeError("the worker pool is closed")
+            raise PoolClosed("the worker pool is closed")
         free = self._free.get(kind)
         if free is None:
             free = self._free[kind] = [(f"{kind.replace(':', '')}-{i}", None)  # started on first use
@@ -135,17 +139,27 @@ class WorkerPool:
         return free
 
     def _spawn(self, kind: str, label: str) -> WorkerProcess:
+        if self._closed:
+            raise PoolClosed("the worker pool is closed")
         started = time.monotonic()
         env = dict(self._env(kind), **dispatch.to_env(dispatch.registered()))  # the request kinds known by now
         z = None
-        if self.resident > 0:
-            z = resident.connect(ZYGOTE, label, env, self.resident, 300.0,
-                                 lambda sock, log, t: ResidentWorker(label, sock, log, t))
-        z = z or WorkerProcess(label, env, self.root)
+        try:
+            if self.resident > 0:
+                z = resident.connect(ZYGOTE, label, env, self.resident, 300.0,
+                                     lambda sock, log, t: ResidentWorker(label, sock, log, t))
+            z = z or WorkerProcess(label, env, self.root)
+        except OSError:
+            if self._closed:  # `close` removed the pool's directory while this worker was starting
+                raise PoolClosed("the worker pool is closed") from None
+            raise
         self._add_time(kind, "start", time.monotonic() - started)
         with self._lock:
-            self._all.append(z)
-        return z
+            if not self._closed:
+                self._all.append(z)
+                return z
+        z.close()  # the pool closed while it started (`start`'s background boot): nobody else would stop it
+        raise PoolClosed("the worker pool is closed")
 
     def start(self, kinds: list[str]) -> None:
         """Start every worker process of these slot kinds now, all at once.
@@ -169,6 +183,8 @@ class WorkerPool:
                     z = self._spawn(kind, label)
                 except WorkerLost:
                     z = None
+                except PoolClosed:
+                    return
             if z is not None:
                 z.kind = kind
             with self._returned:  # each slot is usable as soon as its own worker is up

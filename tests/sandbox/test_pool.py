@@ -108,3 +108,62 @@ def test_a_light_pool_leaves_the_compiler_stack_to_the_children_and_still_verifi
         again = verifier.verify(relu, candidate("cpu", "relu_ok.py"), "cpu",
                                 config=fast_config(compile_ref=True, compile_ref_reuse=False))
         assert again.state is State.CORRECT and "compile reference" in again.phases, again.summary()
+
+
+def _start_in_background(pool: WorkerPool, kinds: list[str]) -> tuple[threading.Thread, list[BaseException]]:
+    """`start` on a thread of its own, as `Verifier.start_workers` runs it, keeping what it raises."""
+    errors: list[BaseException] = []
+
+    def boot():
+        try:
+            pool.start(kinds)
+        except BaseException as exc:  # noqa: BLE001 - the test asserts there is none
+            errors.append(exc)
+
+    thread = threading.Thread(target=boot)
+    thread.start()
+    return thread, errors
+
+
+def test_a_pool_closed_before_its_background_boot_spawns_ends_that_boot_quietly(tmp_path):
+    # Seen in CI: `kforge verify` ended (its reply held no code) while the boot thread was about to start a
+    # worker in the pool's directory, which `close` had removed: "Exception in thread kforge-boot ...
+    # FileNotFoundError: /tmp/kforge-pool-...".
+    pool = WorkerPool(gpus=[], cpu_workers=1, build_cache=tmp_path / "cache", light=True)
+    reached, go = threading.Event(), threading.Event()
+    env = pool._env
+    pool._env = lambda kind: (reached.set(), go.wait(60), env(kind))[2]
+    thread, errors = _start_in_background(pool, ["cpu"])
+    assert reached.wait(60)
+    pool.close()
+    go.set()
+    thread.join(60)
+    assert not thread.is_alive() and errors == []
+    with pytest.raises(RuntimeError, match="closed"):
+        pool.request("cpu", ProbeRequest(backend=get_backend("cpu").spec()), {}, timeout=60)
+
+
+def test_a_worker_that_finishes_starting_after_the_pool_closed_is_stopped(tmp_path, monkeypatch):
+    # `close` stops the workers it knows of; one still in its handshake then was added afterwards and left running.
+    from kforge.sandbox import pool as pool_module
+
+    started, go = [], threading.Event()
+
+    class SlowToGreet(pool_module.WorkerProcess):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            started.append(self)
+            go.wait(60)  # the pool closes while this worker is still starting
+
+    monkeypatch.setattr(pool_module, "WorkerProcess", SlowToGreet)
+    pool = WorkerPool(gpus=[], cpu_workers=1, build_cache=tmp_path / "cache", light=True)
+    thread, errors = _start_in_background(pool, ["cpu"])
+    deadline = time.monotonic() + 120
+    while not started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert started, "the worker never started"
+    pool.close()
+    go.set()
+    thread.join(60)
+    assert not thread.is_alive() and errors == []
+    assert started[0].proc.wait(timeout=30) is not None  # stopped, not left behind
