@@ -22,7 +22,6 @@ A build failure raises `CompilationError` carrying the compiler's output.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -44,6 +43,23 @@ RECIPE_VERSION = 3
 _TORCH_SYMBOLS = re.compile(r"\bat::|\btorch\b|\bc10\b|\bATen\b|\bTORCH_|\bAT_|\bC10_|\bTensor\b")
 # Arguments that do not change what is built.
 _NOT_IN_KEY = {"verbose", "build_directory", "keep_intermediates"}
+
+
+#: GCC's words for a token missing or out of place. Torch's full header only adds declarations to the light one;
+#: a name it would declare shows in the light build as an undeclared name ("was not declared", "is not a member"),
+#: never as these alone, so a build failing with these alone fails the same way on the full header.
+_SYNTAX = re.compile(r"expected [‘'][;,)\]}][’'] (?:before |at end of input)|stray [‘'].+[’'] in program"
+                     r"|missing terminating . character|unterminated comment")  # ‘’ or '' as the locale has it
+_GCC_ERROR = re.compile(r"^\S.*:\d+:\d+: (?:fatal )?error: (.*)$")
+_ANY_ERROR = re.compile(r"\berror:")
+_SOURCE_ECHO = re.compile(r"^\s*\d*\s*\|")  # GCC's quote of the offending line, which may say "error:" itself
+
+
+def syntax_only(log: str) -> bool:
+    """Whether a failed build's log holds compiler errors and every one is a syntax error (`_SYNTAX`): a missing
+    semicolon, a stray character. Link errors, nvcc's errors and anything else say no."""
+    errors = [ln for ln in log.splitlines() if _ANY_ERROR.search(ln) and not _SOURCE_ECHO.match(ln)]
+    return bool(errors) and all((m := _GCC_ERROR.match(ln)) and _SYNTAX.match(m.group(1)) for ln in errors)
 
 
 class CompilationError(KforgeError, RuntimeError):
@@ -207,10 +223,14 @@ class Builder:
     @staticmethod
     def _first_that_builds(faster: Callable[[], Any], torchs: Callable[[], Any], differ: bool):
         """``faster()`` (the light header, a torch-free ``.cu``) where it ``differ``s from ``torchs()``, the build as
-        torch makes it; where ``faster()`` does not build, ``torchs()``, whose result and log are the verdict's."""
+        torch makes it; where ``faster()`` does not build, ``torchs()``, whose result and log are the verdict's,
+        unless every error ``faster()`` met is one that no header can cure (`syntax_only`): then its own."""
         if differ:
-            with contextlib.suppress(CompilationError):
+            try:
                 return faster()
+            except CompilationError as exc:
+                if syntax_only(exc.log):
+                    raise
         return torchs()
 
     def _light_ok(self) -> bool:

@@ -1,6 +1,6 @@
 """The light ``torch/extension.h``: a source that compiles without torch's C++ frontend is built on the
-smaller header; one that needs the frontend, or does not compile at all, is built as torch builds it, and
-that build's result and compiler log are the ones reported."""
+smaller header; one that needs the frontend, or does not compile for want of a name, is built as torch builds
+it, and that build's result and compiler log are the ones reported; a syntax error is reported as it is."""
 
 import json
 import re
@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kforge.backends.build import Builder, CompilationError
+from kforge.backends.build import Builder, CompilationError, syntax_only
 from kforge.backends.header import LIGHT_DROPS, PCH_STAMP, light_header
 from tests.backends.test_build import FLAGS, cache_with_the_sessions_pch
 
@@ -52,6 +52,26 @@ MISSPELT = r"""
 #include <torch/extension.h>
 torch::Tensor relu_fwd(torch::Tensor x) { return torch::nn::functional::relux(x); }
 """
+
+
+# ATen's parallel loop, which models' CPU kernels use often; SLIP is the same with a semicolon missing.
+PARALLEL = r"""
+#include <torch/extension.h>
+
+torch::Tensor scale_fwd(torch::Tensor x, double s) {
+    TORCH_CHECK(x.scalar_type() == at::kFloat, "float32 only");
+    auto xc = x.contiguous();
+    auto out = torch::empty_like(xc);
+    const float* src = xc.data_ptr<float>();
+    float* dst = out.data_ptr<float>();
+    const float f = static_cast<float>(s);
+    at::parallel_for(0, xc.numel(), 2048, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) dst[i] = src[i] * f;
+    });
+    return out;
+}
+"""
+SLIP = PARALLEL.replace("dst[i] = src[i] * f;", "dst[i] = src[i] * f")
 
 
 @pytest.fixture
@@ -118,4 +138,53 @@ def test_the_faster_build_is_tried_only_where_it_differs_and_its_failure_is_not_
     calls.clear()
     assert Builder._first_that_builds(lambda: calls.append("faster") or "fast", torchs, differ=True) == "fast"
     assert calls == ["faster"]
+    calls.clear()
 
+    def slip():
+        calls.append("faster")
+        raise CompilationError("main.cpp:2:57: error: expected ‘;’ before ‘}’ token")
+    with pytest.raises(CompilationError, match="expected"):
+        Builder._first_that_builds(slip, torchs, differ=True)
+    assert calls == ["faster"]
+
+
+
+def test_a_kernel_on_atens_parallel_loop_is_built_on_the_light_header(builder):
+    ext = builder.load_inline("kf_light_parallel", PARALLEL, functions=["scale_fwd"], extra_cflags=FLAGS,
+                              extra_ldflags=["-fopenmp"])
+    x = torch.randn(5003)
+    torch.testing.assert_close(ext.scale_fwd(x, 0.5), x * 0.5)
+    assert len(builder.built) == 1 and header_of(builder.built[0]) == "light"
+
+
+def test_a_syntax_error_is_the_light_builds_verdict_and_nothing_is_built_again(builder):
+    runs = []
+    run = builder._run_build
+    builder._run_build = lambda *args, **kwargs: runs.append(args[1]) or run(*args, **kwargs)
+    with pytest.raises(CompilationError) as caught:
+        builder.load_inline("kf_light_slip", SLIP, functions=["scale_fwd"], extra_cflags=FLAGS)
+    assert re.search(r"error: expected .;. before .}. token", caught.value.log), caught.value.log
+    assert runs == ["kf_light_slip"]  # one build: the full header cures no missing semicolon
+    assert list(builder.failed.values()) == [caught.value.log]
+
+
+GCC = "/tmp/b/main.cpp"
+
+
+@pytest.mark.parametrize("log, syntax", [
+    (f"{GCC}:9:54: error: expected ‘;’ before ‘}}’ token\n    9 |   return x }}\n      |           ^", True),
+    (f"{GCC}:9:54: error: expected ';' before '}}' token", True),  # the C locale's quotes
+    (f"{GCC}:3:1: error: expected ‘}}’ at end of input\n{GCC}:2:30: error: expected ‘)’ before ‘{{’ token", True),
+    (f"{GCC}:4:5: error: stray ‘\\302’ in program\n    4 |   y = x; // error: what GCC quotes is not an error",
+     True),
+    # A name the light header lacks, with the syntax error it leads to: the full header may cure both.
+    (f"{GCC}:5:12: error: ‘parallel_for’ is not a member of ‘at’\n{GCC}:7:5: error: expected ‘;’ before ‘}}’", False),
+    (f"{GCC}:5:12: error: ‘F’ has not been declared", False),
+    (f"{GCC}:5:12: fatal error: torch/nn.h: No such file or directory", False),
+    ("main.o: in function `f':\nmain.cpp:(.text+0x1d): undefined reference to `g'\n"
+     "collect2: error: ld returned 1 exit status", False),
+    ('kernel.cu(12): error: expected a ";"', False),  # nvcc's words: left to torch's build, as before
+    ("ninja: build stopped: subcommand failed.", False),  # no compiler error to judge by
+])
+def test_only_a_log_of_syntax_errors_alone_is_taken_as_the_full_headers_too(log, syntax):
+    assert syntax_only(log) is syntax
