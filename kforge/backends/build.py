@@ -49,15 +49,17 @@ _NOT_IN_KEY = {"verbose", "build_directory", "keep_intermediates"}
 #: a name it would declare shows in the light build as an undeclared name ("was not declared", "is not a member"),
 #: never as these alone, so a build failing with these alone fails the same way on the full header.
 _SYNTAX = re.compile(r"expected [‘'][;,)\]}][’'] (?:before |at end of input)|stray [‘'].+[’'] in program"
-                     r"|missing terminating . character|unterminated comment")  # ‘’ or '' as the locale has it
-_GCC_ERROR = re.compile(r"^\S.*:\d+:\d+: (?:fatal )?error: (.*)$")
-_ANY_ERROR = re.compile(r"\berror:")
+                     r"|missing terminating . character|unterminated comment"  # ‘’ or '' as the locale has it
+                     r'|expected an? "[;,)\]}]"$')  # nvcc's front end says it so; its undeclared name is "undefined"
+# file:line:col: (GCC) or file(line): (nvcc, whose errors may carry a number: "error #65-D:")
+_GCC_ERROR = re.compile(r"^\S.*(?::\d+:\d+:|\(\d+\):) (?:fatal )?error(?: #\d+-D)?: (.*)$")
+_ANY_ERROR = re.compile(r"\berror(?: #\d+-D)?:")
 _SOURCE_ECHO = re.compile(r"^\s*\d*\s*\|")  # GCC's quote of the offending line, which may say "error:" itself
 
 
 def syntax_only(log: str) -> bool:
     """Whether a failed build's log holds compiler errors and every one is a syntax error (`_SYNTAX`): a missing
-    semicolon, a stray character. Link errors, nvcc's errors and anything else say no."""
+    semicolon, a stray character, from GCC or nvcc. Link errors and anything else say no."""
     errors = [ln for ln in log.splitlines() if _ANY_ERROR.search(ln) and not _SOURCE_ECHO.match(ln)]
     return bool(errors) and all((m := _GCC_ERROR.match(ln)) and _SYNTAX.match(m.group(1)) for ln in errors)
 

@@ -183,7 +183,10 @@ GCC = "/tmp/b/main.cpp"
     (f"{GCC}:5:12: fatal error: torch/nn.h: No such file or directory", False),
     ("main.o: in function `f':\nmain.cpp:(.text+0x1d): undefined reference to `g'\n"
      "collect2: error: ld returned 1 exit status", False),
-    ('kernel.cu(12): error: expected a ";"', False),  # nvcc's words: left to torch's build, as before
+    ('/tmp/b/cuda.cu(12): error: expected a ";"\n      return x\n              ^\n\n1 error detected in the '
+     'compilation of "/tmp/b/cuda.cu".', True),  # nvcc's words
+    ('/tmp/b/cuda.cu(7): error: identifier "blockDimx" is undefined\n/tmp/b/cuda.cu(12): error: expected a ";"',
+     False),
     ("ninja: build stopped: subcommand failed.", False),  # no compiler error to judge by
 ])
 def test_only_a_log_of_syntax_errors_alone_is_taken_as_the_full_headers_too(log, syntax):
