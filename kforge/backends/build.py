@@ -45,23 +45,26 @@ _TORCH_SYMBOLS = re.compile(r"\bat::|\btorch\b|\bc10\b|\bATen\b|\bTORCH_|\bAT_|\
 _NOT_IN_KEY = {"verbose", "build_directory", "keep_intermediates"}
 
 
-#: GCC's words for a token missing or out of place. Torch's full header only adds declarations to the light one;
-#: a name it would declare shows in the light build as an undeclared name ("was not declared", "is not a member"),
-#: never as these alone, so a build failing with these alone fails the same way on the full header.
-_SYNTAX = re.compile(r"expected [‘'][;,)\]}][’'] (?:before |at end of input)|stray [‘'].+[’'] in program"
-                     r"|missing terminating . character|unterminated comment"  # ‘’ or '' as the locale has it
-                     r'|expected an? "[;,)\]}]"$')  # nvcc's front end says it so; its undeclared name is "undefined"
+#: Compiler errors no declaration can cure. Torch's full header only adds declarations to the light one: a name
+#: it would declare shows in the light build as an undeclared name ("was not declared", "is not a member", nvcc's
+#: "is undefined"), never as these alone; and what is defined twice on the light header is on the full one too.
+_HEADER_INDEPENDENT = re.compile(
+    r"expected [‘'][;,)\]}][’'] (?:before |at end of input)|stray [‘'].+[’'] in program"  # ‘’ or '' by locale
+    r"|missing terminating . character|unterminated comment|redefinition of [‘']"
+    r'|expected an? "[;,)\]}]"$|.*\bhas already been defined$')  # nvcc's words
 # file:line:col: (GCC) or file(line): (nvcc, whose errors may carry a number: "error #65-D:")
-_GCC_ERROR = re.compile(r"^\S.*(?::\d+:\d+:|\(\d+\):) (?:fatal )?error(?: #\d+-D)?: (.*)$")
+_COMPILER_ERROR = re.compile(r"^\S.*(?::\d+:\d+:|\(\d+\):) (?:fatal )?error(?: #\d+-D)?: (.*)$")
 _ANY_ERROR = re.compile(r"\berror(?: #\d+-D)?:")
 _SOURCE_ECHO = re.compile(r"^\s*\d*\s*\|")  # GCC's quote of the offending line, which may say "error:" itself
 
 
-def syntax_only(log: str) -> bool:
-    """Whether a failed build's log holds compiler errors and every one is a syntax error (`_SYNTAX`): a missing
-    semicolon, a stray character, from GCC or nvcc. Link errors and anything else say no."""
+def header_independent(log: str) -> bool:
+    """Whether a failed build's log holds compiler errors and every one is one that no header cures
+    (`_HEADER_INDEPENDENT`): a missing semicolon, a stray character, a function defined twice, from GCC or nvcc.
+    Link errors and anything else say no."""
     errors = [ln for ln in log.splitlines() if _ANY_ERROR.search(ln) and not _SOURCE_ECHO.match(ln)]
-    return bool(errors) and all((m := _GCC_ERROR.match(ln)) and _SYNTAX.match(m.group(1)) for ln in errors)
+    return bool(errors) and all((m := _COMPILER_ERROR.match(ln)) and _HEADER_INDEPENDENT.match(m.group(1))
+                                for ln in errors)
 
 
 class CompilationError(KforgeError, RuntimeError):
@@ -226,12 +229,12 @@ class Builder:
     def _first_that_builds(faster: Callable[[], Any], torchs: Callable[[], Any], differ: bool):
         """``faster()`` (the light header, a torch-free ``.cu``) where it ``differ``s from ``torchs()``, the build as
         torch makes it; where ``faster()`` does not build, ``torchs()``, whose result and log are the verdict's,
-        unless every error ``faster()`` met is one that no header can cure (`syntax_only`): then its own."""
+        unless every error ``faster()`` met is one that no header cures (`header_independent`): then its own."""
         if differ:
             try:
                 return faster()
             except CompilationError as exc:
-                if syntax_only(exc.log):
+                if header_independent(exc.log):
                     raise
         return torchs()
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kforge.backends.build import Builder, CompilationError, syntax_only
+from kforge.backends.build import Builder, CompilationError, header_independent
 from kforge.backends.header import LIGHT_DROPS, PCH_STAMP, light_header
 from tests.backends.test_build import FLAGS, cache_with_the_sessions_pch
 
@@ -180,6 +180,10 @@ GCC = "/tmp/b/main.cpp"
     # A name the light header lacks, with the syntax error it leads to: the full header may cure both.
     (f"{GCC}:5:12: error: ‘parallel_for’ is not a member of ‘at’\n{GCC}:7:5: error: expected ‘;’ before ‘}}’", False),
     (f"{GCC}:5:12: error: ‘F’ has not been declared", False),
+    # The module defined twice (load_inline's and the candidate's own PYBIND11_MODULE): so it is on any header.
+    (f"/site/pybind11/detail/common.h:365:42: error: redefinition of ‘PyObject* PyInit_kf()’\n"
+     f"{GCC}:7:1: note: in expansion of macro ‘PYBIND11_MODULE’", True),
+    ('/tmp/b/cuda.cu(9): error: function "relu_kernel" has already been defined', True),
     (f"{GCC}:5:12: fatal error: torch/nn.h: No such file or directory", False),
     ("main.o: in function `f':\nmain.cpp:(.text+0x1d): undefined reference to `g'\n"
      "collect2: error: ld returned 1 exit status", False),
@@ -189,5 +193,5 @@ GCC = "/tmp/b/main.cpp"
      False),
     ("ninja: build stopped: subcommand failed.", False),  # no compiler error to judge by
 ])
-def test_only_a_log_of_syntax_errors_alone_is_taken_as_the_full_headers_too(log, syntax):
-    assert syntax_only(log) is syntax
+def test_only_errors_no_header_cures_are_taken_as_the_full_headers_too(log, syntax):
+    assert header_independent(log) is syntax
