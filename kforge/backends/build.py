@@ -47,20 +47,23 @@ _NOT_IN_KEY = {"verbose", "build_directory", "keep_intermediates"}
 
 #: Compiler errors no declaration can cure. Torch's full header only adds declarations to the light one: a name
 #: it would declare shows in the light build as an undeclared name ("was not declared", "is not a member", nvcc's
-#: "is undefined"), never as these alone; and what is defined twice on the light header is on the full one too.
+#: "is undefined"), never as these alone; what is defined twice on the light header is on the full one too; and
+#: both builds search the same include paths, so a header missing from one is missing from the other.
 _HEADER_INDEPENDENT = re.compile(
     r"expected [‘'][;,)\]}][’'] (?:before |at end of input)|stray [‘'].+[’'] in program"  # ‘’ or '' by locale
-    r"|missing terminating . character|unterminated comment|redefinition of [‘']"
-    r'|expected an? "[;,)\]}]"$|.*\bhas already been defined$')  # nvcc's words
+    r"|missing terminating . character|unterminated comment|redefinition of [‘']|.+: No such file or directory$"
+    r'|expected an? "[;,)\]}]"$|.*\bhas already been defined$|cannot open source file ')  # nvcc's words
 # file:line:col: (GCC) or file(line): (nvcc, whose errors may carry a number: "error #65-D:")
-_COMPILER_ERROR = re.compile(r"^\S.*(?::\d+:\d+:|\(\d+\):) (?:fatal )?error(?: #\d+-D)?: (.*)$")
+_COMPILER_ERROR = re.compile(
+    r"^\S.*(?::\d+:\d+:|\(\d+\):) (?:fatal |catastrophic )?error(?: #\d+-D)?: (.*)$")
 _ANY_ERROR = re.compile(r"\berror(?: #\d+-D)?:")
 _SOURCE_ECHO = re.compile(r"^\s*\d*\s*\|")  # GCC's quote of the offending line, which may say "error:" itself
 
 
 def header_independent(log: str) -> bool:
     """Whether a failed build's log holds compiler errors and every one is one that no header cures
-    (`_HEADER_INDEPENDENT`): a missing semicolon, a stray character, a function defined twice, from GCC or nvcc.
+    (`_HEADER_INDEPENDENT`): a missing semicolon, a stray character, a function defined twice, a header that is not
+    there, from GCC or nvcc.
     Link errors and anything else say no."""
     errors = [ln for ln in log.splitlines() if _ANY_ERROR.search(ln) and not _SOURCE_ECHO.match(ln)]
     return bool(errors) and all((m := _COMPILER_ERROR.match(ln)) and _HEADER_INDEPENDENT.match(m.group(1))

@@ -184,7 +184,9 @@ GCC = "/tmp/b/main.cpp"
     (f"/site/pybind11/detail/common.h:365:42: error: redefinition of ‘PyObject* PyInit_kf()’\n"
      f"{GCC}:7:1: note: in expansion of macro ‘PYBIND11_MODULE’", True),
     ('/tmp/b/cuda.cu(9): error: function "relu_kernel" has already been defined', True),
-    (f"{GCC}:5:12: fatal error: torch/nn.h: No such file or directory", False),
+    # A CUDA header on a CPU-only torch: both builds search the same include paths.
+    (f"{GCC}:3:10: fatal error: ATen/cuda/CUDAContext.h: No such file or directory\ncompilation terminated.", True),
+    ('/tmp/b/cuda.cu(2): catastrophic error: cannot open source file "cuda_fp8_utils.h"', True),
     ("main.o: in function `f':\nmain.cpp:(.text+0x1d): undefined reference to `g'\n"
      "collect2: error: ld returned 1 exit status", False),
     ('/tmp/b/cuda.cu(12): error: expected a ";"\n      return x\n              ^\n\n1 error detected in the '
