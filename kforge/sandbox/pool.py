@@ -171,6 +171,8 @@ class WorkerPool:
         """
         items = []
         with self._lock:
+            if self._closed:  # closed before this (background) start began: nothing to start
+                return
             for kind in kinds:
                 free = self._free_slots(kind)
                 items += [(kind, *item) for item in free]

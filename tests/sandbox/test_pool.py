@@ -141,6 +141,9 @@ def test_a_pool_closed_before_its_background_boot_spawns_ends_that_boot_quietly(
     assert not thread.is_alive() and errors == []
     with pytest.raises(RuntimeError, match="closed"):
         pool.request("cpu", ProbeRequest(backend=get_backend("cpu").spec()), {}, timeout=60)
+    thread, errors = _start_in_background(pool, ["cpu"])  # a boot thread that only begins after the close
+    thread.join(60)
+    assert not thread.is_alive() and errors == []
 
 
 def test_a_worker_that_finishes_starting_after_the_pool_closed_is_stopped(tmp_path, monkeypatch):
