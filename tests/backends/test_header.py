@@ -1,6 +1,7 @@
 """The light ``torch/extension.h``: a source that compiles without torch's C++ frontend is built on the
 smaller header; one that needs the frontend, or does not compile for want of a name, is built as torch builds
-it, and that build's result and compiler log are the ones reported; a syntax error is reported as it is."""
+it, and that build's result and compiler log are the ones reported; an error no header cures (a missing
+semicolon) is reported as it is."""
 
 import json
 import re
@@ -171,7 +172,7 @@ def test_a_syntax_error_is_the_light_builds_verdict_and_nothing_is_built_again(b
 GCC = "/tmp/b/main.cpp"
 
 
-@pytest.mark.parametrize("log, syntax", [
+@pytest.mark.parametrize("log, incurable", [
     (f"{GCC}:9:54: error: expected ‘;’ before ‘}}’ token\n    9 |   return x }}\n      |           ^", True),
     (f"{GCC}:9:54: error: expected ';' before '}}' token", True),  # the C locale's quotes
     (f"{GCC}:3:1: error: expected ‘}}’ at end of input\n{GCC}:2:30: error: expected ‘)’ before ‘{{’ token", True),
@@ -195,5 +196,5 @@ GCC = "/tmp/b/main.cpp"
      False),
     ("ninja: build stopped: subcommand failed.", False),  # no compiler error to judge by
 ])
-def test_only_errors_no_header_cures_are_taken_as_the_full_headers_too(log, syntax):
-    assert header_independent(log) is syntax
+def test_only_errors_no_header_cures_are_taken_as_the_full_headers_too(log, incurable):
+    assert header_independent(log) is incurable
