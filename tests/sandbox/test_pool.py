@@ -126,9 +126,9 @@ def _start_in_background(pool: WorkerPool, kinds: list[str]) -> tuple[threading.
 
 
 def test_a_pool_closed_before_its_background_boot_spawns_ends_that_boot_quietly(tmp_path):
-    # Seen in CI: `kforge verify` ended (its reply held no code) while the boot thread was about to start a
-    # worker in the pool's directory, which `close` had removed: "Exception in thread kforge-boot ...
-    # FileNotFoundError: /tmp/kforge-pool-...".
+    # Seen in CI (under tests/cli's `kforge verify` of a reply): the verification ended while the boot thread was
+    # about to start a worker in the pool's directory, which `close` had removed: "Exception in thread
+    # kforge-boot ... FileNotFoundError: /tmp/kforge-pool-...".
     pool = WorkerPool(gpus=[], cpu_workers=1, build_cache=tmp_path / "cache", light=True)
     reached, go = threading.Event(), threading.Event()
     env = pool._env
