@@ -62,9 +62,8 @@ _SOURCE_ECHO = re.compile(r"^\s*\d*\s*\|")  # GCC's quote of the offending line,
 
 def header_independent(log: str) -> bool:
     """Whether a failed build's log holds compiler errors and every one is one that no header cures
-    (`_HEADER_INDEPENDENT`): a missing semicolon, a stray character, a function defined twice, a header that is not
-    there, from GCC or nvcc.
-    Link errors and anything else say no."""
+    (`_HEADER_INDEPENDENT`): a missing semicolon, a stray character, a function defined twice in one file, a header
+    that is not there, from GCC or nvcc. Link errors (a module defined in two files, say) and anything else say no."""
     errors = [ln for ln in log.splitlines() if _ANY_ERROR.search(ln) and not _SOURCE_ECHO.match(ln)]
     return bool(errors) and all((m := _COMPILER_ERROR.match(ln)) and _HEADER_INDEPENDENT.match(m.group(1))
                                 for ln in errors)
