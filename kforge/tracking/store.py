@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
+import sqlite3
 import time
+import uuid
 from pathlib import Path
 
 
@@ -50,7 +53,8 @@ def open_client(uri: str):
 
     A new SQLite store gets its tables on its first touch; two processes touching it at once (jobs
     started together, or a reader such as `make tables` beside a starting sweep) race in that schema
-    migration and one dies. A lock file next to the database serialises the first touch.
+    migration and one dies. A lock file next to the database serialises the first touch, which copies an
+    empty store MLflow made earlier (`empty_store`) rather than migrating the schema again.
     """
     from mlflow.tracking import MlflowClient
     # MLflow draws a "Downloading artifacts" bar per download; resume and reference transfer download a
@@ -63,7 +67,78 @@ def open_client(uri: str):
     db.parent.mkdir(parents=True, exist_ok=True)
     with open(str(db) + ".lock", "a+") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
+        if not db.exists() or db.stat().st_size == 0:
+            _seed(db)
         # MLflow creates and migrates the tables when it makes the client's store, or at its first call.
         client = _Retrying(MlflowClient(tracking_uri=uri))
         client.get_experiment_by_name("Default")
     return client
+
+
+def _seed(db: Path) -> None:
+    """Start a new SQLite store as a copy of `empty_store`: MLflow's own first touch builds its schema from
+    the first version through every migration since, about 4 s of one core (as long as importing MLflow), and
+    a job, a test or `kforge eval` into a new directory pays it each time. Anything amiss with the copy leaves
+    the store to MLflow, as before."""
+    tmp = db.with_name(f".{db.name}.{os.getpid()}.seed")
+    try:
+        template = empty_store()
+        shutil.copyfile(template, tmp)
+        if _schema_version(tmp) is None:  # a template spoilt since it was made: made again next time
+            template.unlink(missing_ok=True)
+            return
+        os.replace(tmp, db)
+    except Exception:  # noqa: BLE001 - an optimisation only: MLflow makes the store itself
+        return
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _schema_version(db: Path) -> str | None:
+    """The alembic revision a SQLite file's MLflow schema is at; None if it is no such store."""
+    try:
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            row = con.execute("SELECT version_num FROM alembic_version").fetchone()
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return None
+    return row[0] if row else None
+
+
+def empty_store() -> Path:
+    """A SQLite store MLflow has created and migrated, less the one row it then adds (its ``Default``
+    experiment, whose artifact location is the directory it was made in; MLflow adds that row again, for
+    wherever a copy is opened). Made once per MLflow, SQLAlchemy and alembic version, in kforge's cache."""
+    import alembic
+    import mlflow
+    import sqlalchemy
+    from mlflow.tracking import MlflowClient
+
+    from .. import cache_dir
+    from ..cachefile import locked
+    folder = cache_dir() / "mlflow-stores"
+    path = folder / f"mlflow-{mlflow.__version__}-sqlalchemy-{sqlalchemy.__version__}-alembic-{alembic.__version__}.db"
+    if path.is_file():
+        return path
+    with locked(path.with_suffix(".lock")):
+        if path.is_file():
+            return path
+        # A name never used before: MLflow keeps each store it opened by its URI for the process's life.
+        tmp = path.with_name(f"{path.stem}.{uuid.uuid4().hex}.tmp")
+        try:
+            MlflowClient(tracking_uri=f"sqlite:///{tmp}").get_experiment_by_name("Default")
+            con = sqlite3.connect(tmp)
+            try:
+                with con:
+                    con.execute("DELETE FROM experiments")
+                left = con.execute("SELECT COUNT(*) FROM experiments").fetchone()[0]
+            finally:
+                con.close()
+            if left or _schema_version(tmp) is None:
+                raise RuntimeError(f"MLflow's new store at {tmp} is not as expected")
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+    return path
