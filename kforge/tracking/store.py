@@ -83,10 +83,10 @@ def _seed(db: Path) -> None:
     tmp = db.with_name(f".{db.name}.{os.getpid()}.seed")
     try:
         template = empty_store()
-        shutil.copyfile(template, tmp)
-        if _schema_version(tmp) is None:  # a template spoilt since it was made: made again next time
+        if _schema_version(template) is None:  # spoilt since it was made: made again next time
             template.unlink(missing_ok=True)
             return
+        shutil.copyfile(template, tmp)
         os.replace(tmp, db)
     except Exception:  # noqa: BLE001 - an optimisation only: MLflow makes the store itself
         return
@@ -97,7 +97,7 @@ def _seed(db: Path) -> None:
 def _schema_version(db: Path) -> str | None:
     """The alembic revision a SQLite file's MLflow schema is at; None if it is no such store."""
     try:
-        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        con = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)  # as_uri escapes '?' and '#'
         try:
             row = con.execute("SELECT version_num FROM alembic_version").fetchone()
         finally:
