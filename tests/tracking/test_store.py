@@ -52,7 +52,7 @@ def test_a_new_store_is_the_schema_mlflow_makes_without_migrating_it_again(tmp_p
     assert open_client(tracker.uri).get_run(run.info.run_id).data.metrics == {"speedup": 1.5}
 
 
-def test_a_spoilt_copy_is_left_to_mlflow_and_made_again(tmp_path, cache, migrations):
+def test_a_spoilt_empty_store_leaves_the_store_to_mlflow_and_is_made_again(tmp_path, cache, migrations):
     spoilt = empty_store()
     spoilt.write_bytes(b"not a database")
     client = open_client(f"sqlite:///{tmp_path / 'a.db'}")
