@@ -17,7 +17,8 @@ calls ``load_inline`` (or writes its sources to files and calls ``load``) gets:
   dominates nvcc's time): one-shot examples keep torch types in the C++ part to benefit;
 * one lock per build, so parallel build processes never build the same thing twice or collide.
 
-A build failure raises `CompilationError` carrying the compiler's output.
+A build failure raises `CompilationError` carrying the compiler's output, and a last line naming the likely
+cause where `kforge.backends.diagnose` recognises it.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from typing import Any, Callable
 
 from ..cachefile import locked
 from ..errors import KforgeError
+from .diagnose import CAUSE_PREFIX, likely_cause
 from .header import PrecompiledHeaders
 
 RECIPE_VERSION = 3
@@ -52,6 +54,7 @@ _NOT_IN_KEY = {"verbose", "build_directory", "keep_intermediates"}
 _HEADER_INDEPENDENT = re.compile(
     r"expected [‘'][;,)\]}][’'] (?:before |at end of input)|stray [‘'].+[’'] in program"  # ‘’ or '' by locale
     r"|missing terminating . character|unterminated comment|redefinition of [‘']|.+: No such file or directory$"
+    r"|for statement expected before "  # an `omp for` with no loop after it: a pragma GCC moved (diagnose.py)
     r'|expected an? "[;,)\]}]"$|.*\bhas already been defined$|cannot open source file ')  # nvcc's words
 # file:line:col: (GCC) or file(line): (nvcc, whose errors may carry a number: "error #65-D:")
 _COMPILER_ERROR = re.compile(
@@ -263,7 +266,9 @@ class Builder:
         try:
             module = real(name=name, **sources, build_directory=str(build_dir), verbose=False, **kwargs)
         except Exception as exc:  # torch raises RuntimeError with ninja's output; keep all of it
-            raise CompilationError(_clean_log(str(exc))) from None
+            log = _clean_log(str(exc))
+            cause = likely_cause(log, _texts(sources), _as_list(kwargs.get("functions")))
+            raise CompilationError(log + (f"\n{CAUSE_PREFIX}{cause}" if cause else "")) from None
         so = build_dir / f"{name}.so"
         if not so.is_file():
             found = sorted(build_dir.glob("*.so"))
@@ -316,6 +321,13 @@ def _as_list(sources: Any) -> list[str]:
 
 
 _COMMAND_ECHO = re.compile(r"^(\[\d+/\d+\]\s*)?\S*(c\+\+|g\+\+|gcc|clang\+*|nvcc)\s.*\s-(c|o)\s")
+
+
+def _texts(sources: dict[str, Any]) -> list[str]:
+    """The C++/CUDA text of a build's sources: inline strings as given, ``load``'s files as read."""
+    if "sources" in sources:
+        return [_read(p).decode(errors="replace") for p in sources["sources"] if os.path.isfile(p)]
+    return [t for k in ("cpp_sources", "cuda_sources") for t in _as_list(sources.get(k)) if isinstance(t, str)]
 
 
 def _clean_log(log: str) -> str:

@@ -276,6 +276,7 @@ class Harness:
         if isinstance(exc, BudgetSpent):  # the harness's own phase ran out of time, not the candidate's failure
             return exc
         from ..backends.build import CompilationError
+        from ..backends.diagnose import cause_in
         refused = self.writes.finding() if self.writes is not None else None
         if refused:  # the candidate failed because it was refused a write: that write is the verdict
             return HarnessVerdict("cheat_detected", f"{refused[1]} ({where})", rule=refused[0])
@@ -283,8 +284,9 @@ class Harness:
         if busy is not None:  # the machine's load, not the candidate's failure
             return busy
         if isinstance(exc, CompilationError):
-            return HarnessVerdict("compilation_failure", f"the candidate's extension does not build ({where})",
-                            evidence={"compiler_log": tail(exc.log)})
+            cause = cause_in(exc.log)
+            return HarnessVerdict("compilation_failure", f"the candidate's extension does not build ({where})"
+                                  + (f": {cause}" if cause else ""), evidence={"compiler_log": tail(exc.log)})
         state = self.backend.classify(exc)
         tb = tail("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
         if state == "compilation_failure":

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..backends import Backend, get_backend
+from ..backends.diagnose import cause_in
 from ..candidate import Candidate
 from ..errors import KforgeError
 from ..precision import get_precision
@@ -305,7 +306,9 @@ class Verifier:
             return built, Facts.ended(State.CHEAT_DETECTED, f"{r.refused_write} (while building)", "environment",
                                       evidence=evidence, build=info)
         if r.compile_error:
-            return built, Facts.ended(State.COMPILATION_FAILURE, "the candidate does not build",
+            cause = cause_in(r.compile_error)
+            return built, Facts.ended(State.COMPILATION_FAILURE, "the candidate does not build"
+                                      + (f": {cause}" if cause else ""),
                                       evidence=Evidence(compiler_log=r.compile_error), build=info)
         if not reply.forged and not reply.error:
             self.build_memo.put(key, r)

@@ -195,6 +195,8 @@ GCC = "/tmp/b/main.cpp"
     ('/tmp/b/cuda.cu(7): error: identifier "blockDimx" is undefined\n/tmp/b/cuda.cu(12): error: expected a ";"',
      False),
     ("ninja: build stopped: subcommand failed.", False),  # no compiler error to judge by
+    # an `omp for` pragma GCC moved out of a macro's argument (kforge.backends.diagnose)
+    ("/site/torch/headeronly/core/Dispatch.h:32:3: error: for statement expected before ‘[’ token", True),
 ])
 def test_only_errors_no_header_cures_are_taken_as_the_full_headers_too(log, incurable):
     assert header_independent(log) is incurable
