@@ -5,18 +5,67 @@ from __future__ import annotations
 
 import ast
 
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
+
+def _own_nodes(nodes: list[ast.AST]):
+    """Every node under ``nodes`` outside the scopes nested in them; each nested scope (a function, lambda or
+    class) is yielded itself, not entered: what it reads depends on what it binds."""
+    todo = list(nodes)
+    while todo:
+        node = todo.pop()
+        yield node
+        if not isinstance(node, _SCOPES):
+            todo.extend(ast.iter_child_nodes(node))
+
+
+def _params(fn: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> set[str]:
+    a = fn.args
+    return {x.arg for x in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg] if x is not None}
+
+
+def _free_reads(scope: ast.AST, bound: frozenset[str]) -> set[str]:
+    """The names ``scope`` (a function, lambda or class) reads that neither it nor a function around it binds:
+    a parameter or local named like a module constant (``def __init__(self, in_features)``, as every KernelBench
+    level-2 model writes) is not a read of the constant."""
+    outer: list[ast.AST] = []  # evaluated where the scope is defined: defaults, decorators, bases
+    if isinstance(scope, ast.ClassDef):
+        outer = [*scope.decorator_list, *scope.bases, *scope.keywords]
+    else:
+        a = scope.args
+        outer = [*a.defaults, *(d for d in a.kw_defaults if d is not None)]
+        outer += getattr(scope, "decorator_list", [])
+    body = scope.body if isinstance(scope.body, list) else [scope.body]
+    nodes = list(_own_nodes(body))
+    declared = {n for node in nodes if isinstance(node, ast.Global) for n in node.names}
+    local = {n.id for n in nodes if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+    local |= {n.name for n in nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    local |= {a.asname or a.name.split(".")[0] for n in nodes if isinstance(n, (ast.Import, ast.ImportFrom))
+              for a in n.names}
+    if not isinstance(scope, ast.ClassDef):
+        local |= _params(scope)
+    local -= declared
+    reads = {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - local - bound
+    reads |= {n.id for node in outer for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    inner = bound if isinstance(scope, ast.ClassDef) else bound | local  # a class body's names are not its methods'
+    for nested in nodes:
+        if nested is not scope and isinstance(nested, _SCOPES):
+            reads |= _free_reads(nested, frozenset(inner))
+    return reads - bound
+
 
 def model_reads(source: str) -> set[str]:
     """The module-level names the problem's own code reads when it runs: in its functions and classes other than
-    ``get_inputs`` and ``get_init_inputs``, and, through them, the module-level assignments those names come from
-    (``input_shape = (batch_size, dim)`` read by the model makes ``batch_size`` and ``dim`` its too)."""
+    ``get_inputs`` and ``get_init_inputs`` (where a parameter or local of the same name does not shadow them,
+    `_free_reads`), and, through them, the module-level assignments those names come from (``input_shape =
+    (batch_size, dim)`` read by the model makes ``batch_size`` and ``dim`` its too)."""
     tree = ast.parse(source)
     reads: set[str] = set()
     defs: dict[str, set[str]] = {}  # module-level name -> the names its assignment reads
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             if node.name not in ("get_inputs", "get_init_inputs"):
-                reads |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+                reads |= _free_reads(node, frozenset())
         elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
             used = {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)}
             for target in node.targets if isinstance(node, ast.Assign) else [node.target]:

@@ -84,6 +84,13 @@ def test_what_the_model_reads_follows_the_variant_and_the_test_configuration_sta
     # through a module-level assignment the model reads
     derived = PROBLEM.replace("return torch.relu(x) * self.scale", "return torch.relu(x).view(input_shape) * self.scale")
     assert {"batch_size", "dim", "input_shape"} <= model_reads(derived)
+    # a parameter named like a constant is the parameter (every KernelBench level-2 model writes
+    # ``def __init__(self, in_features, out_features)``), in a nested function or lambda too, unless declared global
+    shadowed = PROBLEM.replace("def __init__(self, scale):", "def __init__(self, scale, dim=None):").replace(
+        "self.scale = scale", "self.scale = scale\n        self.k = (lambda batch_size: batch_size)(dim)")
+    assert model_reads(shadowed) & {"batch_size", "dim", "input_shape"} == set()
+    declared = shadowed.replace("self.scale = scale", "global dim\n        self.scale = scale")
+    assert "dim" in model_reads(declared) and "batch_size" not in model_reads(declared)
     constants = {"batch_size": 16, "dim": 4096}
     assert shown_and_followed({"batch_size": 11, "dim": 3071}, constants, set()) == (constants, {})
     assert shown_and_followed({"batch_size": 11, "dim": 3071}, constants, {"batch_size"}) == \
@@ -100,5 +107,67 @@ def test_sizes_read_from_the_constants_it_was_shown_are_baked_in(pool):
         assert v.states["kernelbench"] == "correct", v.summary()
         assert v.state is not State.CORRECT and "on shape variant batch_size=11, dim=3071" in v.message, v.summary()
     generic = RESTATED.replace("torch.empty(batch_size, dim,", "torch.empty(x.shape[0], x.shape[1],")
+    fine = verifier.verify(p, generic, "cpu")
+    assert fine.state is State.CORRECT, fine.summary()
+
+
+LINEAR = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+
+    def forward(self, x):
+        return torch.relu(self.linear(x))
+
+
+batch_size = 16
+in_features = 96
+out_features = 160
+
+
+def get_inputs():
+    return [torch.randn(batch_size, in_features)]
+
+
+def get_init_inputs():
+    return [in_features, out_features]
+'''
+
+# The model's forward reads the features from the constants it restated, not from its input or weight.
+LINEAR_RESTATED = '''import torch
+import torch.nn as nn
+
+batch_size = 16
+in_features = 96
+out_features = 160
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+
+    def forward(self, x):
+        x = x.view(-1, in_features)
+        out = torch.addmm(self.linear.bias, x, self.linear.weight.t())
+        return out.clamp_min(0).view(-1, out_features)
+'''
+
+
+def test_constants_only_the_init_inputs_read_are_the_test_configuration_it_was_shown(pool):
+    """``in_features`` reaches the problem's model as ``__init__``'s parameter of the same name: a candidate whose
+    forward reads the module's ``in_features`` instead has baked in the size it was shown."""
+    p = problem_from_source(LINEAR, where="linear_relu.py", name="linear_relu")
+    verifier = Verifier(fast_config(variants=True, require_kernel=False, skip_timing=True), pool=pool)
+    v = verifier.verify(p, LINEAR_RESTATED, "cpu")
+    assert v.states["kernelbench"] == "correct", v.summary()
+    assert v.state is not State.CORRECT and "on shape variant" in v.message and "in_features=" in v.message, \
+        v.summary()
+    generic = LINEAR_RESTATED.replace("x.view(-1, in_features)", "x.reshape(-1, x.shape[-1])").replace(
+        ".view(-1, out_features)", "")
     fine = verifier.verify(p, generic, "cpu")
     assert fine.state is State.CORRECT, fine.summary()
