@@ -21,6 +21,10 @@ of the power of two (up to 16) its value in the problem is (`_aligned`: an image
 the rounded sizes with one constant at a time back at the problem's value (`_reverted`: a size the model fixes
 without reading its constant). A variant the reference fails at every way is skipped with a note.
 
+A candidate can also bake in the first shape it is called at (an output buffer, a workspace or a CUDA graph made
+on the first call and reused): the first variant whose model is built as the problem's own (the same init inputs)
+is called after one call at the problem's own shape (`VariantChecks._seen_first`).
+
 The check runs after the verification's run, in a process of its own (request ``variants``), so a kernel that
 crashes or corrupts the device at a size it did not expect costs only the kforge rules' verdict, and the
 message names the variant it died on (the worker's phase marker says which): the ``kernelbench`` rules ignore
@@ -333,11 +337,32 @@ def describe(overrides: dict) -> str:
     return f"{text} (literal sizes)" if overrides and all(k.isdigit() for k in overrides) else text
 
 
+def _same(torch, a: list, b: list) -> bool:
+    """Whether two lists of init inputs are the same values (tensors by shape, dtype and contents)."""
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
+            if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.shape == y.shape
+                    and x.dtype == y.dtype and torch.equal(x.cpu(), y.cpu())):
+                return False
+        else:
+            try:
+                if type(x) is not type(y) or bool(x != y):
+                    return False
+            except Exception:  # noqa: BLE001 - values that do not compare plainly are not known to be the same
+                return False
+    return True
+
+
 class VariantChecks:
     """Mixed into `kforge.verify.trials.Trials`: the candidate on each variant, one trial each."""
 
     def check_variants(self, variants: list[ShapeVariant]) -> VariantsResult:
         checked, skipped = [], []
+        # what the problem's own shape needs, for the first variant its model is called at after it (`_seen_first`)
+        self._own = (self.ref_mod, self.init_inputs) if self.cfg.audit and self.steps is None and not self.stateful \
+            else None
         for i, v in enumerate(variants):
             ran = self._variant_reference_at(v, i, skipped)
             if ran is None:
@@ -353,6 +378,22 @@ class VariantChecks:
                                       checked=checked, skipped=skipped)
             checked.append(label)
         return VariantsResult(checked=checked, skipped=skipped)
+
+    def _seen_first(self, followed: dict) -> list | None:
+        """Inputs at the problem's own shape for the model to see before the variant's, once per verification: at the
+        first variant that builds the same model (the same init inputs, no constant the model reads changed). A
+        candidate that sizes a buffer, a workspace or a captured CUDA graph by its first call and reuses it is
+        right at whichever shape comes first, and wrong at the next; a model in a workload sees many shapes. None
+        where that does not apply: a stateful problem (its history is the reference's to match; without the problem
+        audit, which finds them, none is known not to be), the backward mode, or a variant that builds another model."""
+        if self._own is None or followed or not _same(self.torch, self._own[1], self.init_inputs):
+            return None
+        module, self._own = self._own[0], None
+        variant, self.ref_mod = self.ref_mod, module
+        try:
+            return self.inputs(self.draw())
+        finally:
+            self.ref_mod = variant
 
     def _variant_reference_at(self, v: ShapeVariant, i: int, skipped: list[str]):
         """(shape, its label among the checked, path, inputs, references, rng seed, the inputs as the reference
@@ -404,12 +445,17 @@ class VariantChecks:
             raise self._fail_exception(exc, "while building ModelNew") from None
         self._share_weights(model, self.uncalled_reference())
         cand_in = self._clone(inputs)
+        after = ""
         # Poisoned as in the primary trials: rows a baked-in loop bound leaves unwritten would otherwise hold
         # whatever the allocator last freed there, often the reference's own values at this very shape.
         with self._poisoned_allocations():
-            outs = self.candidate(self.program(model, own=True), cand_in, rng_seed, "in forward")  # a step, if backward
+            if (seen := self._seen_first(followed)) is not None:
+                self.candidate(model, seen, rng_seed, "in forward at the problem's own shape, before the variant's")
+                after = ", after a call at the problem's own shape"
+            outs = self.candidate(self.program(model, own=True), cand_in, rng_seed, f"in forward{after}")  # or a step
+        trial = f"its trial{after}"
         self.trip(where)
-        failures = self.compare_results(outs, refs, "its trial")
+        failures = self.compare_results(outs, refs, trial)
         if "kforge" in failures:
             raise failures["kforge"]
         self.inputs_unchanged(cand_in, ref_in, "its trial")  # it may write them only at sizes it was not shown

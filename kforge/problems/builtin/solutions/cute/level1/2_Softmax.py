@@ -39,13 +39,13 @@ def softmax(mX: cute.Tensor, mY: cute.Tensor, rows: cutlass.Int32, cols: cutlass
 class ModelNew(nn.Module):
     def __init__(self):
         super().__init__()
-        self.exe = None
+        self.exe = {}  # compiled per shape: cute.compile specialises on the layouts
 
     def forward(self, x):
         x2 = x.contiguous().view(-1, x.shape[-1])
         y = torch.empty_like(x2)
         args = (from_dlpack(x2), from_dlpack(y), x2.shape[0], x2.shape[1])
-        if self.exe is None:
-            self.exe = cute.compile(softmax, *args)
-        self.exe(*args)
+        if x2.shape not in self.exe:
+            self.exe[x2.shape] = cute.compile(softmax, *args)
+        self.exe[x2.shape](*args)
         return y.view(x.shape)
