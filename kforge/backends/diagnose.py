@@ -1,4 +1,4 @@
-"""What a failed build's likely cause is, where the compiler's words hide it: two mistakes models make often in
+"""What a failed build's likely cause is, where the compiler's words hide it: mistakes models make often in
 ``load_inline`` code, each read from the sources and the log together and said as one line a person or a model
 can act on (`likely_cause`). The line ends the build's log (`CAUSE_PREFIX`), which the verdict's message repeats.
 """
@@ -13,6 +13,7 @@ CAUSE_PREFIX = "kforge: likely cause: "
 _MACRO_CALL = re.compile(r"\b([A-Z][A-Z0-9_]{2,})\s*\(")
 _PRAGMA = re.compile(r"^[ \t]*#[ \t]*pragma[ \t]+([^\n]*)", re.MULTILINE)
 # GCC quotes names with ‘’ (or '' in the C locale); nvcc's host compiler is GCC too.
+_NOT_A_TYPE = re.compile(r"error: [‘']__global__[’'] does not name a type")
 _UNDECLARED = re.compile(r"^\S*main\.cpp:\d+:\d+: error: [‘']([A-Za-z_]\w*)[’'] was not declared in this scope",
                          re.MULTILINE)
 
@@ -39,8 +40,9 @@ def _pragma_in_macro(source: str) -> tuple[str, str] | None:
 
 
 def likely_cause(log: str, sources: list[str], functions: list[str]) -> str | None:
-    """One line naming the likely cause of a failed build, or None where neither mistake below explains it.
+    """One line naming the likely cause of a failed build, or None where none of the mistakes below explains it.
 
+    - a CUDA kernel (``__global__``) given to the host C++ compiler: in ``cpp_sources``, or on the cpu backend;
     - a ``#pragma`` inside a macro's arguments (`_pragma_in_macro`) where the compiler found no loop after an
       ``omp for``: GCC moved the pragma out of the lambda;
     - a name in ``load_inline``'s ``functions=`` that the C++ sources never declare: the binding torch writes into
@@ -48,6 +50,10 @@ def likely_cause(log: str, sources: list[str], functions: list[str]) -> str | No
     """
     if " error" not in log and "error:" not in log:
         return None
+    if _NOT_A_TYPE.search(log):
+        return ("a CUDA kernel (`__global__`) reached the host C++ compiler, which knows neither it nor `<<<...>>>` "
+                "launches: with load_inline, CUDA code goes in cuda_sources (compiled by nvcc, on the cuda backend) and "
+                "cpp_sources holds only the C++ declarations of the functions it binds.")
     for source in sources if "for statement expected" in log else ():
         found = _pragma_in_macro(source)
         if found:

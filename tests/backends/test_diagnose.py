@@ -1,6 +1,7 @@
 """A failed build's likely cause (`kforge.backends.diagnose`): an OpenMP pragma written inside a dispatch macro's
 lambda, the way models write CPU kernels, is named in the verdict with the fix; a name in ``functions=`` that the
-C++ never declares is named too; anything else is left to the compiler's own words."""
+C++ never declares, and a CUDA kernel given to the host compiler, are named too; anything else is left to the
+compiler's own words."""
 
 from kforge.backends.diagnose import CAUSE_PREFIX, cause_in, likely_cause
 from kforge.problems import problem_from_source
@@ -110,6 +111,15 @@ def test_a_bound_name_the_cpp_sources_never_declare_is_named():
     assert likely_cause(log.replace("‘", "'").replace("’", "'"), [], ["fused_forward"]) == cause
     # an undeclared name that is not one load_inline binds is the compiler's to explain
     assert likely_cause(log, [], ["other_forward"]) is None
+
+
+def test_a_cuda_kernel_given_to_the_host_compiler_is_named():
+    # g++ 12's words for a kernel in cpp_sources (or a CUDA program on the cpu backend)
+    log = (f"{MAIN}:3:1: error: ‘__global__’ does not name a type\n"
+           f"{MAIN}:9:5: error: ‘relu_kernel’ was not declared in this scope\n"
+           f"{MAIN}:9:17: error: expected primary-expression before ‘<’ token")
+    cause = likely_cause(log, ["__global__ void relu_kernel(float* x) {}"], ["relu_forward"])
+    assert cause.startswith("a CUDA kernel (`__global__`) reached the host C++ compiler") and "cuda_sources" in cause
 
 
 def test_no_cause_is_guessed_where_the_error_is_another():
