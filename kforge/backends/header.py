@@ -37,6 +37,15 @@ _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"]', re.MULTILI
 
 #: Beside each precompiled header: the torch, compiler and extra flags it was built for (`pch_stamp`).
 PCH_STAMP = "kforge_pch.json"
+#: In place of a header the compiler refused to make for its flags: the compiler's words; no build tries it again.
+FAILED = "FAILED"
+
+
+def effective_cflags(extra_cflags: list[str]) -> list[str]:
+    """The flags a build's compile command really carries: torch joins ``extra_cflags`` with spaces into its ninja
+    file, so an empty one (KernelBench's example passes ``extra_cflags=[""]``, and models copy it) is no flag; given
+    to GCC as an argument of its own it is a file with no name, and making the header failed on it every time."""
+    return [f for f in extra_cflags if f.strip()]
 
 
 def pch_stamp(torch_version: str, cxx: str, extra_cflags: list[str], light: bool = True) -> dict[str, Any]:
@@ -92,6 +101,7 @@ class PrecompiledHeaders:
         ``light``) for these flags, made at its first need; None if unusable."""
         if not self.is_gcc:
             return None  # PCH files are compiler-specific; this recipe is for GCC
+        extra_cflags = effective_cflags(extra_cflags)
         import torch.utils.cpp_extension as ce
         header = Path(ce.include_paths()[0]) / "torch" / "extension.h"
         flags = ["-DTORCH_API_INCLUDE_EXTENSION_H", _cxx_std(), "-fPIC", *extra_cflags]
@@ -109,6 +119,8 @@ class PrecompiledHeaders:
             if not (pch_dir / PCH_STAMP).is_file():  # made before stamps were written: say what it was made for now
                 (pch_dir / PCH_STAMP).write_text(made_for)
             return pch_dir
+        if (pch_dir / FAILED).is_file():  # the compiler refused these flags once: builds go without a header
+            return None
         with locked(self.root / f"{key}.lock"):
             gch.parent.mkdir(parents=True, exist_ok=True)
             if not forward.is_file():
@@ -116,13 +128,16 @@ class PrecompiledHeaders:
                                    f'#pragma once\n#include "{header}"\n')
             if gch.is_file():
                 return pch_dir
+            if (pch_dir / FAILED).is_file():
+                return None
             tmp = gch.with_suffix(f".tmp{os.getpid()}")
             cxx = os.environ.get("CXX", "c++")
             cmd = [cxx, "-x", "c++-header", str(forward if light else header), "-o", str(tmp), *includes, *flags]
             proc = subprocess.run(cmd, capture_output=True, text=True)
             if proc.returncode != 0:
                 tmp.unlink(missing_ok=True)
-                (pch_dir / "FAILED").write_text(proc.stderr[-4000:])
+                if proc.returncode > 0:  # the compiler's own refusal, not a kill (memory, a timeout): kept
+                    (pch_dir / FAILED).write_text(proc.stderr[-4000:])
                 return None
             os.replace(tmp, gch)
             # What it was built for, so that a caller can tell beforehand whether a build will make another.

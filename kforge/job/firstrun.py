@@ -63,9 +63,9 @@ def pch_pending(backend, build_cache: str | os.PathLike, source: str | None = No
     if source is not None and not builds_cpp(source):
         return False
     from ..backends.build import compiler_line
-    from ..backends.header import PCH_STAMP, pch_stamp
+    from ..backends.header import PCH_STAMP, effective_cflags, pch_stamp
     from ..sandbox.devices import torch_version  # from torch's package metadata: importing torch costs seconds
-    want = pch_stamp(torch_version() or "", compiler_line(), expected_cflags(backend, source),
+    want = pch_stamp(torch_version() or "", compiler_line(), effective_cflags(expected_cflags(backend, source)),
                      light=backend.options.get("light_header", True))
     for stamp in (Path(build_cache) / "pch").glob(f"*/{PCH_STAMP}"):
         try:

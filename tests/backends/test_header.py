@@ -200,3 +200,38 @@ GCC = "/tmp/b/main.cpp"
 ])
 def test_only_errors_no_header_cures_are_taken_as_the_full_headers_too(log, incurable):
     assert header_independent(log) is incurable
+
+
+class _Compiler:
+    """Stands in for GCC making a header: records each command, writes the output (or fails with ``rc``)."""
+
+    def __init__(self, rc: int = 0):
+        self.rc, self.commands = rc, []
+
+    def __call__(self, cmd, **kwargs):
+        import subprocess
+        self.commands.append(cmd)
+        if self.rc == 0:
+            Path(cmd[cmd.index("-o") + 1]).write_bytes(b"gch")
+        return subprocess.CompletedProcess(cmd, self.rc, "", "cc1plus: error: something the compiler refused")
+
+
+def test_an_empty_flag_is_no_flag_and_a_refused_header_is_not_tried_again(tmp_path, monkeypatch):
+    """KernelBench's example passes ``extra_cflags=[""]``: torch's ninja file drops it, and the header made for the
+    build must too (handed to GCC as an argument of its own, it failed every time, each build paying the attempt)."""
+    from kforge.backends import header as header_mod
+    env = {"torch": torch.__version__, "cxx": "g++ (test) 12", "arch": None}
+    headers = header_mod.PrecompiledHeaders(tmp_path, env, is_gcc=True)
+    gcc = _Compiler()
+    monkeypatch.setattr(header_mod.subprocess, "run", gcc)
+    made = headers.ensure(["-O3", ""])
+    assert made == headers.ensure(["-O3"]) == headers.ensure([" ", "-O3"]) and len(gcc.commands) == 1
+    assert "" not in gcc.commands[0] and gcc.commands[0][-1] == "-O3"
+    assert json.loads((made / PCH_STAMP).read_text())["extra_cflags"] == ["-O3"]
+    refusing = _Compiler(rc=1)
+    monkeypatch.setattr(header_mod.subprocess, "run", refusing)
+    assert headers.ensure(["-march=nonsense"]) is None and headers.ensure(["-march=nonsense"]) is None
+    assert len(refusing.commands) == 1  # the refusal is kept beside where the header would be
+    killed = _Compiler(rc=-9)  # killed (memory, a timeout): not the flags' fault, tried again next time
+    monkeypatch.setattr(header_mod.subprocess, "run", killed)
+    assert headers.ensure(["-O1"]) is None and headers.ensure(["-O1"]) is None and len(killed.commands) == 2
