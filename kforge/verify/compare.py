@@ -81,7 +81,7 @@ def compare_tensor(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: floa
             raise Mismatch("numerical", f"output {index}: {n} of {out.numel()} integer elements differ",
                            _where(out, ref, pos, index, n))
         return
-    n_nonfinite = n_bad = n_range = 0
+    n_nonfinite = n_inf = n_bad = n_range = 0
     first_nonfinite = first_range = None
     worst = (-1.0, 0)  # (abs err, position) of the largest error among finite reference values
     max_rel = 0.0
@@ -102,6 +102,7 @@ def compare_tensor(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: floa
         if c and first_nonfinite is None:
             first_nonfinite = s + int(nonfinite.nonzero()[0])
         n_nonfinite += c
+        n_inf += int((torch.isinf(oc) & ref_finite).sum()) if c else 0
         if n_nonfinite:
             continue
         wide = torch.float32 if oc.dtype in (torch.float16, torch.bfloat16) else oc.dtype
@@ -122,9 +123,12 @@ def compare_tensor(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: floa
                                     "range (it rounds to inf there) hold another value",
                        _where(out, ref, first_range, index, n_range))
     if n_nonfinite:
+        # Poisoned memory reads as NaN, so an inf was written: an overflow (fp16 sums pass 65504 soon)
+        why = "unwritten output elements read as NaN" if not n_inf else (
+            f"{'all' if n_inf == n_nonfinite else n_inf} of them inf: an overflow, {out.dtype} holds at most "
+            f"{torch.finfo(out.dtype).max:.6g}" + ("" if n_inf == n_nonfinite else "; unwritten elements read as NaN"))
         raise Mismatch("numerical", f"output {index}: {n_nonfinite} NaN/Inf value(s) where the reference is finite "
-                                    "(unwritten output elements read as NaN)",
-                       _where(out, ref, first_nonfinite, index, n_nonfinite))
+                                    f"({why})", _where(out, ref, first_nonfinite, index, n_nonfinite))
     if n_bad:
         details = _where(out, ref, worst[1], index, n_bad)
         details.update(max_abs_err=worst[0], max_rel_err=max_rel, atol=atol, rtol=rtol)
