@@ -434,10 +434,27 @@ class VariantChecks:
     def _variant_candidate(self, path: Path, overrides: dict, inputs: list, reference: tuple, rng_seed,
                            where: str) -> None:
         """The candidate at the variant: its outputs against ``reference`` (the references, and the inputs as the
-        reference left them), then its inputs, which it must leave as the reference does."""
+        reference left them), then its inputs, which it must leave as the reference does. Where it was called at
+        the problem's own shape first (`_seen_first`) and failed, a model built afresh is tried at the variant too,
+        so that the message says which it is: a size baked in (the fresh model fails as well, and its failure is
+        the verdict), or something kept from the first call."""
+        shown, followed = shown_and_followed(overrides, self.problem.constants, model_reads(self.problem.source))
+        seen = self._seen_first(followed)
+        try:
+            self._variant_call(path, shown, followed, inputs, reference, rng_seed, where, seen)
+        except HarnessVerdict as failed:
+            if seen is None:
+                raise
+            self._variant_call(path, shown, followed, inputs, reference, rng_seed, where, None)
+            raise HarnessVerdict(failed.state, f"{failed.message}; a model built afresh is correct at this shape: it "
+                                 "kept something sized by its first call", **failed.extra) from None
+
+    def _variant_call(self, path: Path, shown: dict, followed: dict, inputs: list, reference: tuple, rng_seed,
+                      where: str, seen: list | None) -> None:
+        """One model of the candidate, built in the variant's namespace, at the variant (after a call on ``seen``,
+        the problem's own shape, where given)."""
         refs, ref_in = reference
         try:
-            shown, followed = shown_and_followed(overrides, self.problem.constants, model_reads(self.problem.source))
             module = import_candidate("candidate.py", path, shown=shown)
             restated_take_the_variant(vars(module), followed, self.problem.constants)
             model = self._construct(module.ModelNew)
@@ -445,17 +462,15 @@ class VariantChecks:
             raise self._fail_exception(exc, "while building ModelNew") from None
         self._share_weights(model, self.uncalled_reference())
         cand_in = self._clone(inputs)
-        after = ""
+        after = ", after a call at the problem's own shape" if seen is not None else ""
         # Poisoned as in the primary trials: rows a baked-in loop bound leaves unwritten would otherwise hold
         # whatever the allocator last freed there, often the reference's own values at this very shape.
         with self._poisoned_allocations():
-            if (seen := self._seen_first(followed)) is not None:
+            if seen is not None:
                 self.candidate(model, seen, rng_seed, "in forward at the problem's own shape, before the variant's")
-                after = ", after a call at the problem's own shape"
             outs = self.candidate(self.program(model, own=True), cand_in, rng_seed, f"in forward{after}")  # or a step
-        trial = f"its trial{after}"
         self.trip(where)
-        failures = self.compare_results(outs, refs, trial)
+        failures = self.compare_results(outs, refs, f"its trial{after}")
         if "kforge" in failures:
             raise failures["kforge"]
         self.inputs_unchanged(cand_in, ref_in, "its trial")  # it may write them only at sizes it was not shown

@@ -5,7 +5,7 @@ reuses it is right at whichever shape comes first and wrong at the next, and a m
 from kforge.problems import problem_from_source
 from kforge.verify import State, Verifier
 from tests.helpers import fast_config
-from tests.verify.test_variant_constants import LINEAR, PROBLEM
+from tests.verify.test_variant_constants import LINEAR, PROBLEM, RESTATED
 
 # Written the way models "optimise": the output preallocated on the first call and reused, no allocation per call.
 CACHED_OUTPUT = '''import torch
@@ -53,6 +53,12 @@ def test_a_buffer_sized_by_the_first_call_fails_at_the_next_shape(pool):
     assert v.state is not State.CORRECT, v.summary()
     assert v.message.startswith("on shape variant batch_size=11, dim=3071:") and \
         "after a call at the problem's own shape" in v.message, v.message
+    assert v.message.endswith("a model built afresh is correct at this shape: it kept something sized by its first "
+                              "call"), v.message
+    # a size baked in fails a fresh model too: that failure is the verdict, with nothing said of a first call
+    baked = verifier.verify(p, RESTATED, "cpu")
+    assert baked.state is not State.CORRECT and "first call" not in baked.message and \
+        "after a call" not in baked.message, baked.message
     # sized again whenever the shape changes: correct
     resized = CACHED_OUTPUT.replace("if self._out is None:", "if self._out is None or self._out.shape != x.shape:")
     fine = verifier.verify(p, resized, "cpu")
