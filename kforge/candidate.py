@@ -69,7 +69,7 @@ def module_level(body: list[ast.stmt]):
 
 def _names(target: ast.AST) -> list[str]:
     """The names an assignment target binds (``a, (b, *c) = ...`` binds a, b and c; ``globals()["a"] = ...`` binds
-    a, which the static rules then judge as introspection)."""
+    a: at module level with a literal key the static rules take it as the assignment it is)."""
     if isinstance(target, ast.Name):
         return [target.id]
     if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Call) \

@@ -93,6 +93,16 @@ def _harmless_use(module: str, tree: ast.Module, aliases: dict[str, str], parent
     return True
 
 
+def _plain_assignment(call: ast.Call, parents: dict[ast.AST, ast.AST]) -> bool:
+    """``globals()["ModelNew"] = Impl`` at module level: a plain assignment to a name of the candidate's own (one
+    way models bind ``ModelNew``); a computed or dunder key, a read, or a call inside a function stays denied."""
+    target = parents.get(call)
+    return (call.func.id == "globals" and not call.args and isinstance(target, ast.Subscript)
+            and target.value is call and isinstance(target.ctx, ast.Store)
+            and isinstance(key := literal(target.slice), str) and key.isidentifier() and not key.startswith("__")
+            and not _in_function(call, parents))
+
+
 @rule("introspection")
 def _introspection(tree: ast.Module, source: str, backend: Backend, problem: Problem | None) -> list[Finding]:
     aliases, parents = aliases_of(tree), _parents(tree)
@@ -102,7 +112,7 @@ def _introspection(tree: ast.Module, source: str, backend: Backend, problem: Pro
            if (n.split(".")[0] in INTROSPECTION_MODULES and n not in harmless) or n.startswith("kforge")]
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-            if node.func.id in INTROSPECTION_CALLS:
+            if node.func.id in INTROSPECTION_CALLS and not _plain_assignment(node, parents):
                 out.append(Finding("introspection", f"calls {node.func.id}()", line_of(node)))
             elif node.func.id == "locals" and not _in_function(node, parents):  # a module's locals are its globals
                 out.append(Finding("introspection", "calls locals() outside a function", line_of(node)))

@@ -40,6 +40,7 @@ BUILDING = {
     "a debug switch": 'DEBUG = bool(int(os.getenv("DEBUG", "0")))',
     "a kernel's own tuning knob": 'BLOCK = int(os.environ["RELU_BLOCK"]) if "RELU_BLOCK" in os.environ else 256',
     "the home directory": 'home = os.environ.get("HOME", "/tmp")',
+    "a name bound through globals()": 'globals()["FastRelu"] = int',
 }
 
 CHEATING = {
@@ -62,6 +63,11 @@ CHEATING = {
     "raw memory through a value type": "v = ctypes.c_void_p.from_address(1234)",
     "a pointer cast": "p = ctypes.cast(1234, ctypes.c_void_p)",
     "module-level locals are the globals": "g = locals()",
+    "the globals themselves": "g = globals()",
+    "a name read through globals()": 'm = globals()["Model"]',
+    "a name computed for globals()": 'k = "Model" + "New"\nglobals()[k] = int',
+    "builtins replaced through globals()": 'globals()["__builtins__"] = {}',
+    "globals() written from a function": 'def bind():\n    globals()["FastRelu"] = int\nbind()',
 }
 
 
