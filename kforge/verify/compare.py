@@ -60,8 +60,35 @@ def _flat(t: torch.Tensor) -> torch.Tensor:
     return t.reshape(-1) if t.is_contiguous() else t.contiguous().reshape(-1)
 
 
-def compare_tensor(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float, index: int = 0) -> None:
-    """Raise `Mismatch` unless every element is finite and within ``atol + rtol * |ref|``.
+def _compare_exact(out: torch.Tensor, ref: torch.Tensor, o: torch.Tensor, r: torch.Tensor, index: int) -> None:
+    """Integer outputs (an argmax's indices) compare exactly, chunk by chunk over the flattened ``o`` and ``r``."""
+    n, pos = 0, None
+    for s in range(0, o.numel(), CHUNK):
+        bad = o[s:s + CHUNK] != r[s:s + CHUNK]
+        c = int(bad.sum())
+        if c and pos is None:
+            pos = s + int(bad.nonzero()[0])
+        n += c
+    if n:
+        raise Mismatch("numerical", f"output {index}: {n} of {out.numel()} integer elements differ",
+                       _where(out, ref, pos, index, n))
+
+
+def _off_nonfinite(oc: torch.Tensor, rc: torch.Tensor, nan_never_equal: bool) -> torch.Tensor:
+    """Where the reference is not finite (a log of zero, a NaN it computes), the elements whose output differs: an
+    infinity must be met by the same one and a NaN by a NaN; under KernelBench's ``allclose`` (``equal_nan``
+    False, ``nan_never_equal``) no NaN is ever met."""
+    special = ~torch.isfinite(rc)
+    if not bool(special.any()):
+        return special
+    met = oc == rc if nan_never_equal else (oc == rc) | (torch.isnan(oc) & torch.isnan(rc))
+    return special & ~met
+
+
+def compare_tensor(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float, index: int = 0,
+                   nan_never_equal: bool = False) -> None:
+    """Raise `Mismatch` unless every element is within ``atol + rtol * |ref|``: finite where the reference is, and
+    where it is not, the same infinity or NaN (`_off_nonfinite`).
 
     Works through the flattened tensors a chunk at a time, so comparing two 8 GiB outputs needs
     hundreds of MiB, not another 8 GiB for every temporary.
@@ -70,24 +97,19 @@ def compare_tensor(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: floa
         return
     o, r = _flat(out.detach()), _flat(ref.detach())
     if not (out.is_floating_point() or out.is_complex()):
-        n, pos = 0, None
-        for s in range(0, o.numel(), CHUNK):
-            bad = o[s:s + CHUNK] != r[s:s + CHUNK]
-            c = int(bad.sum())
-            if c and pos is None:
-                pos = s + int(bad.nonzero()[0])
-            n += c
-        if n:
-            raise Mismatch("numerical", f"output {index}: {n} of {out.numel()} integer elements differ",
-                           _where(out, ref, pos, index, n))
-        return
-    n_nonfinite = n_inf = n_bad = n_range = 0
-    first_nonfinite = first_range = None
+        return _compare_exact(out, ref, o, r, index)
+    n_nonfinite = n_inf = n_bad = n_range = n_special = n_nan_ref = 0
+    first_nonfinite = first_range = first_special = None
     worst = (-1.0, 0)  # (abs err, position) of the largest error among finite reference values
     max_rel = 0.0
     for s in range(0, o.numel(), CHUNK):
         oc, rc = o[s:s + CHUNK], r[s:s + CHUNK]
         ref_finite = torch.isfinite(rc)
+        off = _off_nonfinite(oc, rc, nan_never_equal)
+        if c := int(off.sum()):
+            first_special = s + int(off.nonzero()[0]) if first_special is None else first_special
+            n_special += c
+            n_nan_ref += int(torch.isnan(rc).sum()) if nan_never_equal else 0
         if rc.dtype != oc.dtype:  # a float32 truth beside a half-precision output: beyond fp16's 65504 it is inf
             rounded = rc.to(oc.dtype)
             beyond = ref_finite & ~torch.isfinite(rounded)
@@ -118,6 +140,11 @@ def compare_tensor(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: floa
                 worst = (float(flat[p]), s + p)
             rel = diff / rc.abs().clamp_min(1e-12).to(diff.dtype)
             max_rel = max(max_rel, float(torch.where(ref_finite, rel, torch.zeros_like(rel)).max()))
+    if n_special:
+        why = (f"; {n_nan_ref} of them NaN in the reference, which KernelBench's allclose (equal_nan=False) never "
+               "matches, whatever the output" if n_nan_ref else "")
+        raise Mismatch("numerical", f"output {index}: {n_special} element(s) where the reference is inf or NaN hold "
+                                    f"another value{why}", _where(out, ref, first_special, index, n_special))
     if n_range:
         raise Mismatch("numerical", f"output {index}: {n_range} element(s) where the truth is beyond {out.dtype}'s "
                                     "range (it rounds to inf there) hold another value",
@@ -153,6 +180,14 @@ def error_stats(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
             squares += float(diff.double().square().sum())
             n += diff.numel()
     return worst, (squares / n) ** 0.5 if n else 0.0
+
+
+def has_nan(t: torch.Tensor) -> bool:
+    """Any NaN among a floating tensor's elements (chunk by chunk)."""
+    if not (t.is_floating_point() or t.is_complex()):
+        return False
+    f = _flat(t.detach())
+    return any(bool(torch.isnan(f[s:s + CHUNK]).any()) for s in range(0, f.numel(), CHUNK))
 
 
 def is_constant(t: torch.Tensor) -> bool:

@@ -61,3 +61,22 @@ def test_constant_output_where_the_reference_varies(tiny_chunks):
     with pytest.raises(Mismatch, match="constant"):
         check_degenerate(torch.zeros(20), torch.randn(20))
     check_degenerate(torch.zeros(20), torch.zeros(20))
+
+
+def test_where_the_reference_is_not_finite_the_output_must_be_too(tiny_chunks):
+    """A log of zero is -inf and a log of a negative NaN: a "safe log" that writes 0 there is another function."""
+    x = torch.randn(40)
+    ref = torch.log(torch.relu(x))
+    compare_tensor(ref.clone(), ref, 1e-4, 1e-4)  # the same infinities pass
+    compare_tensor(ref.bfloat16(), ref, 1e-2, 1e-2)  # beside a float32 truth too
+    with pytest.raises(Mismatch, match=r"element\(s\) where the reference is inf or NaN hold another value") as e:
+        compare_tensor(torch.nan_to_num(ref, neginf=0.0), ref, 1e-4, 1e-4)
+    assert e.value.details["mismatched"] == int((x <= 0).sum())
+    nan_ref = torch.log(x)
+    compare_tensor(nan_ref.clone(), nan_ref, 1e-4, 1e-4)  # NaN where the reference is NaN: kforge's view
+    with pytest.raises(Mismatch, match="hold another value"):
+        compare_tensor(torch.nan_to_num(nan_ref, nan=0.0), nan_ref, 1e-4, 1e-4)
+    # KernelBench's torch.allclose has equal_nan=False: a NaN in its reference is never matched
+    with pytest.raises(Mismatch, match=r"NaN in the reference, which KernelBench's allclose \(equal_nan=False\)"):
+        compare_tensor(nan_ref.clone(), nan_ref, 1e-2, 1e-2, nan_never_equal=True)
+    compare_tensor(ref.clone(), ref, 1e-2, 1e-2, nan_never_equal=True)  # equal infinities it does match

@@ -2,6 +2,8 @@
 here, a stochastic problem, whose harness seeds the RNG once before the reference and not again before the
 candidate, so a faithful candidate draws another dropout mask there; the kforge rules seed both alike."""
 
+import pytest
+
 from kforge.problems import problem_from_source
 from kforge.verify import State, StaticConfig, Verifier
 from tests.helpers import fast_config
@@ -198,3 +200,59 @@ def test_a_traced_trials_values_count_for_the_kforge_view_only(pool):
                                                                                              "cpu")
     assert v.state is State.NUMERICAL_MISMATCH and "trial" in v.message, v.summary()
     assert v.states["kernelbench"] == "correct", v.summary()
+
+
+# A model's "safe log" (0 where the log is -inf) and a log of negatives (NaN): KernelBench's allclose matches equal
+# infinities and never a NaN, even the reference's own; the kforge view asks for the same infinity or NaN.
+LOG_PROBLEM = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.log(torch.relu(x)) if FLOOR else torch.log(x) * 0.5
+
+
+FLOOR = True
+
+
+def get_inputs():
+    return [torch.randn(64, 256)]
+
+
+def get_init_inputs():
+    return []
+"""
+SAFE_LOG = """
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        y = x.clamp_min(0)
+        return torch.where(y > 0, torch.log(y), torch.zeros_like(y))
+"""
+SAME_LOG = """
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return x.log() / 2
+"""
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_infinities_and_nans_in_the_reference_are_judged_as_each_view_compares(pool, precision):
+    cfg = fast_config(require_kernel=False, precision=precision)
+    floor = problem_from_source(LOG_PROBLEM, where="log_relu.py", name="log_relu")
+    v = Verifier(cfg, pool=pool).verify(floor, SAFE_LOG, "cpu")
+    assert v.state is State.NUMERICAL_MISMATCH and v.states["kernelbench"] == "numerical_mismatch", v.summary()
+    assert "where the reference is inf or NaN" in v.message, v.summary()
+    nan = problem_from_source(LOG_PROBLEM.replace("FLOOR = True", "FLOOR = False"), where="log.py", name="log")
+    v = Verifier(cfg, pool=pool).verify(nan, SAME_LOG, "cpu")
+    assert v.state is State.CORRECT, v.summary()
+    assert v.states["kernelbench"] == "numerical_mismatch", v.summary()
