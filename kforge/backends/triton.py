@@ -3,7 +3,7 @@ warp specialisation) launched from ``ModelNew.forward``.
 
 On a machine without a GPU (CI) the same candidates run on CPU tensors through Triton's interpreter
 (``TRITON_INTERPRET=1``): that checks correctness, not speed, with bf16 computed by value
-(`kforge.backends.triton_bf16`).
+(`kforge.backends.triton_bf16`) and ``@triton.autotune`` keeping its first config (`kforge.backends.triton_autotune`).
 """
 
 from __future__ import annotations
@@ -37,7 +37,9 @@ class TritonBackend(Backend):
 
     def prepare(self, ctx: WorkerContext) -> None:
         """Under the interpreter, bf16 arithmetic by value (`kforge.backends.triton_bf16`): the interpreter alone
-        computes on bf16's bit patterns."""
+        computes on bf16's bit patterns; and ``@triton.autotune`` keeps its first config untimed
+        (`kforge.backends.triton_autotune`): the interpreter has no GPU driver to time configs with."""
         if self.interpret:
-            from .triton_bf16 import install
-            install()
+            from . import triton_autotune, triton_bf16
+            triton_bf16.install()
+            triton_autotune.install()

@@ -63,3 +63,55 @@ def test_a_bf16_tensor_core_kernel_is_judged_at_bf16_under_the_interpreter(setup
     assert "tl.dot(a, b, acc)" in code
     v = verifier.verify(problem, code, backend, config=fast_config(precision="bf16", variants=True))
     assert v.state is State.CORRECT and v.precision == "bf16", v.summary()
+
+
+AUTOTUNED = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.autotune(
+    configs=[
+        triton.Config({"BLOCK_SIZE": 1024}, num_warps=4),
+        triton.Config({"BLOCK_SIZE": 2048}, num_warps=8),
+        triton.Config({"BLOCK_SIZE": 512}, num_warps=2),
+    ],
+    key=["n_elements"],
+)
+@triton.jit
+def relu_kernel(x_ptr, y_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
+    pid = tl.program_id(axis=0)
+    offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    x = tl.load(x_ptr + offsets, mask=mask)
+    y = tl.maximum(x, 0.0)
+    tl.store(y_ptr + offsets, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super(ModelNew, self).__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.contiguous()
+        y = torch.empty_like(x)
+        n_elements = x.numel()
+        grid = lambda meta: (triton.cdiv(n_elements, meta["BLOCK_SIZE"]),)
+        relu_kernel[grid](x, y, n_elements)
+        return y
+'''
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_an_autotuned_kernel_runs_its_first_config_under_the_interpreter(setup, precision):
+    """``@triton.autotune`` times configs with a GPU driver the interpreter lacks (Triton raised "0 active
+    drivers"); the worker makes it keep the first config untimed, and that config's results are still checked."""
+    verifier, problem, backend = setup
+    cfg = fast_config(precision=precision, variants=True)
+    v = verifier.verify(problem, AUTOTUNED, backend, config=cfg)
+    assert v.state is State.CORRECT, v.summary()
+    wrong = AUTOTUNED.replace("tl.maximum(x, 0.0)", "tl.maximum(x, 0.5)")
+    v = verifier.verify(problem, wrong, backend, config=cfg)
+    assert v.state is State.NUMERICAL_MISMATCH, v.summary()
