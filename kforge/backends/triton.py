@@ -38,8 +38,10 @@ class TritonBackend(Backend):
     def prepare(self, ctx: WorkerContext) -> None:
         """Under the interpreter, bf16 arithmetic by value (`kforge.backends.triton_bf16`): the interpreter alone
         computes on bf16's bit patterns; and ``@triton.autotune`` keeps its first config untimed
-        (`kforge.backends.triton_autotune`): the interpreter has no GPU driver to time configs with."""
+        (`kforge.backends.triton_autotune`): the interpreter has no GPU driver to time configs with; and libdevice's
+        math computes with NumPy (`kforge.backends.triton_libdevice`), which the interpreter does not implement."""
         if self.interpret:
-            from . import triton_autotune, triton_bf16
+            from . import triton_autotune, triton_bf16, triton_libdevice
             triton_bf16.install()
             triton_autotune.install()
+            triton_libdevice.install()

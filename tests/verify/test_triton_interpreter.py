@@ -115,3 +115,73 @@ def test_an_autotuned_kernel_runs_its_first_config_under_the_interpreter(setup, 
     wrong = AUTOTUNED.replace("tl.maximum(x, 0.0)", "tl.maximum(x, 0.5)")
     v = verifier.verify(problem, wrong, backend, config=cfg)
     assert v.state is State.NUMERICAL_MISMATCH, v.summary()
+
+
+GELU_TANH = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.nn.functional.gelu(x, approximate="tanh")
+
+
+batch_size = 8
+dim = 1000
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []
+'''
+LIBDEVICE_GELU = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+
+
+@triton.jit
+def gelu_kernel(x_ptr, out_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
+    pid = tl.program_id(0)
+    offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+    inner = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+    y = 0.5 * x * (1.0 + libdevice.tanh(inner))
+    tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        n = x.numel()
+        gelu_kernel[(triton.cdiv(n, 1024),)](x, out, n, BLOCK_SIZE=1024)
+        return out
+'''
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_libdevice_math_is_computed_under_the_interpreter(setup, precision):
+    """The interpreter implements no libdevice function (a GELU's ``libdevice.tanh`` returned None, a
+    ``runtime_error``); the worker computes them by value, so the tanh GELU is correct and the exact (erf) GELU,
+    another function, is not at fp32's tolerance."""
+    from kforge.problems import problem_from_source
+    verifier, _, backend = setup
+    problem = problem_from_source(GELU_TANH, where="gelu_tanh.py", name="gelu_tanh")
+    cfg = fast_config(precision=precision)
+    v = verifier.verify(problem, LIBDEVICE_GELU, backend, config=cfg)
+    assert v.state is State.CORRECT, v.summary()
+    erf = LIBDEVICE_GELU.replace("(1.0 + libdevice.tanh(inner))", "(1.0 + libdevice.erf(x * 0.7071067811865476))")
+    if precision == "fp32":
+        v = verifier.verify(problem, erf, backend, config=cfg)
+        assert v.state is State.NUMERICAL_MISMATCH, v.summary()
