@@ -9,18 +9,23 @@ import sys
 from pathlib import Path
 
 from ..errors import KforgeError
+from ..precision import PRECISIONS
 from ..problems import SIZES
 from ..workload.prepare import resolve_model, write_profile
 from .common import backend_of
+
+PRECISION_NAMES = tuple(PRECISIONS)
 
 
 def _profile(args):
     from ..verify import WorkerPool
     from ..workload.profile import profile_model
     backend = backend_of(args.backend, args.device)
+    from ..verify import VerifyConfig
     problem = resolve_model(args.model, args.size, backend.device)  # a model file or a built-in workload's name
     with WorkerPool(build_workers=1, light=True) as pool:
-        return problem, profile_model(problem, backend, pool, iterations=args.iterations)
+        return problem, profile_model(problem, backend, pool, iterations=args.iterations,
+                                      config=VerifyConfig(precision=args.precision))
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
@@ -42,7 +47,7 @@ def cmd_extract(args: argparse.Namespace) -> int:
     workload = extract(prof, problem, out, top=args.top, cover=args.cover, min_share=args.min_share)
     write_profile(prof, out)
     print(f"{len(workload.regions)} regions cover {workload.coverage * 100:.1f}% of {Path(workload.model).name}'s "
-          f"operator time on {workload.device}:")
+          f"operator time on {workload.device} in {workload.precision}:")
     for r in workload.regions:
         same = f"  (= {r.equivalent})" if r.equivalent else ""
         print(f"  {r.share * 100:5.1f}%  {r.file:40} {r.path} [{r.type}, {r.style}]{same}")
@@ -71,7 +76,8 @@ def _kernels(args, workload) -> dict[str, str]:
             kernels[r.name] = identity_candidate(source)
         elif args.oracle:
             same = builtin_equivalent(source)
-            path = builtin_solution_path(same, args.backend) if same is not None else None
+            path = builtin_solution_path(same, args.backend, args.precision or workload.precision) \
+                if same is not None else None
             if path is not None:
                 kernels[r.name] = path.read_text()
     return kernels
@@ -93,7 +99,8 @@ def cmd_assemble(args: argparse.Namespace) -> int:
     from ..verify import Verifier, VerifyConfig, WorkerPool
     backend = backend_of(args.backend, args.device)
     cfg = VerifyConfig(trials=args.trials, compile_ref=not args.no_compile_ref, skip_timing=args.no_timing,
-                       require_kernel=not (args.no_kernel_check or args.identity))
+                       require_kernel=not (args.no_kernel_check or args.identity),
+                       precision=args.precision or workload.precision)
     with WorkerPool(build_workers=1, light=True) as pool, Verifier(cfg, pool=pool) as verifier:
         best, verdicts = check_regions(workload, verifier, backend, kernels, config=cfg)
         for name, verdict in verdicts.items():
@@ -119,6 +126,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
         p.add_argument("--device", choices=("cpu", "cuda"), help="override the backend's device")
         p.add_argument("--size", choices=SIZES, help="size preset (default: cpu on the cpu device, else gpu)")
         p.add_argument("--iterations", type=int, default=3, help="profiled forward calls (default 3)")
+        p.add_argument("--precision", choices=PRECISION_NAMES, default="fp32",
+                       help="the precision the model runs in (default fp32: as the file is; bf16, fp16: floating "
+                            "inputs, parameters and buffers cast, as `kforge verify --precision` casts them)")
 
     p = ws.add_parser("profile", help="time by module and by operator, as a table (and a PNG with --plot)")
     common(p)
@@ -149,6 +159,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     a.add_argument("--no-compile-ref", action="store_true", help="skip timing torch.compile")
     a.add_argument("--no-timing", action="store_true", help="check correctness only")
     a.add_argument("--no-kernel-check", action="store_true", help="accept kernels written in PyTorch")
+    a.add_argument("--precision", choices=PRECISION_NAMES,
+                   help="verify in this precision (default: the one the workload was profiled in)")
     a.set_defaults(func=_guarded(cmd_assemble))
     return w
 

@@ -77,14 +77,15 @@ def prepare_workload(job, backend, pool, tags: dict[str, str], chash: str) -> Pr
         folder = Path(out) / "workload" if out else Path(tempfile.mkdtemp(prefix="kforge-workload-"))
     try:
         workload, reused = prepare(model, backend, pool, folder, top=cfg.top, cover=cfg.cover,
-                                   min_share=cfg.min_share, iterations=cfg.iterations)
+                                   min_share=cfg.min_share, iterations=cfg.iterations,
+                                   precision=job.verify.precision)
     except WorkloadError as exc:
         raise ConfigError(f"workload={cfg.model}: {exc}") from None
     name = Path(model.path or model.key).name
     if reused:
         print(f"kforge: workload {name}: reusing the extraction in {folder}", flush=True)
     print(f"kforge: workload {name}: {len(workload.regions)} region(s) cover {workload.coverage * 100:.1f}% of its "
-          f"operator time on {workload.device}; they are this job's problems", flush=True)
+          f"operator time on {workload.device} in {workload.precision}; they are this job's problems", flush=True)
     tags = {WorkloadTags.MODEL: name, WorkloadTags.MODEL_PATH: workload.model,
             WorkloadTags.DIR: str(Path(folder).resolve())}
     return PreparedWorkload(model, workload, region_problems(workload), reused, tags)

@@ -182,6 +182,8 @@ class WorkloadResult:
     bound_lo: float | None = None
     bound_hi: float | None = None
     """The bound at the lower and upper ends of the regions' intervals."""
+    precision: str = "fp32"
+    """The precision both models ran in (`kforge.precision`)."""
 
     @property
     def correct(self) -> bool:
@@ -196,7 +198,7 @@ class WorkloadResult:
 
     def summary(self) -> str:
         fmt = lambda x: f"{x:.2f}x" if x is not None else "-"  # noqa: E731
-        lines = [f"whole model: {self.state}" + (f" ({self.message})" if self.message and not self.correct else ""),
+        lines = [f"whole model{'' if self.precision == 'fp32' else ' in ' + self.precision}: {self.state}" + (f" ({self.message})" if self.message and not self.correct else ""),
                  f"  regions replaced: {len(self.replaced)}/{len(self.regions)} ({self.replaced_share * 100:.1f}% "
                  f"of the model's time; regions cover {self.coverage * 100:.1f}%)",
                  f"  end-to-end speedup: {fmt(self.speedup_eager)}{_interval(self.speedup_lo, self.speedup_hi)} vs "
@@ -250,7 +252,7 @@ def evaluate(workload: Workload, verifier, backend, kernels: dict[str, RegionKer
                           speedup_compile=verdict.speedup_compile, bound=bound, coverage=workload.coverage,
                           replaced_share=sum(o.share for o in done), regions=outcomes, source=source,
                           verdict=verdict.to_dict(), speedup_lo=whole.lo if whole else None,
-                          speedup_hi=whole.hi if whole else None, **ends)
+                          speedup_hi=whole.hi if whole else None, precision=cfg.precision, **ends)
 
 
 #: `_retimed`'s key for the assembled model itself.

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..precision import PRECISIONS
 from ..problems import Problem, load_problem_file
 from ..problems.equivalent import builtin_equivalent
 from .profile import ModuleTime, WorkloadError, WorkloadProfile
@@ -87,6 +88,9 @@ class Workload:
     """Sum of the regions' shares."""
     skipped: list[dict[str, Any]] = field(default_factory=list)
     """Hot modules that are no region, each with ``path``, ``share`` and ``why``."""
+    precision: str = "fp32"
+    """The precision the model was profiled in and its regions and whole are verified in (region files are written
+    as the model file is; verification casts them)."""
     root: str = "."
     """The folder region files are relative to (set when loaded; not saved)."""
 
@@ -193,10 +197,17 @@ def _slug(text: str) -> str:
     return re.sub(r"[^0-9A-Za-z]+", "_", text).strip("_") or "model"
 
 
-def _tensor_expr(spec: dict[str, Any]) -> str:
+def _as_written(dtype: str, precision: str) -> str:
+    """A dtype the profile saw, as the region file writes it: at bf16 or fp16 the cast floating inputs and weights
+    are float32 in the file, as in the model file (verification at the precision casts them again)."""
+    p = PRECISIONS.get(precision)
+    return "torch.float32" if p is not None and p.reduced and dtype == f"torch.{p.storage}" else dtype
+
+
+def _tensor_expr(spec: dict[str, Any], precision: str = "fp32") -> str:
     if spec["kind"] == "literal":
         return spec["expr"]
-    shape, dtype = tuple(spec["shape"]), spec["dtype"]
+    shape, dtype = tuple(spec["shape"]), _as_written(spec["dtype"], precision)
     if dtype == "torch.bool":
         return f"torch.rand({shape!r}) < 0.5"
     if "lo" in spec:
@@ -225,14 +236,23 @@ def _named_inputs(m: ModuleTime) -> list[tuple[str, dict[str, Any]]]:
     return [(f"x{i}", s) for i, s in enumerate(m.inputs["args"])] + list(m.inputs["kwargs"].items())
 
 
-def _get_inputs(m: ModuleTime) -> str:
-    items = [_tensor_expr(leaf) for name, s in _named_inputs(m) for _, leaf in _leaves(name, s)]
+def _get_inputs(m: ModuleTime, precision: str) -> str:
+    items = [_tensor_expr(leaf, precision) for name, s in _named_inputs(m) for _, leaf in _leaves(name, s)]
     return "def get_inputs():\n    return [" + ", ".join(items) + "]\n"
+
+
+def _in(precision: str) -> str:
+    return "" if precision == "fp32" else f" in {precision} (verify it with --precision {precision})"
+
+
+def _param_dtypes(m: ModuleTime, profile: WorkloadProfile) -> list[str]:
+    return sorted({_as_written(d, profile.precision) for d in m.param_dtypes})
 
 
 def _header(m: ModuleTime, profile: WorkloadProfile) -> str:
     return (f'"""Region `{m.path}` ({m.type}) of {Path(profile.model).name}: {m.share * 100:.1f}% of its operator '
-            f'time on {profile.device}, at the shapes of its first call ({m.calls} per forward).\n'
+            f'time on {profile.device}{_in(profile.precision)}, at the shapes of its first call ({m.calls} per '
+            f'forward).\n'
             f'Extracted by `kforge workload extract`."""\n')
 
 
@@ -243,7 +263,7 @@ def _class_region(m: ModuleTime, model_source: str, profile: WorkloadProfile) ->
         raise SourceError(f"{profile.model}: class {m.type} needs the model's own `Model`")
     body = rename(body, {m.type: "Model"})
     init = "def get_init_inputs():\n    return [" + ", ".join(m.init_args or []) + "]\n"
-    return f"{_header(m, profile)}{body}\n\n\n{_get_inputs(m)}\n\n{init}"
+    return f"{_header(m, profile)}{body}\n\n\n{_get_inputs(m, profile.precision)}\n\n{init}"
 
 
 def _wrapper_region(m: ModuleTime, model_source: str, profile: WorkloadProfile) -> tuple[str, str]:
@@ -254,7 +274,7 @@ def _wrapper_region(m: ModuleTime, model_source: str, profile: WorkloadProfile) 
     if m.in_model:
         parts.append(closure(model_source, m.type, where=profile.model))
     ctor = m.ctor
-    dtypes = [d for d in m.param_dtypes if d != "torch.float32"]
+    dtypes = [d for d in _param_dtypes(m, profile) if d != "torch.float32"]
     if len(m.param_dtypes) == 1 and dtypes:
         ctor = f"{ctor}.to({dtypes[0]})"
     named = _named_inputs(m)
@@ -265,13 +285,13 @@ def _wrapper_region(m: ModuleTime, model_source: str, profile: WorkloadProfile) 
     parts.append(f"class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
                  f"        self.{attr} = {ctor}\n\n    def forward({params}):\n        return self.{attr}({call})")
     init = "def get_init_inputs():\n    return []\n"
-    return f"{_header(m, profile)}" + "\n\n\n".join(parts) + f"\n\n\n{_get_inputs(m)}\n\n{init}", attr
+    return f"{_header(m, profile)}" + "\n\n\n".join(parts) + f"\n\n\n{_get_inputs(m, profile.precision)}\n\n{init}", attr
 
 
 def region_source(m: ModuleTime, model_source: str, profile: WorkloadProfile) -> tuple[str, str, tuple[str, str]]:
     """(source, style, weights) of the problem file for module ``m``."""
     prefix = m.path + "."
-    plain_dtype = all(d == "torch.float32" for d in m.param_dtypes)
+    plain_dtype = all(d == "torch.float32" for d in _param_dtypes(m, profile))
     packs = any(s["kind"] == "seq" for s in m.inputs["args"])  # the class's own forward would take the sequence
     if m.in_model and m.init_args is not None and not m.inputs["kwargs"] and plain_dtype and not packs:
         try:
@@ -305,7 +325,7 @@ def extract(profile: WorkloadProfile, problem: Problem, out_dir: str | Path, *, 
     workload = Workload(model=str(Path(problem.path).resolve()) if problem.path else problem.key,
                         backend=profile.backend, device=profile.device, size=problem.size,
                         total_ms=profile.total_ms, regions=regions, coverage=sum(r.share for r in regions),
-                        skipped=skipped, root=str(out))
+                        skipped=skipped, precision=profile.precision, root=str(out))
     workload.save(out)
     return workload
 

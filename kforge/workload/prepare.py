@@ -45,32 +45,36 @@ def write_profile(profile, folder: Path) -> None:
         pass
 
 
-def reusable(folder: Path, problem: Problem, backend: str) -> Workload | None:
-    """The workload in ``folder`` if it is ``problem``'s model at its size on ``backend``; None if there is none.
+def reusable(folder: Path, problem: Problem, backend: str, precision: str = "fp32") -> Workload | None:
+    """The workload in ``folder`` if it is ``problem``'s model at its size on ``backend`` in ``precision``; None if
+    there is none.
 
     A folder holding another model's workload is an error, not something to overwrite."""
     if not (folder / WORKLOAD_JSON).is_file():
         return None
     workload = Workload.load(folder)
     model = str(Path(problem.path).resolve()) if problem.path else problem.key
-    if workload.model != model or workload.size != problem.size or workload.backend != backend:
+    if (workload.model, workload.size, workload.backend, workload.precision) != (model, problem.size, backend,
+                                                                                 precision):
         raise WorkloadError(f"{folder} holds the workload of {workload.model} (size {workload.size}, backend "
-                            f"{workload.backend}), not of {model} (size {problem.size}, backend {backend}): "
-                            f"choose another workload.dir")
+                            f"{workload.backend}, {workload.precision}), not of {model} (size {problem.size}, "
+                            f"backend {backend}, {precision}): choose another workload.dir")
     return workload
 
 
 def prepare(problem: Problem, backend, pool, folder: str | Path, *, top: int | None = None, cover: float = 0.8,
-            min_share: float = 0.0, iterations: int = 3) -> tuple[Workload, bool]:
+            min_share: float = 0.0, iterations: int = 3, precision: str = "fp32") -> tuple[Workload, bool]:
     """(the workload of ``problem``'s model in ``folder``, whether an earlier extraction there was reused).
 
-    Without one, the model is profiled in a worker of ``pool`` and its regions extracted into ``folder``."""
+    Without one, the model is profiled in ``precision`` in a worker of ``pool`` and its regions extracted into
+    ``folder``."""
+    from ..verify import VerifyConfig
     folder = Path(folder)
     name = getattr(backend, "name", backend)
-    found = reusable(folder, problem, name)
+    found = reusable(folder, problem, name, precision)
     if found is not None:
         return found, True
-    profile = profile_model(problem, backend, pool, iterations=iterations)
+    profile = profile_model(problem, backend, pool, iterations=iterations, config=VerifyConfig(precision=precision))
     workload = extract(profile, problem, folder, top=top, cover=cover, min_share=min_share)
     write_profile(profile, folder)
     return workload, False

@@ -87,6 +87,9 @@ class WorkloadProfile:
     ops: list[OpTime]
     imports: list[str] = field(default_factory=list)
     """Modules (besides torch) whose classes the model's constructors name."""
+    precision: str = "fp32"
+    """The precision it ran in (`kforge.precision`): at bf16 or fp16 its floating inputs, parameters and buffers were
+    cast, as ``kforge verify --precision`` casts them, so the hot regions are those of the model in that precision."""
 
     def module(self, path: str) -> ModuleTime:
         for m in self.modules:
@@ -105,7 +108,8 @@ class WorkloadProfile:
         return cls(**data)
 
 
-def from_reply(result: WorkloadProfileResult, *, model: str, backend: str, size: str) -> WorkloadProfile:
+def from_reply(result: WorkloadProfileResult, *, model: str, backend: str, size: str,
+               precision: str = "fp32") -> WorkloadProfile:
     """The worker's result (see `kforge.workload.worker.run_in_worker`) as a `WorkloadProfile`."""
     total = result.total_ms or 0.0
     own = result.self_ms
@@ -127,12 +131,13 @@ def from_reply(result: WorkloadProfileResult, *, model: str, backend: str, size:
     ops = sorted((OpTime(o.name, o.ms, o.ms / total if total else 0.0, o.calls) for o in result.ops),
                  key=lambda o: -o.ms)
     return WorkloadProfile(model=model, backend=backend, device=result.device, size=size, total_ms=total,
-                           wall_ms=result.wall_ms, modules=modules, ops=ops, imports=list(result.imports))
+                           wall_ms=result.wall_ms, modules=modules, ops=ops, imports=list(result.imports),
+                           precision=precision)
 
 
 def profile_model(problem: Problem, backend, pool, *, iterations: int = 3, warmup: int = 2,
                   timeout_s: float = 600.0, config=None) -> WorkloadProfile:
-    """Profile ``problem``'s model on ``backend``'s device, in a worker of ``pool``."""
+    """Profile ``problem``'s model on ``backend``'s device, in a worker of ``pool``, in ``config.precision``."""
     from ..backends import get_backend
     from ..verify import VerifyConfig
     backend = get_backend(backend)
@@ -141,7 +146,8 @@ def profile_model(problem: Problem, backend, pool, *, iterations: int = 3, warmu
         raise WorkloadError(f"the {backend.name} backend runs on {backend.device} and none is visible here; "
                             f"use --backend cpu")
     where = problem.path or problem.key
-    request = WorkloadProfileRequest(problem=problem, backend=backend.spec(), config=(config or VerifyConfig()).to_dict(),
+    config = config or VerifyConfig()
+    request = WorkloadProfileRequest(problem=problem, backend=backend.spec(), config=config.to_dict(),
                                      iterations=iterations, warmup=warmup)
     reply = pool.request(kinds, request, {"problem.py": problem.source}, timeout_s)
     if reply.timed_out:
@@ -151,7 +157,7 @@ def profile_model(problem: Problem, backend, pool, *, iterations: int = 3, warmu
         detail = _last_line(result.traceback if result else None) or reply.error or reply.output_tail or ""
         raise WorkloadError(f"{where}: {(result.error if result else None) or 'the worker failed'}"
                             + (f": {detail}" if detail else ""))
-    return from_reply(result, model=where, backend=backend.name, size=problem.size)
+    return from_reply(result, model=where, backend=backend.name, size=problem.size, precision=config.precision)
 
 
 def _last_line(text: str | None) -> str:
@@ -165,7 +171,8 @@ def _label(path: str) -> str:
 
 def render_table(profile: WorkloadProfile, top: int = 15) -> str:
     """Modules by their own time and operators by time, as text."""
-    lines = [f"{profile.model} on {profile.device} ({profile.backend}, size {profile.size}): "
+    lines = [f"{profile.model} on {profile.device} ({profile.backend}, size {profile.size}, "
+             f"{profile.precision}): "
              f"{profile.total_ms:.3f} ms of operators per forward ({profile.wall_ms:.3f} ms wall)", "",
              f"{'module':32} {'type':22} {'own ms':>9} {'own %':>6} {'total ms':>9} {'total %':>7}"]
     mods = sorted((m for m in profile.modules if m.self_ms > 0), key=lambda m: -m.self_ms)
@@ -200,7 +207,8 @@ def plot(profile: WorkloadProfile, path: str | Path, top: int = 12) -> Path:
         ax.set_xlim(0, 1)
         ax.set_xlabel("share of the forward's operator time")
         ax.set_title(title)
-    fig.suptitle(f"{Path(profile.model).name} on {profile.device}: {profile.total_ms:.2f} ms per forward")
+    fig.suptitle(f"{Path(profile.model).name} on {profile.device} in {profile.precision}: {profile.total_ms:.2f} ms "
+                 "per forward")
     fig.tight_layout()
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -99,6 +99,17 @@ def test_bad_input_is_a_clear_error_with_exit_2(extracted, capsys, tmp_path):
     assert "no model file 'nosuch_model' and no built-in workload" in capsys.readouterr().err
     assert main(["workload", "profile", str(model), "--backend", "nosuch"]) == 2
     assert "nosuch" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["workload", "profile", str(model), "--precision", "fp8"])
+    assert "invalid choice: 'fp8'" in capsys.readouterr().err
+
+
+def test_profile_in_bf16_says_so(extracted, capsys):
+    model, _, _ = extracted
+    assert main(["workload", "profile", str(model), "--precision", "bf16", "--iterations", "1", "--json"]) == 0
+    prof = json.loads(capsys.readouterr().out)
+    assert prof["precision"] == "bf16"
+    assert {m["path"]: m["param_dtypes"] for m in prof["modules"]}["block.lin"] == ["torch.bfloat16"]
 
 
 def test_every_option_is_parsed():
@@ -109,7 +120,10 @@ def test_every_option_is_parsed():
             args.top, args.cover, args.min_share) == ("extract", "m.py", "out", "triton", "cpu", "cpu", 2, 3, 0.5,
                                                       0.01)
     args = build_parser().parse_args(["workload", "profile", "m.py", "--plot", "p.png", "--rows", "5", "--json"])
-    assert (args.plot, args.rows, args.json, args.backend, args.iterations) == ("p.png", 5, True, "cpu", 3)
+    assert (args.plot, args.rows, args.json, args.backend, args.iterations, args.precision) == (
+        "p.png", 5, True, "cpu", 3, "fp32")
+    assert build_parser().parse_args(["workload", "extract", "m.py", "o", "--precision", "bf16"]).precision == "bf16"
+    assert build_parser().parse_args(["workload", "assemble", "w"]).precision is None  # the workload's own
     args = build_parser().parse_args(["workload", "assemble", "w", "--kernel", "a=k.py", "--kernel", "b=j.py",
                                       "--oracle", "--out", "o.py", "--verify", "--trials", "2", "--no-compile-ref",
                                       "--no-timing", "--no-kernel-check"])

@@ -198,6 +198,21 @@ def test_a_model_file_that_fails_to_build_stops_the_job_with_its_error(pool, tmp
         run(workload_config(tmp_path, "workload.model=nosuch_model"), pool=pool)
 
 
+def test_a_job_in_bf16_profiles_its_workload_in_bf16(pool, tmp_path, capsys):
+    """The hot regions are the model's in the job's precision (a convolution's share grows in bf16 on a GPU, a
+    matrix product's shrinks), so the job profiles it cast, and a folder extracted in another precision is an error."""
+    from kforge.backends import get_backend
+    from kforge.job.config import JobConfig
+    folder = tmp_path / "extracted"
+    cfg = JobConfig.from_hydra(workload_config(tmp_path, "precision=bf16", f"workload.dir={folder}"))
+    prep = job_workload.prepare_workload(cfg, get_backend("cpu"), pool, {}, "hash")
+    assert prep.workload.precision == "bf16" and Workload.load(folder).precision == "bf16"
+    assert "in bf16; they are this job's problems" in capsys.readouterr().out
+    fp32 = JobConfig.from_hydra(workload_config(tmp_path, f"workload.dir={folder}"))
+    with pytest.raises(ConfigError, match=r"bf16\), not of .* fp32\): choose another workload.dir"):
+        job_workload.prepare_workload(fp32, get_backend("cpu"), pool, {}, "hash")
+
+
 class Heard(LoopObserver):
     """An observer after the stage: which job events it heard, in order."""
 

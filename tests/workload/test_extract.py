@@ -9,7 +9,7 @@ import pytest
 
 from kforge.problems import load_problem_file
 from kforge.verify import Verifier, VerifyConfig
-from kforge.workload.assemble import assemble
+from kforge.workload.assemble import RegionKernel, assemble
 from kforge.workload.extract import Workload, extract, identity_candidate
 from kforge.workload.profile import WorkloadError, profile_model
 
@@ -235,3 +235,31 @@ def test_layers_deep_copied_from_a_prototype_can_be_regions(pool, tmp_path):
     # the clones were never constructed, yet are built as their prototype was
     assert w.region("blocks.1").style == "class" and w.region("blocks.1").init_args == ["32"]
     _every_region_and_the_whole_model_correct(w, problem, pool)
+
+
+def test_a_model_profiled_in_bf16_is_extracted_as_written_and_verified_in_bf16(pool, tmp_path):
+    """At bf16 the model runs cast (inputs, weights), as `kforge verify --precision bf16` casts a problem; the
+    regions are written as the model file is (float32, with a wrapper's weights not pinned to bf16), the
+    workload remembers its precision, and a folder extracted at another precision is not reused."""
+    from kforge.workload.assemble import evaluate
+    from kforge.workload.prepare import prepare
+    problem = load_problem_file(BLOCK, size="cpu")
+    prof = profile_model(problem, "cpu", pool, iterations=1, warmup=1, config=VerifyConfig(precision="bf16"))
+    assert prof.precision == "bf16"
+    assert prof.module("gate").inputs["args"][0]["dtype"] == "torch.bfloat16"  # what ran was cast
+    assert prof.module("up.linear").param_dtypes == ["torch.bfloat16"]
+    w = extract(prof, problem, tmp_path / "bf16", cover=1.0)
+    assert w.precision == "bf16" and Workload.load(tmp_path / "bf16").precision == "bf16"
+    gate = w.load_region(w.region("gate"))
+    assert "torch.randn((256, 256), dtype=torch.float32)" in gate.source and "bfloat16" not in gate.source
+    assert "--precision bf16" in gate.source
+    bf16 = replace(WHOLE, precision="bf16")
+    verifier = Verifier(bf16, pool=pool)
+    kernels = {r.name: RegionKernel(identity_candidate(w.region_file(r).read_text()), None) for r in w.regions}
+    result = evaluate(w, verifier, "cpu", kernels, config=bf16)
+    assert result.correct and result.precision == "bf16", result.summary()
+    assert result.summary().startswith("whole model in bf16: correct")
+    with pytest.raises(WorkloadError, match=r"cpu, bf16\), not of .* fp32\)"):
+        prepare(problem, "cpu", pool, tmp_path / "bf16", precision="fp32")
+    again, reused = prepare(problem, "cpu", pool, tmp_path / "bf16", precision="bf16")
+    assert reused and again.precision == "bf16"
