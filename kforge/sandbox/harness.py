@@ -57,6 +57,9 @@ def phase_times() -> dict[str, float]:
 
 
 PROBLEM_ERROR = "problem_error"
+NO_CUDA = ("Torch not compiled with CUDA enabled", "Found no NVIDIA driver", "no CUDA GPUs are available",
+           "CUDA driver initialization failed")
+"""What torch says when a program asks for CUDA where there is none."""
 """A reply state that is no verdict: the problem itself failed (its Model, get_inputs or get_init_inputs)."""
 
 
@@ -197,8 +200,17 @@ class Harness:
         except Exception as exc:  # noqa: BLE001
             self.raise_if_busy(exc)
             raise HarnessVerdict(PROBLEM_ERROR, f"the problem fails in {step} ({type(exc).__name__}: "
-                                 f"{first_line(exc)}); this is a bug in the problem, not in the candidate",
+                                 f"{first_line(exc)}){self._no_cuda_note(exc)}; this is a bug in the problem, not in "
+                                 "the candidate",
                                  evidence={"traceback": tail(traceback.format_exc())}) from None
+
+    def _no_cuda_note(self, exc: BaseException) -> str:
+        """Where a problem asks for CUDA on a machine without it (``.cuda()`` in its ``get_inputs``): how to run it."""
+        text = str(exc)
+        if self.device.type == "cuda" or not any(s in text for s in NO_CUDA):
+            return ""
+        return (": it puts tensors on CUDA and this worker runs on the CPU; create them on the CPU (kforge moves "
+                "inputs and models to the device it verifies on) or verify on a GPU backend")
 
     # -- pieces ------------------------------------------------------------------------------------
     def _construct(self, cls):

@@ -59,6 +59,18 @@ def test_a_failing_problem_raises_its_own_error(verifier, broken, line):
     assert "_Run" not in str(err.value)  # not the harness's own error
 
 
+def test_a_problem_that_asks_for_cuda_on_a_cpu_worker_says_how_to_run_it(verifier):
+    """Older problem files put their inputs on the GPU themselves (``.cuda()``); on a CPU worker torch's own
+    complaint does not say what to change."""
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("the worker has CUDA here")
+    src = problem().source.replace("torch.randn(N, D)]", "torch.randn(N, D).cuda()]")
+    with pytest.raises(ProblemFails, match="it puts tensors on CUDA and this worker runs on the CPU; create them on "
+                                           "the CPU"):
+        verifier.verify(problem_from_source(src, where="on_cuda", name="on_cuda"), USES_THE_PROBLEMS_CONSTANTS, "cpu")
+
+
 def test_the_candidate_sees_the_problems_module_level_names(verifier):
     v = verifier.verify(problem(), USES_THE_PROBLEMS_CONSTANTS, "cpu")
     # It computes the answer in PyTorch: correct as KernelBench judges, kernel_unused under kforge's rules.
