@@ -94,6 +94,3 @@ def install() -> bool:
                     setattr(mod, name, _elementwise(name, fn))
         mod._kforge_numpy = done = True
     return done
-
-
-

@@ -18,10 +18,9 @@ PRECISION_NAMES = tuple(PRECISIONS)
 
 
 def _profile(args):
-    from ..verify import WorkerPool
+    from ..verify import VerifyConfig, WorkerPool
     from ..workload.profile import profile_model
     backend = backend_of(args.backend, args.device)
-    from ..verify import VerifyConfig
     problem = resolve_model(args.model, args.size, backend.device)  # a model file or a built-in workload's name
     with WorkerPool(build_workers=1, light=True) as pool:
         return problem, profile_model(problem, backend, pool, iterations=args.iterations,

@@ -57,10 +57,10 @@ def phase_times() -> dict[str, float]:
 
 
 PROBLEM_ERROR = "problem_error"
+"""A reply state that is no verdict: the problem itself failed (its Model, get_inputs or get_init_inputs)."""
 NO_CUDA = ("Torch not compiled with CUDA enabled", "Found no NVIDIA driver", "no CUDA GPUs are available",
            "CUDA driver initialization failed")
 """What torch says when a program asks for CUDA where there is none."""
-"""A reply state that is no verdict: the problem itself failed (its Model, get_inputs or get_init_inputs)."""
 
 
 def import_file(path: str | Path, name: str, namespace_of: str | Path | None = None, shown: dict | None = None):

@@ -246,7 +246,8 @@ class NumericsChecks:
 
     def _same_tolerance(self, refs: Refs) -> bool:
         """Whether both views' comparisons are one: the same tolerance, and no NaN, which KernelBench never matches."""
-        return all(not has_nan(r) and self._tolerance("kforge", r, i, refs.exact) == self._tolerance("kernelbench", r, i, refs.exact)
+        tol = self._tolerance
+        return all(not has_nan(r) and tol("kforge", r, i, refs.exact) == tol("kernelbench", r, i, refs.exact)
                    for i, r in enumerate(refs.exact) if isinstance(r, self.torch.Tensor))
 
 

@@ -198,7 +198,9 @@ class WorkloadResult:
 
     def summary(self) -> str:
         fmt = lambda x: f"{x:.2f}x" if x is not None else "-"  # noqa: E731
-        lines = [f"whole model{'' if self.precision == 'fp32' else ' in ' + self.precision}: {self.state}" + (f" ({self.message})" if self.message and not self.correct else ""),
+        where = "" if self.precision == "fp32" else f" in {self.precision}"
+        why = f" ({self.message})" if self.message and not self.correct else ""
+        lines = [f"whole model{where}: {self.state}{why}",
                  f"  regions replaced: {len(self.replaced)}/{len(self.regions)} ({self.replaced_share * 100:.1f}% "
                  f"of the model's time; regions cover {self.coverage * 100:.1f}%)",
                  f"  end-to-end speedup: {fmt(self.speedup_eager)}{_interval(self.speedup_lo, self.speedup_hi)} vs "

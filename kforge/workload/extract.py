@@ -285,7 +285,8 @@ def _wrapper_region(m: ModuleTime, model_source: str, profile: WorkloadProfile) 
     parts.append(f"class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
                  f"        self.{attr} = {ctor}\n\n    def forward({params}):\n        return self.{attr}({call})")
     init = "def get_init_inputs():\n    return []\n"
-    return f"{_header(m, profile)}" + "\n\n\n".join(parts) + f"\n\n\n{_get_inputs(m, profile.precision)}\n\n{init}", attr
+    inputs = _get_inputs(m, profile.precision)
+    return f"{_header(m, profile)}" + "\n\n\n".join(parts) + f"\n\n\n{inputs}\n\n{init}", attr
 
 
 def region_source(m: ModuleTime, model_source: str, profile: WorkloadProfile) -> tuple[str, str, tuple[str, str]]:
