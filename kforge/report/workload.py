@@ -1,5 +1,5 @@
 """The ``whole_workload`` table: whole-model jobs' parent runs read back from MLflow (`kforge.tracking.schema`'s
-``Workload*`` names), per workload, model and backend (docs/workload.md)."""
+``Workload*`` names), per workload, model, backend and precision (docs/workload.md)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ def load_workload_runs(client, experiment: str = WORKLOAD_EXPERIMENT) -> pd.Data
         t, m = r.data.tags, r.data.metrics
         rows.append(dict(run_id=r.info.run_id, status=r.info.status, start_time=r.info.start_time,
                          workload=t.get(WTags.MODEL, ""), model=t.get(Tags.MODEL, ""),
-                         backend=t.get(Tags.BACKEND, ""), state=t.get(WTags.STATE, ""),
+                         backend=t.get(Tags.BACKEND, ""), precision=t.get(Tags.PRECISION) or "fp32",
+                         state=t.get(WTags.STATE, ""),
                          **{k: m.get(k) for k in _METRICS}))
     return pd.DataFrame(rows)
 
@@ -35,7 +36,7 @@ _METRICS = (WMetrics.COVERAGE, WMetrics.REGIONS, WMetrics.SOLVED, WMetrics.REPLA
 #: The table's columns after its keys: (key, heading).
 COLUMNS = (("coverage", "coverage"), ("regions_solved", "regions solved"), ("verdict", "whole model"),
            ("speedup_eager", "e2e vs eager"), ("speedup_compile", "e2e vs compile"), ("bound", "Amdahl bound"))
-KEYS = ("workload", "model", "backend")
+KEYS = ("workload", "model", "backend", "precision")
 
 
 def _x(v: Any) -> str:
@@ -43,7 +44,7 @@ def _x(v: Any) -> str:
 
 
 def workload_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per workload, model and backend, its newest run that reached assembly: coverage, regions solved, the
+    """Per workload, model, backend and precision, its newest run that reached assembly: coverage, regions solved, the
     whole model's verdict, end-to-end speedups vs eager and torch.compile, and Amdahl's bound (as text)."""
     if runs.empty:
         return pd.DataFrame(columns=[*KEYS, *(k for k, _ in COLUMNS)])
@@ -65,8 +66,8 @@ def to_markdown(table: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-CAPTION = ("whole_workload: per workload, model and backend, the newest job that reached assembly. coverage: share of "
-           "the model's operator time in the extracted regions; regions solved: regions with a correct kernel (the "
+CAPTION = ("whole_workload: per workload, model, backend and precision, the newest job that reached assembly. "
+           "coverage: share of the model's operator time (in that precision) in the extracted regions; regions solved: regions with a correct kernel (the "
            "others keep the model's own module); whole model: the assembled model's verdict against the original; "
            "e2e: the assembled model's speedup over the original in PyTorch eager and under torch.compile; Amdahl "
            "bound: 1 / (1 - Σs + Σ s/k) over the solved regions' shares s and their own speedups k.")

@@ -103,7 +103,7 @@ def test_builtin_workload_end_to_end_with_the_oracle(oracle_job):
     row = table.iloc[0]
     assert len(table) == 1 and row["regions_solved"] == "6/6" and row["verdict"] == "correct"
     assert row["speedup_eager"].endswith("x") and row["bound"].endswith("x") and row["backend"] == "cpu"
-    assert "| transformer_block.py | oracle | cpu |" in (tmp / "results" / "whole_workload.md").read_text()
+    assert "| transformer_block.py | oracle | cpu | fp32 |" in (tmp / "results" / "whole_workload.md").read_text()
 
 
 def _oracle_reply(source: str) -> str:
