@@ -42,7 +42,8 @@ class Recorder:
 
     def __init__(self) -> None:
         self.mode: str | None = None
-        """None (pass calls straight through), ``profile`` or ``dataflow``."""
+        """None (pass calls straight through), ``count`` (count them alone: a shape variant's check that the
+        candidate's kernels ran there), ``profile`` or ``dataflow``."""
         self.so_paths: list[str] = []
         """Shared objects of the extensions the candidate built or loaded."""
         self.triton_names: set[str] = set()

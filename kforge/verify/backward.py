@@ -114,7 +114,7 @@ class TrainingStep:
         plan, torch = self.plan, self.plan.torch
         leaves = [x.detach().requires_grad_() if k in plan.input_slots else x for k, x in enumerate(inputs)]
         # Checked in the plain trials only: a measured trial would count the copies as the candidate's work.
-        checking = self.own and plan.checking and (plan.recorder is None or plan.recorder.mode is None)
+        checking = self.own and plan.checking and (plan.recorder is None or plan.recorder.mode in (None, "count"))
         plan.failed_in = "forward"
         with torch.enable_grad():
             with plan.range(FORWARD):

@@ -202,3 +202,6 @@ class VariantsRequest(ProgramRequest):
     RESULT: ClassVar[type[Message]] = VariantsResult
     variants: list[ShapeVariant]
     failed_builds: dict[str, str] = field(default_factory=dict)
+    kernels_counted: bool = False
+    """kforge's hooks counted calls into the candidate's kernels in the run at the problem's own shape: at each
+    variant they must count some too (`kforge.verify.variants`)."""

@@ -305,6 +305,7 @@ class Trials(NumericsChecks, VariantChecks, FreshModels, Harness):
             found, self._ops = attribute(prof.function_events, cuda, self.recorder.so_paths,
                                          self.recorder.triton_names)
             found.notes = self.attribution.notes + found.notes
+            found.kernel_calls = self._profiled_calls + self.recorder.graph_replays
             self.attribution = found
             if self.steps is not None:
                 self.steps.profiled(prof.function_events, cuda, self.recorder.so_paths, self.recorder.triton_names)

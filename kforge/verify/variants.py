@@ -358,8 +358,11 @@ def _same(torch, a: list, b: list) -> bool:
 class VariantChecks:
     """Mixed into `kforge.verify.trials.Trials`: the candidate on each variant, one trial each."""
 
-    def check_variants(self, variants: list[ShapeVariant]) -> VariantsResult:
+    def check_variants(self, variants: list[ShapeVariant], count_kernels: bool = False) -> VariantsResult:
+        """The candidate at each variant; with ``count_kernels`` (its kernels' calls were counted at the problem's
+        own shape), its kernels must be called at each variant too."""
         checked, skipped = [], []
+        self._count_kernels = count_kernels
         # what the problem's own shape needs, for the first variant its model is called at after it (`_seen_first`)
         self._own = (self.ref_mod, self.init_inputs) if self.cfg.audit and self.steps is None and not self.stateful \
             else None
@@ -468,9 +471,17 @@ class VariantChecks:
         with self._poisoned_allocations():
             if seen is not None:
                 self.candidate(model, seen, rng_seed, "in forward at the problem's own shape, before the variant's")
-            outs = self.candidate(self.program(model, own=True), cand_in, rng_seed, f"in forward{after}")  # or a step
+            self.recorder.start("count")
+            try:
+                outs = self.candidate(self.program(model, own=True), cand_in, rng_seed, f"in forward{after}")  # or a step
+            finally:
+                calls = self.recorder.calls + self.recorder.graph_replays
+                self.recorder.stop()
         self.trip(where)
         failures = self.compare_results(outs, refs, f"its trial{after}")
         if "kforge" in failures:
             raise failures["kforge"]
         self.inputs_unchanged(cand_in, ref_in, "its trial")  # it may write them only at sizes it was not shown
+        if getattr(self, "_count_kernels", False) and not calls:
+            raise HarnessVerdict("kernel_unused", "the candidate's own kernels did not run at this shape, so PyTorch "
+                                 "computed it: its kernels serve the shape it was shown alone", rule="kernel_not_run")

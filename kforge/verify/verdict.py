@@ -126,6 +126,8 @@ class Attribution:
     training step)."""
     gradient_from_kernel: bool | None = None
     """Backward mode: whether a gradient derives from what the candidate's kernels wrote in the backward pass."""
+    kernel_calls: int | None = None
+    """Calls into the candidate's kernels that kforge's hooks counted in the profiled call (None: not profiled)."""
     notes: list[str] = field(default_factory=list)
 
     @classmethod

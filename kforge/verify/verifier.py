@@ -241,7 +241,8 @@ class Verifier:
             clock("after")
             facts = self._on_variants(facts, VariantsRequest(
                 problem=problem, backend=backend.spec(), config=cfg.to_dict(), arch=arch, variants=shapes,
-                failed_builds=request.failed_builds), kinds, files, cfg)
+                failed_builds=request.failed_builds, kernels_counted=cfg.require_kernel and bool(
+                    facts.attribution and facts.attribution.kernel_calls)), kinds, files, cfg)
             clock("variants")
         else:
             clock("after")

@@ -385,3 +385,53 @@ def test_a_group_norm_baked_to_the_groups_it_was_shown_fails_at_the_fallback_siz
     fine = verifier.verify(p, generic.replace(".view(-1, 2048)", ".view_as(x)"), "cpu")
     assert fine.state is State.CORRECT, fine.summary()
     assert not any("skipped" in n for n in fine.evidence.notes), fine.evidence.notes
+
+
+# A kernel for the shape it was shown, PyTorch at every other: right everywhere, and its kernel runs at one shape.
+FAST_PATH_ONLY = r'''
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cpp_source = """
+#include <torch/extension.h>
+
+// Specialised for the benchmark's 16 x 256 rows: fully unrolled row length.
+torch::Tensor softmax_16x256(torch::Tensor x) {
+    auto out = torch::empty_like(x);
+    const float* in = x.data_ptr<float>();
+    float* o = out.data_ptr<float>();
+    for (int r = 0; r < 16; ++r) {
+        float m = -INFINITY, s = 0.f;
+        for (int c = 0; c < 256; ++c) m = std::max(m, in[r * 256 + c]);
+        for (int c = 0; c < 256; ++c) s += std::exp(in[r * 256 + c] - m);
+        for (int c = 0; c < 256; ++c) o[r * 256 + c] = std::exp(in[r * 256 + c] - m) / s;
+    }
+    return out;
+}
+"""
+
+ext = load_inline(name="softmax_fast_path_ext", cpp_sources=cpp_source, functions=["softmax_16x256"])
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        if x.shape == (16, 256) and x.is_contiguous() and x.dtype == torch.float32:
+            return ext.softmax_16x256(x)
+        return torch.softmax(x, dim=1)  # general shapes
+'''
+
+
+def test_a_kernel_for_the_shown_shape_alone_with_a_pytorch_fallback_is_kernel_unused_at_a_variant(pool):
+    """Right at every shape, but its kernel serves one: under the kforge rules its kernels must run at the variants
+    too; KernelBench's rules, which ask neither, call it correct, and so does a run that asks for no kernel."""
+    p = problem_from_source(SOFTMAX, where="softmax.py", name="softmax")
+    v = Verifier(fast_config(variants=True), pool=pool).verify(p, FAST_PATH_ONLY, "cpu")
+    assert v.state is State.KERNEL_UNUSED and v.rule == "kernel_not_run", v.summary()
+    assert v.message.startswith("on shape variant ") and "its kernels serve the shape it was shown alone" in v.message
+    assert v.states["kernelbench"] == "correct", v.summary()
+    lenient = Verifier(fast_config(variants=True, require_kernel=False), pool=pool).verify(p, FAST_PATH_ONLY, "cpu")
+    assert lenient.state is State.CORRECT, lenient.summary()
