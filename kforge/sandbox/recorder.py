@@ -83,7 +83,10 @@ class Recorder:
 
         @functools.wraps(load)
         def loading(*args, **kwargs):
+            ops_before = _op_names() if _host_only() else None
             module = load(*args, **kwargs)
+            for name in sorted(_op_names() - ops_before if ops_before is not None else ()):
+                rec._wrap_op(*name.split("::", 1))  # TORCH_LIBRARY registrations: called as torch.ops.NS.OP
             if isinstance(module, str):  # is_python_module=False: the ops live under torch.ops
                 rec.so_paths.append(module)
                 return module
@@ -158,6 +161,20 @@ class Recorder:
         from .dsl_hooks import install_tilelang
         install_tilelang(self)
 
+    def _wrap_op(self, namespace: str, op: str) -> None:
+        """An operator the candidate's extension registered (``TORCH_LIBRARY(ns, m) { m.def("relu", ...); }``) is
+        one of its kernels however it is reached: ``torch.ops.ns.relu`` and its overloads (``.default``). On a
+        worker without a GPU only (`_host_only`)."""
+        import torch
+        name = op.split(".", 1)[0]
+        space = getattr(torch.ops, namespace)
+        try:
+            packet = getattr(space, name)
+        except (AttributeError, RuntimeError):
+            return
+        if not isinstance(packet, _RecordedCall):
+            setattr(space, name, _RecordedCall(self, packet, f"ext::{name}"))
+
     def _wrap(self, fn: Callable, label: str) -> Callable:
         rec = self
 
@@ -210,6 +227,39 @@ class _CupyFunction:
         def call(kernel: Any, *args: Any, **kwargs: Any) -> Any:
             return self(kernel, *args, **kwargs)
         return call
+
+
+class _RecordedCall:
+    """An operator of the candidate's (``torch.ops.ns.op``, or one overload of it), its calls recorded; anything
+    else about it (its schema, its overloads, themselves recorded) as the operator has it."""
+
+    def __init__(self, rec: Recorder, fn: Any, label: str):
+        self._rec, self._fn, self._label = rec, fn, label
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._rec.mode is None:
+            return self._fn(*args, **kwargs)
+        return self._rec.call(lambda: self._fn(*args, **kwargs), self._label, args, kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        import torch
+        value = getattr(self._fn, name)
+        return _RecordedCall(self._rec, value, self._label) if isinstance(value, torch._ops.OpOverload) else value
+
+
+def _host_only() -> bool:
+    """A worker that sees no GPU. Only there are the extension's operators wrapped: on a GPU worker its kernels are
+    the candidate's by symbol (its ``.so``) and such a program was judged right unwrapped, while wrapped it crashed
+    the dataflow trial (SIGSEGV, H200, torch 2.11: a cause not found in the device time left)."""
+    import torch
+    return not torch.cuda.is_available()
+
+
+def _op_names() -> set[str]:
+    """The operators registered with PyTorch's dispatcher (``ns::op.overload``)."""
+    import torch
+    names = getattr(torch._C, "_dispatch_get_all_op_names", None)
+    return set(names()) if names is not None else set()
 
 
 def _addresses(args: Any) -> list:

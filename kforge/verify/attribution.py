@@ -315,7 +315,10 @@ def _host_uses(events) -> dict[tuple[str, str], list[float]]:
         if e.name.startswith("kforge::"):
             key = (e.name[len("kforge::"):], "candidate")
         elif "::" in e.name:
-            key = (e.name, origin_of(e.name, set()))
+            origin = origin_of(e.name, set())
+            # an operator of no known library inside one of the candidate's calls: its own, registered with
+            # TORCH_LIBRARY and called as torch.ops.NS.OP (the call's range holds only the dispatch)
+            key = (e.name, "candidate" if origin == "unknown" and _inside_call(e) else origin)
         else:
             continue
         row = uses[key]

@@ -54,6 +54,15 @@ def test_correct_with_speedups_and_build_cache(verifier, relu):
     assert second.build["cached"][0] in (first.build["built"] + first.build["cached"])
 
 
+def test_an_operator_registered_with_torch_library_is_the_candidates_kernel(pool, relu):
+    """Called as ``torch.ops.NS.OP``, the extension's operator is no function of a Python module: it was taken for
+    an unknown library's (kernel share 0%, the output "bypassing" the kernels) and judged kernel_unused."""
+    for rules in ("kforge", "strict"):
+        v = Verifier(fast_config(rules=rules), pool=pool).verify(relu, candidate("cpu", "relu_torch_library.py"), "cpu")
+        assert v.state is State.CORRECT, v.summary()
+        assert v.attribution.kernel_share > 0.9 and v.attribution.output_from_kernel, v.summary()
+
+
 def test_roofline_floor_is_checked_against_fresh_ceilings(verifier, relu, monkeypatch):
     """Faster than the device allows is a cheat, unless a fresh measurement of the device says otherwise."""
     big = dataclasses.replace(relu, bytes=float(2**30))  # a floor is claimed on a CPU past 256 MiB moved
