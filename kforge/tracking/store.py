@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import sqlite3
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -48,6 +49,20 @@ def sqlite_path(uri: str) -> Path | None:
     return Path(uri[len("sqlite:///"):]).resolve() if uri.startswith("sqlite:///") else None
 
 
+_MLFLOW_IMPORT = threading.Lock()
+
+
+def import_mlflow():
+    """The mlflow package, imported whole under one lock. A job opens its tracker on a thread of its own while the
+    main thread may read the store already (a workload's earlier extraction, when the job resumes); two threads
+    importing mlflow at once met it partially initialised (``cannot import name '_get_store' from partially
+    initialized module 'mlflow.tracking'``), and the resumed job died."""
+    with _MLFLOW_IMPORT:
+        import mlflow
+        import mlflow.tracking  # noqa: F401 - the part both threads need, whole before either uses it
+    return mlflow
+
+
 def open_client(uri: str):
     """An MlflowClient for ``uri`` that retries while a SQLite store is locked.
 
@@ -56,6 +71,7 @@ def open_client(uri: str):
     migration and one dies. A lock file next to the database serialises the first touch, which copies an
     empty store MLflow made earlier (`empty_store`) rather than migrating the schema again.
     """
+    import_mlflow()
     from mlflow.tracking import MlflowClient
     # MLflow draws a "Downloading artifacts" bar per download; resume and reference transfer download a
     # few small files per problem, hundreds of bars for nothing. An explicit setting is kept.

@@ -42,7 +42,7 @@ from .schema import (
     iteration_values,
     level_prefix,
 )
-from .store import default_uri, open_client, sqlite_path
+from .store import default_uri, import_mlflow, open_client, sqlite_path
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +79,7 @@ class Tracker:
     """Writes runs to one MLflow experiment."""
 
     def __init__(self, uri: str | None = None, experiment: str = "kforge", artifact_root: str | None = None):
-        import mlflow
-        self.mlflow = mlflow
+        self.mlflow = import_mlflow()
         self.uri = uri or default_uri()
         self._lock = threading.RLock()
         self.experiment = experiment

@@ -71,3 +71,42 @@ def test_an_existing_store_is_never_replaced(tmp_path, cache):
     again = open_client(uri)
     assert again.get_run(run.info.run_id).info.run_id == run.info.run_id
     assert [e.name for e in again.search_experiments() if e.name == "kforge"] == ["kforge"]
+
+
+RACE = """
+import sys
+import threading
+
+from kforge.tracking import Tracker, open_client
+
+uri = f"sqlite:///{sys.argv[1]}/mlflow.db"
+errors = []
+
+
+def open_tracker():
+    try:
+        Tracker(uri, "kforge")
+    except BaseException as exc:
+        errors.append(repr(exc))
+
+
+t = threading.Thread(target=open_tracker)
+t.start()
+try:
+    open_client(uri).search_experiments()
+except BaseException as exc:
+    errors.append(repr(exc))
+t.join()
+print(errors)
+sys.exit(1 if errors else 0)
+"""
+
+
+def test_a_tracker_opened_on_a_thread_beside_a_reader_in_a_fresh_process(tmp_path):
+    """A job opens its tracker on a thread while the main thread may already read the store (a resumed workload
+    looks up its earlier extraction): the first mlflow import of a process, on two threads at once, met mlflow
+    partially initialised and the resumed job died. Only a fresh process imports mlflow for the first time."""
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-c", RACE, str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr[-2000:]
