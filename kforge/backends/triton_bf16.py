@@ -9,6 +9,11 @@ without this a correct bf16 kernel verified with ``--backend triton --device cpu
 ``numerical_mismatch``. Here each such operation takes its bf16 operands as float32, computes, and rounds a bf16
 result back to nearest even; ``tl.dot`` accumulates in its accumulator's dtype (float32), as tensor cores do.
 
+A float32 ``tl.dot`` is TF32 on a GPU unless the kernel asks for ``input_precision="ieee"``: its operands lose 13
+mantissa bits, and at a float32 tolerance a matrix product of any length fails. The interpreter computed it exactly,
+so such a kernel was ``correct`` on CPU and a mismatch on a GPU; here its operands are rounded to TF32 first
+(`to_tf32`), as the tensor cores take them.
+
 Only the interpreter's methods that exist are wrapped (they move between Triton versions); a version that
 computes bf16 by value itself is wrapped harmlessly: float32 operands pass through untouched.
 """
@@ -33,6 +38,21 @@ def to_bf16(values: np.ndarray) -> np.ndarray:
     bits = values.view(np.uint32)
     rounded = ((bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16))
     return np.where(np.isnan(values), np.uint32(0x7FC0), rounded).astype(np.uint16)
+
+
+def to_tf32(values: np.ndarray) -> np.ndarray:
+    """float32 values rounded to TF32's 10 mantissa bits, to nearest with ties away from zero (``cvt.rna.tf32.f32``,
+    what a GPU's tensor cores are given for a float32 ``tl.dot``); infinities and NaN stay as they are."""
+    values = np.asarray(values, dtype=np.float32)
+    rounded = ((values.view(np.uint32) + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+    return np.where(np.isfinite(values), rounded, values)
+
+
+def _tf32(args: tuple, kwargs: dict) -> bool:
+    """Whether a ``create_dot`` call asks for TF32 inputs: ``tl.dot``'s default for float32 on NVIDIA GPUs, unless
+    ``input_precision="ieee"`` (or ``allow_tf32=False``, or ``"tf32x3"``, which is float32-accurate)."""
+    precision = kwargs.get("input_precision", args[0] if args else None)
+    return getattr(precision, "name", str(precision)).upper() == "TF32"
 
 
 def install() -> bool:
@@ -93,6 +113,8 @@ def install() -> bool:
 
     def dot(original):
         def create_dot(self, a, b, d, *args, **kwargs):
+            if _tf32(args, kwargs) and all(getattr(h.dtype, "scalar", h.dtype) == f32 for h in (a, b)):
+                a, b = handle(to_tf32(a.data), f32), handle(to_tf32(b.data), f32)  # as a GPU's tensor cores take them
             if not any(is_bf16(h) for h in (a, b, d)):
                 return original(self, a, b, d, *args, **kwargs)
             out = original(self, widen(a), widen(b), widen(d), *args, **kwargs)

@@ -185,3 +185,20 @@ def test_libdevice_math_is_computed_under_the_interpreter(setup, precision):
     if precision == "fp32":
         v = verifier.verify(problem, erf, backend, config=cfg)
         assert v.state is State.NUMERICAL_MISMATCH, v.summary()
+
+
+def test_a_float32_dot_is_tf32_under_the_interpreter_as_on_a_gpu(setup):
+    """``tl.dot`` on float32 operands is TF32 on a GPU unless the kernel asks for ``input_precision="ieee"``; the
+    interpreter computed it exactly, so such a matrix product was correct on CPU and a mismatch on a GPU."""
+    from kforge.problems import builtin_solution_path
+    verifier, _, backend = setup
+    problem = resolve_problem("level1/4_Matmul", size="cpu", overrides={"M": 64, "K": 256, "N": 96})
+    ieee = builtin_solution_path(problem, "triton").read_text()
+    assert 'input_precision="ieee"' in ieee
+    default = ieee.replace(', input_precision="ieee"', "")
+    v = verifier.verify(problem, ieee, backend)
+    assert v.state is State.CORRECT, v.summary()
+    v = verifier.verify(problem, default, backend)
+    assert v.state is State.NUMERICAL_MISMATCH and v.states["kernelbench"] == "numerical_mismatch", v.summary()
+    v = verifier.verify(problem, default, backend, config=fast_config(precision="tf32"))
+    assert v.state is State.CORRECT, v.summary()  # the kforge rules at tf32 allow TF32 matrix products
