@@ -204,4 +204,4 @@ class VariantsRequest(ProgramRequest):
     failed_builds: dict[str, str] = field(default_factory=dict)
     kernels_counted: bool = False
     """kforge's hooks counted calls into the candidate's kernels in the run at the problem's own shape: at each
-    variant they must count some too (`kforge.verify.variants`)."""
+    variant they must count some too (`kforge.verify.variant_checks`)."""

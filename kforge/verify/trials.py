@@ -40,7 +40,7 @@ from .config import VerifyConfig
 from .numerics import NumericsChecks, Refs
 from .protocol import WorkFacet
 from .stateful import FreshModels
-from .variants import VariantChecks
+from .variant_checks import VariantChecks
 from .verdict import Attribution, Work
 
 MEASURED_TRIALS = 2

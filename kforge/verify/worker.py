@@ -139,7 +139,7 @@ def audit(req: AuditRequest) -> AuditResult:
 
 
 def variants(req: VariantsRequest) -> VariantsResult:
-    """The candidate on the problem's shape variants, one correctness trial each (`kforge.verify.variants`)."""
+    """The candidate on the problem's shape variants, one correctness trial each (`kforge.verify.variant_checks`)."""
     import torch
     run = _Run(req)
     try:

@@ -1,5 +1,5 @@
 """The first shape variant whose model is built as the problem's own is called after a call at the problem's own
-shape (`kforge.verify.variants.VariantChecks._seen_first`): a candidate that sizes a buffer by its first call and
+shape (`kforge.verify.variant_checks.VariantChecks._seen_first`): a candidate that sizes a buffer by its first call and
 reuses it is right at whichever shape comes first and wrong at the next, and a model in a workload sees many."""
 
 from kforge.problems import problem_from_source
