@@ -13,7 +13,8 @@ its result can be cached from there). It answers:
   for every draw to be constant. Tables list such problems apart.
 * ``launch_bound``: the reference runs under 20 microseconds.
 * ``stateful``: the reference's forward reassigns a module attribute (a hidden state it keeps between calls:
-  `kforge.verify.stateful`). The draws above then run on fresh reference instances, one call each, so the state
+  `kforge.verify.stateful`), or changes a tensor or a plain value it holds (a counter, a list of past batches)
+  in place and its output follows it. The draws above then run on fresh reference instances, one call each, so the state
   is not mistaken for randomness or a constant.
 * memory: bytes of one input set, of the outputs, of parameters, and the peak of one forward.
 * FLOPs (``torch.utils.flop_counter``; matrix products and convolutions only) and the fewest bytes a
@@ -29,12 +30,12 @@ from pathlib import Path
 
 from .compare import Mismatch, as_outputs, compare_tensor, is_constant
 from .protocol import ProblemAudit
-from .stateful import STATEFUL, changed_in_place, held_tensors, reassigned, versions
+from .stateful import STATEFUL, changed_in_place, held_tensors, held_values, reassigned, values_changed, versions
 
 LAUNCH_BOUND_MS = 0.02
 DRAWS = 5
 """Input draws the degenerate test runs the reference on."""
-VERSION = 5
+VERSION = 6
 """Of the audit's answers: an audit cached by an older version is run again."""
 
 
@@ -90,6 +91,18 @@ def _constant(torch, outs: list) -> bool:
     return bool(tensors) and all(is_constant(t) for t in tensors)
 
 
+def _copies(torch, inputs: list) -> list:
+    return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
+def _follows_history(h, forward, inputs: list, first: list, tolerance) -> bool:
+    """Whether a reference that changed something it holds answers ``inputs`` otherwise after a call on other
+    inputs: a model that centres each batch by the mean of every batch it has seen answers the same batch twice
+    alike, and not after another batch."""
+    forward(h.inputs(h.draw()))
+    return not _same(h.torch, forward(_copies(h.torch, inputs)), first, tolerance)
+
+
 def run(h) -> ProblemAudit:
     """Audit the reference loaded in harness ``h`` (a `kforge.sandbox.harness.Harness` after load_reference)."""
     torch = h.torch
@@ -114,27 +127,27 @@ def run(h) -> ProblemAudit:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
             base = torch.cuda.memory_allocated()
-        held = held_tensors(torch, model)
+        held, values = held_tensors(torch, model), held_values(torch, model)
         held_versions = versions(held)
         rng = _rng_states(torch, cuda)
-        first = forward([x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
+        first = forward(_copies(torch, inputs))
         drew = _rng_states(torch, cuda) != rng
         peak = (torch.cuda.max_memory_allocated() - base) if cuda else None
         after = held_tensors(torch, model)
         state[:] = reassigned(held, after)
-        in_place = changed_in_place(held_versions, after)
+        in_place = changed_in_place(held_versions, after) + values_changed(values, held_values(torch, model))
         del held, after
         if state:
             flags.append(STATEFUL)
-        second = forward([x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
+        second = forward(_copies(torch, inputs))
         differs = not _same(torch, second, first, tolerance)
-        if not state and in_place and differs and not drew:
+        if not state and in_place and not drew and (differs or _follows_history(h, forward, inputs, first, tolerance)):
             # its output follows what it changed in place: a history, not randomness (seen judging a model
             # against itself: a running mean in a buffer failed a timing recheck as `numerical_mismatch`). The
             # second call again, now on a fresh instance, is what says whether it is random too.
             state[:] = in_place
             flags.append(STATEFUL)
-            second = forward([x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
+            second = forward(_copies(torch, inputs))
             differs = not _same(torch, second, first, tolerance)
         # Random numbers that reach the output make it stochastic, however small the output: a softmax after a
         # dropout at bf16 lies within 1e-2 of any other draw's (`_same`), and was then compared unseeded.

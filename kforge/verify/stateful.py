@@ -4,9 +4,10 @@ A reference whose ``forward`` reassigns one of its module attributes (KernelBenc
 drawn with ``torch.randn`` in ``__init__``, replaced by every call) answers a call from its history: its second call
 on the same inputs differs from its first. So does one that changes a tensor it holds in place (a running mean in a
 buffer, a cache written by index) where its output depends on it. The problem audit (`kforge.verify.audit`) flags
-such a problem ``stateful`` (`reassigned` finds the attributes; `changed_in_place` the tensors, which count where
-the second call's output differs and drew no random numbers: BatchNorm's running statistics change in training
-mode, but its output there comes from the batch). Its verification then builds both models afresh from the
+such a problem ``stateful`` (`reassigned` finds the attributes; `changed_in_place` the tensors, and `values_changed`
+the plain values, a counter or a list of past batches; these count where the output follows them and no random
+numbers were drawn: the second call on the same inputs differs, or a call after one on other inputs does.
+BatchNorm's running statistics change in training mode, but its output there comes from the batch). Its verification then builds both models afresh from the
 weight seed before the first correctness trial and calls each once per trial, as KernelBench's harness does, so the
 k-th trial compares their k-th calls (`FreshModels.fresh_for_trial`): a candidate that ignores its history fails
 from the second. Each model the trials run is called once a trial: where the native reference differs from the
@@ -43,6 +44,48 @@ def held_tensors(torch, model) -> dict[str, Any]:
 def reassigned(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     """Attributes that hold another tensor than before a call (or that the call added or removed)."""
     return sorted(k for k in set(before) | set(after) if before.get(k) is not after.get(k))
+
+
+#: Plain attributes a module keeps for PyTorch's own bookkeeping, not a model's state.
+_NOT_STATE = frozenset({"training"})
+#: Of a container, the elements whose values a fingerprint covers (a longer one is also told by its length).
+_SHOWN = 256
+
+
+def held_values(torch, model) -> dict[str, Any]:
+    """A fingerprint of every other public attribute a module and its submodules hold: numbers and strings by value,
+    a list, tuple, dict or set by its identity, its length and its first elements' fingerprints (a tensor in one by
+    its identity and version). A counter a forward advances (``self.step += 1``) or a list it appends to (a history
+    of batch means) is a state as much as a tensor it replaces."""
+    if not isinstance(model, torch.nn.Module):
+        return {}
+    out: dict[str, Any] = {}
+    for prefix, m in model.named_modules():
+        for k, v in vars(m).items():
+            if k.startswith("_") or k in _NOT_STATE or isinstance(v, (torch.Tensor, torch.nn.Module)):
+                continue
+            out[f"{prefix}.{k}" if prefix else k] = _fingerprint(torch, v)
+    return out
+
+
+def _fingerprint(torch, v: Any, depth: int = 0) -> Any:
+    if v is None or isinstance(v, (bool, int, float, complex, str, bytes)):
+        return v
+    if isinstance(v, torch.Tensor):
+        return ("tensor", id(v), _version(v))
+    if depth < 2 and isinstance(v, (list, tuple, dict, set, frozenset)):
+        if isinstance(v, (set, frozenset)):
+            items = []  # unordered: told by its length
+        else:
+            items = list(v.items() if isinstance(v, dict) else v)[:_SHOWN]
+        return (type(v).__name__, id(v), len(v),
+                tuple(_fingerprint(torch, x, depth + 1) for x in items))
+    return ("object", id(v))
+
+
+def values_changed(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """Plain attributes whose fingerprint a call changed (or that it added or removed)."""
+    return sorted(k for k in set(before) | set(after) if k not in before or k not in after or before[k] != after[k])
 
 
 def versions(held: dict[str, Any]) -> dict[str, int]:

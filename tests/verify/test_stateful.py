@@ -6,7 +6,7 @@ import torch
 
 from kforge.problems import problem_from_source, resolve_problem
 from kforge.verify import Verifier
-from kforge.verify.stateful import changed_in_place, held_tensors, reassigned, versions
+from kforge.verify.stateful import changed_in_place, held_tensors, held_values, reassigned, values_changed, versions
 from tests.helpers import fast_config
 
 PROBLEMS = Path(__file__).parents[1] / "idioms" / "problems"
@@ -177,3 +177,116 @@ def test_a_tensor_made_in_inference_mode_has_no_version_and_is_left_out():
     assert "frozen" not in before and "steps" in before
     cell(torch.ones(2, 3))
     assert changed_in_place(before, held_tensors(torch, cell)) == ["steps"]
+
+
+class Counter(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = 0.5
+        self.calls = 0
+        self.seen = []
+        self.masks = {}
+
+    def forward(self, x):
+        self.calls += 1
+        self.seen.append(x.mean())
+        self.masks.setdefault(x.shape[-1], torch.ones(x.shape[-1]))  # a cache: filled once per width
+        return x * self.scale * self.calls
+
+
+def test_a_counter_and_a_list_a_forward_changes_are_found_and_constants_are_not():
+    model = Counter()
+    model(torch.ones(2, 3))  # the cache is filled by the first call
+    before = held_values(torch, model)
+    model(torch.ones(2, 3))
+    assert values_changed(before, held_values(torch, model)) == ["calls", "seen"]
+    plain = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Dropout(0.1))
+    before = held_values(torch, plain)
+    plain(torch.ones(2, 3))
+    assert values_changed(before, held_values(torch, plain)) == []
+
+
+# A model that keeps its state in plain Python values: a step counter and a list of past batch means.
+PLAIN_STATE = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, growth):
+        super().__init__()
+        self.growth = growth
+        self.step = 0
+        self.history = []
+        self.cache = {}
+
+    def forward(self, x):
+        self.step += 1
+        self.history.append(x.mean(dim=0))
+        self.cache.setdefault(x.shape[1], torch.ones(x.shape[1], device=x.device))
+        center = torch.stack(self.history).mean(dim=0)
+        return (x - center) * (1.0 + self.growth * self.step) * self.cache[x.shape[1]]
+
+
+batch_size = 16
+features = 256
+growth = 0.5
+
+
+def get_inputs():
+    return [torch.randn(batch_size, features) + 1.0]
+
+
+def get_init_inputs():
+    return [growth]
+'''
+
+# As a model writes it: the same state, kept its own way (a tensor of sums and a count).
+KEEPS_PLAIN_STATE = '''
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, growth):
+        super(ModelNew, self).__init__()
+        self.growth = float(growth)
+        self.n_calls = 0
+        self.mean_sum = None
+
+    def forward(self, x):
+        self.n_calls += 1
+        m = x.mean(dim=0)
+        self.mean_sum = m if self.mean_sum is None else self.mean_sum + m
+        return (x - self.mean_sum / self.n_calls) * (1.0 + self.growth * self.n_calls)
+'''
+
+
+def test_state_in_plain_values_is_stateful_and_a_candidate_keeping_it_is_correct(pool):
+    """A counter (``self.step += 1``) and a list of past batch means were not seen as state: the reference called by
+    the audit and earlier trials was compared with a fresh candidate, and this candidate was `numerical_mismatch`
+    (the counter's problem also read as `stochastic`)."""
+    problem = problem_from_source(PLAIN_STATE, where="plain_state.py", name="plain_state")
+    v = Verifier(fast_config(trials=4, require_kernel=False, variants=True), pool=pool).verify(
+        problem, KEEPS_PLAIN_STATE, "cpu")
+    assert "stateful" in v.problem_flags and "stochastic" not in v.problem_flags, v.summary()
+    assert v.states["kforge"] == v.states["kernelbench"] == "correct", v.summary()
+    forgets = KEEPS_PLAIN_STATE.replace("self.n_calls += 1", "self.n_calls = 1")
+    v = Verifier(fast_config(trials=4, require_kernel=False, skip_timing=True), pool=pool).verify(
+        problem, forgets, "cpu")
+    assert v.states["kforge"] == v.states["kernelbench"] == "numerical_mismatch", v.summary()
+
+
+def test_a_history_the_output_follows_only_after_other_inputs_is_stateful(pool):
+    """The mean of every batch mean seen answers the same batch twice alike: only a call on another batch between
+    shows the history."""
+    source = PLAIN_STATE.replace("self.step += 1", "pass")
+    audit = Verifier(fast_config(require_kernel=False), pool=pool).audit(
+        problem_from_source(source, where="history.py", name="history"), "cpu")
+    assert "stateful" in audit.flags and "stochastic" not in audit.flags, audit.flags
+    # a cache filled on each call whose output does not follow it is no state
+    cache_only = PLAIN_STATE.replace("self.step += 1", "pass").replace("self.history.append(x.mean(dim=0))", "pass") \
+        .replace("torch.stack(self.history).mean(dim=0)", "0.0")
+    audit = Verifier(fast_config(require_kernel=False), pool=pool).audit(
+        problem_from_source(cache_only, where="cache.py", name="cache"), "cpu")
+    assert "stateful" not in audit.flags, audit.flags
