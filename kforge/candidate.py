@@ -85,10 +85,29 @@ def _names(target: ast.AST) -> list[str]:
 
 def module_bindings(tree: ast.Module, name: str = MODEL_NAME) -> list[ast.AST]:
     """Every module-level statement that binds ``name``, in source order: a class or function of that name, an
-    assignment (plain, annotated with a value, a walrus, a ``for`` or ``with`` target) or an import. That is what
-    KernelBench reads: it executes the program and takes ``ModelNew`` from its namespace, however it got there."""
+    assignment (plain, annotated with a value, a walrus, a ``for`` or ``with`` target) or an import; then those in a
+    module-level function that declares the name ``global`` (`global_bindings`). That is what KernelBench reads: it
+    executes the program and takes ``ModelNew`` from its namespace, however it got there."""
+    return _binding_statements(module_level(tree.body), name) + [node for _, node in global_bindings(tree, name)]
+
+
+def global_bindings(tree: ast.Module, name: str = MODEL_NAME) -> list[tuple[ast.FunctionDef, ast.AST]]:
+    """(function, statement) for each binding of ``name`` in a module-level function that declares it ``global``
+    (``def _register(): global ModelNew; ModelNew = _Fused``). Whether the function is called is the run's to find:
+    a program that never binds the name fails there, saying so."""
+    out = []
+    for fn in module_level(tree.body):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        own = list(module_level(fn.body))  # the function's own statements, not its nested functions'
+        if any(isinstance(s, ast.Global) and name in s.names for s in own):
+            out += [(fn, node) for node in _binding_statements(own, name)]
+    return out
+
+
+def _binding_statements(nodes, name: str) -> list[ast.AST]:
     found = []
-    for node in module_level(tree.body):
+    for node in nodes:
         if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
             found.append(node)
         elif isinstance(node, ast.Assign) and any(name in _names(t) for t in node.targets):
@@ -119,6 +138,15 @@ def binds_model_new(source: str) -> bool:
     return bool(module_bindings(tree))
 
 
+def _imports_it_only(source: str) -> bool:
+    """Whether every binding of ``ModelNew`` in a block is an import (a usage example's, or a test's)."""
+    try:
+        found = module_bindings(ast.parse(source))
+    except (SyntaxError, ValueError):
+        return False
+    return bool(found) and all(isinstance(n, (ast.Import, ast.ImportFrom)) for n in found)
+
+
 def code_blocks(text: str) -> list[tuple[str, str, bool]]:
     """Fenced blocks in a reply as (language, code, closed); an unclosed last fence runs to the end."""
     out = []
@@ -131,7 +159,8 @@ def code_blocks(text: str) -> list[tuple[str, str, bool]]:
 
 
 def extract_code(reply: str) -> tuple[str | None, str | None]:
-    """Pick the program from a reply: the last fenced Python block that binds ``ModelNew`` (`binds_model_new`).
+    """Pick the program from a reply: the last fenced Python block that binds ``ModelNew`` (`binds_model_new`)
+    other than by an import alone (a usage example after the program imports it).
 
     Falls back to the whole reply when it is itself a Python program binding ``ModelNew``.
     Returns (source, None) or (None, reason) — the reason becomes a ``generation_failure`` message.
@@ -141,7 +170,9 @@ def extract_code(reply: str) -> tuple[str | None, str | None]:
     blocks = code_blocks(reply)
     with_model = [(lang, code, closed) for lang, code, closed in blocks if binds_model_new(code)]
     python_like = [b for b in with_model if b[0] in _PY_LANGS]
-    chosen = (python_like or with_model)[-1] if with_model else None
+    # A usage example after the program (``from model_new import ModelNew``) imports the name; the program defines it.
+    defining = [b for b in python_like or with_model if not _imports_it_only(b[1])]
+    chosen = (defining or python_like or with_model)[-1] if with_model else None
     if chosen:
         return chosen[1], None
     if not blocks:

@@ -15,6 +15,15 @@ def test_last_of_several_programs_wins():
     assert "x = 2" in source
 
 
+def test_a_usage_example_after_the_program_is_not_the_program():
+    """Models end replies with how to use their answer; its import binds `ModelNew` too, and was judged instead
+    (`ModuleNotFoundError: No module named 'model_new'`)."""
+    usage = "import torch\nfrom model_new import ModelNew\n\nm = ModelNew()\nprint(m(torch.randn(4)))\n"
+    source, _ = extract_code(f"Here it is:\n```python\n{PROGRAM}```\nUsage:\n```python\n{usage}```")
+    assert source == PROGRAM
+    assert extract_code(f"```python\n{usage}```")[0] == usage  # the only block: the run says what it lacks
+
+
 def test_unclosed_fence_at_end_still_extracts():
     source, _ = extract_code(f"```python\n{PROGRAM}")
     assert source == PROGRAM
@@ -59,6 +68,7 @@ def test_modelnew_bound_any_way_python_allows_is_a_program():
         "Model, ModelNew = Model, FusedRelu",
         "(ModelNew := FusedRelu)",
         'globals()["ModelNew"] = FusedRelu',
+        "def _register():\n    global ModelNew\n    ModelNew = FusedRelu\n\n\n_register()",
     ]
     for b in bindings:
         assert Candidate.from_source(ALIASED.replace("ModelNew = FusedRelu", b)).source, b

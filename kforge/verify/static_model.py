@@ -3,9 +3,9 @@
 A program binds ``ModelNew`` however Python allows (`kforge.candidate.module_bindings`): ``class ModelNew``, an
 alias of a class under another name (``ModelNew = FusedRelu``), a subclass that adds nothing, a factory that
 returns a class (``ModelNew = make_model()``, one defined inside the factory included), a conditional
-(``ModelNew = A if FAST else B``), ``functools.partial(Cls, ...)``, or a pick from a dict. `model_classes`
-follows the binding to every class it may name; `model_methods` finds a method on them as Python would, through
-their bases defined in the same program. What the source does not say (an import, a class made by ``type()``)
+(``ModelNew = A if FAST else B``), ``functools.partial(Cls, ...)``, a pick from a dict, or an assignment in a
+function that declares ``global ModelNew``. `model_classes` follows the binding to every class it may name;
+`model_methods` finds a method on them as Python would, through their bases defined in the same program. What the source does not say (an import, a class made by ``type()``)
 resolves to nothing, and the rules that need the class then say nothing: the run measures the same questions.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ast
 
-from ..candidate import MODEL_NAME, module_bindings, module_level
+from ..candidate import MODEL_NAME, global_bindings, module_bindings, module_level
 
 _DEPTH = 8
 """How many aliases and factories deep a binding is followed (a cycle ends there too)."""
@@ -107,6 +107,7 @@ def _from_function(fn: ast.FunctionDef | ast.AsyncFunctionDef, scopes: list[_Sco
 def model_classes(tree: ast.Module, name: str = MODEL_NAME) -> list[ast.ClassDef]:
     """Every class the program's module-level bindings of ``name`` may name (empty: none the source defines)."""
     scopes = [_Scope(tree.body)]
+    inside = {id(node): fn for fn, node in global_bindings(tree, name)}  # a function's `global ModelNew`
     found: list[ast.ClassDef] = []
     for node in module_bindings(tree, name):
         if isinstance(node, ast.ClassDef):
@@ -117,8 +118,9 @@ def model_classes(tree: ast.Module, name: str = MODEL_NAME) -> list[ast.ClassDef
             values = [node.value]
         else:  # an import, a loop or with target: nothing the source says
             values = []
+        fn = inside.get(id(node))
         for v in values:
-            for c in _classes(v, scopes, 0):
+            for c in _classes(v, [_Scope(fn.body), *scopes] if fn is not None else scopes, 0):
                 if all(c is not f for f in found):
                     found.append(c)
     return found

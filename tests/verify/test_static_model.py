@@ -37,6 +37,7 @@ BINDINGS = {
     "conditional": "USE_KERNEL = True\nModelNew = FusedRelu if USE_KERNEL else nn.Identity\n",
     "partial": "import functools\nModelNew = functools.partial(FusedRelu)\n",
     "registry": "MODELS = {'fused': FusedRelu}\nModelNew = MODELS['fused']\n",
+    "global in a function": "def _register():\n    global ModelNew\n    ModelNew = FusedRelu\n\n_register()\n",
 }
 
 
@@ -66,6 +67,24 @@ ModelNew = build_model_cls()
 '''
     assert names(source) == ["_Relu"]
     assert "kernel_not_called" not in {f.rule for f in check(source, get_backend("cpu"))}
+
+
+def test_a_class_bound_global_inside_a_function_is_found_in_its_scope():
+    source = KERNEL + '''
+def _register():
+    global ModelNew
+
+    class _Relu(nn.Module):
+        def forward(self, x):
+            return torch.relu(x)
+
+    ModelNew = _Relu
+
+
+_register()
+'''
+    assert names(source) == ["_Relu"]
+    assert "kernel_not_called" in {f.rule for f in check(source, get_backend("cpu"))}
 
 
 def test_a_forward_inherited_from_the_problems_model_is_not_the_kernel():
