@@ -54,6 +54,15 @@ forward this slow. Under Triton's interpreter the Triton example's forward took 
 three more calls added 13 s to its test."""
 
 
+
+def _explained(exc: BaseException) -> str:
+    """A reference's failure, and what it means where it is one models often meet."""
+    if "backward through the graph a second time" in str(exc):
+        return (f"{type(exc).__name__}: trying to backward through the graph a second time: its state keeps the "
+                "autograd graph of the call before, as a hidden state not detached does, so each training step "
+                "backpropagates into the one before, whose graph is freed: it has no training step past its first call")
+    return f"{type(exc).__name__}: {first_line(exc)}"
+
 class Trials(NumericsChecks, VariantChecks, FreshModels, Harness):
     """The correctness part of a verification run (`kforge.verify.worker` adds timing)."""
 
@@ -104,14 +113,17 @@ class Trials(NumericsChecks, VariantChecks, FreshModels, Harness):
             pristine = self._clone(inputs)  # the reference may change its inputs
             rng_seed = self.draw() if "stochastic" in self.flags else None
             self._first = (seed, rng_seed, pristine, inputs, self.reference(inputs, rng_seed))
+            if self.stateful and self.steps is not None:  # its trials call one reference a step each, in lockstep
+                runs.append("a second training step, on the state the first left")
+                self.reference(self._clone(pristine), rng_seed)
         except HarnessVerdict:
             raise
         except Exception as exc:  # noqa: BLE001 - whatever the reference raises on its own is the problem's
             self.raise_if_busy(exc)
             raise HarnessVerdict(PROBLEM_ERROR, f"the reference program fails when run on its own as the trials run "
-                                 f"it ({'; '.join(runs)}): {type(exc).__name__}: {first_line(exc)}; this is a bug in "
-                                 f"the problem or beyond PyTorch at this size, not the candidate's{self.cast_note()}",
-                                 evidence={"traceback": tail(traceback.format_exc())}) from None
+                                 f"it ({'; '.join(runs)}): {_explained(exc)}; this is "
+                                 f"a bug in the problem or beyond PyTorch at this size, not the candidate's"
+                                 f"{self.cast_note()}", evidence={"traceback": tail(traceback.format_exc())}) from None
 
     def program(self, module, own: bool = False):
         """What a trial or a timed round calls: the module, or in the backward mode its training step (``own``: the

@@ -134,3 +134,13 @@ def test_a_problem_with_nothing_to_differentiate_is_refused(verifier, tmp_path):
                        "def get_init_inputs():\n    return []\n")
     with pytest.raises(ProblemFails, match="nothing to check"):
         verifier.verify(resolve_problem(str(problem)), candidate("cpu", "relu_backward_ok.py"), "cpu")
+
+
+def test_a_state_that_keeps_the_graph_of_the_call_before_has_no_second_training_step(verifier):
+    """KernelBench's VanillaRNN keeps `self.hidden` undetached: its trials' second training step backpropagates into
+    the first's freed graph. That failed inside the trials, after the candidate ran, and was the candidate's
+    `runtime_error` ("the worker failed during correctness") whatever it did: it is the problem's, before it runs."""
+    problem = resolve_problem(str(Path(__file__).parents[1] / "idioms" / "problems" / "33_vanilla_rnn.py"))
+    copy = problem.source.replace("class Model(", "class ModelNew(").replace("super(Model, self)", "super(ModelNew, self)")
+    with pytest.raises(ProblemFails, match="a second training step.*autograd graph of the call before"):
+        verifier.verify(problem, copy, "cpu")
