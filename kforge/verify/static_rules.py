@@ -331,26 +331,30 @@ def _kernel_not_called(tree: ast.Module, source: str, backend: Backend, problem:
     kernels = _kernel_names(tree, aliases)
     if not kernels:
         return []
-    funcs = {f.name: f for f in _functions(tree)}
+    funcs: dict[str, list[ast.AST]] = {}
+    for f in _functions(tree):
+        funcs.setdefault(f.name, []).append(f)
+    # a class named in a reachable function (``_Relu.apply(x)``, an autograd Function) has its methods reached too
+    methods = {c.name: [m for m in c.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))]
+               for c in ast.walk(tree) if isinstance(c, ast.ClassDef)}
     if not model_classes(tree):
         return []  # ModelNew names a class the source does not define (an import, type()): the run measures it
-    start = model_methods(tree, "forward")  # ModelNew's forward, however the program binds ModelNew
-    seen, todo = set(), list(start)
+    # ModelNew's forward (or a __call__ of its own), however the program binds ModelNew
+    todo, seen = model_methods(tree, "forward") + model_methods(tree, "__call__"), set()
     while todo:
         fn = todo.pop()
-        if fn.name in seen:
+        if id(fn) in seen:  # by identity: the Function's forward has ModelNew's forward's name
             continue
-        seen.add(fn.name)
+        seen.add(id(fn))
         for node in ast.walk(fn):
             if isinstance(node, ast.Name) and node.id in kernels:
                 return []
             if isinstance(node, ast.Attribute) and node.attr in kernels:
                 return []
-            if isinstance(node, ast.Name) and node.id in funcs:
-                todo.append(funcs[node.id])
-            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self" \
-                    and node.attr in funcs:
-                todo.append(funcs[node.attr])
+            if isinstance(node, ast.Name):
+                todo += funcs.get(node.id, []) + methods.get(node.id, [])
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+                todo += funcs.get(node.attr, [])
     return [Finding("kernel_not_called", "the kernel is built but forward never calls it", None)]
 
 

@@ -1,6 +1,7 @@
 """The static rules follow however a program binds ``ModelNew`` to the class it names."""
 
 import ast
+from pathlib import Path
 
 import pytest
 
@@ -103,3 +104,34 @@ def test_what_the_source_does_not_define_resolves_to_nothing():
 
 def test_a_cycle_ends():
     assert names("A = B\nB = A\nModelNew = A\n") == []
+
+
+# As models write a training step: an autograd Function whose forward and backward call the extension.
+THROUGH_A_FUNCTION = KERNEL + '''
+
+class _ReluFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return _ext.relu_fwd(x)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (x,) = ctx.saved_tensors
+        return grad_out * (x > 0)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return _ReluFn.apply(x)
+'''
+
+
+def test_a_kernel_called_through_an_autograd_function_is_called():
+    """The Function's `forward` shares ModelNew's forward's name: it was taken as already seen, and every such
+    candidate (the backward one-shot example among them) was told its kernel is never called."""
+    assert "kernel_not_called" not in {f.rule for f in check(THROUGH_A_FUNCTION, get_backend("cpu"))}
+    example = Path(__file__).parents[2] / "prompts" / "examples" / "cpu" / "backward" / "model_new.py"
+    assert "kernel_not_called" not in {f.rule for f in check(example.read_text(), get_backend("cpu"))}
+    torch_only = THROUGH_A_FUNCTION.replace("return _ext.relu_fwd(x)", "return x.clamp_min(0)")
+    assert "kernel_not_called" in {f.rule for f in check(torch_only, get_backend("cpu"))}
