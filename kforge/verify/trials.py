@@ -162,7 +162,8 @@ class Trials(NumericsChecks, VariantChecks, FreshModels, Harness):
 
     def trial(self, model, trial: int, mode: str | None = None) -> None:
         # a stateful problem's models: fresh before the first trial, then called once a trial in lockstep
-        model = self.fresh_for_trial(model, f"trial {trial}", lockstep=mode is None and trial > 0)
+        label = f"trial {trial + 1} of {self.cfg.trials}"  # counted from one, as "5 trials" is
+        model = self.fresh_for_trial(model, label, lockstep=mode is None and trial > 0)
         first, self._first = self._first, None
         if first is not None and mode is None and not self.stateful:  # the references `reference_alone` ran
             seed, rng_seed, pristine, inputs, refs = first
@@ -170,7 +171,7 @@ class Trials(NumericsChecks, VariantChecks, FreshModels, Harness):
             seed, pristine, refs = self.draw(), None, None
             inputs = self.inputs(seed)
             rng_seed = self.draw() if "stochastic" in self.flags else None
-        where = f"in forward (trial {trial})"
+        where = f"in forward ({label})"
         # The profiled trial leaves uninitialised memory alone: the NaN fills would count as PyTorch's kernels.
         # Every other trial poisons it, and those catch outputs left unwritten.
         with self._poisoned_allocations() if mode != "profile" else contextlib.nullcontext():
@@ -187,8 +188,8 @@ class Trials(NumericsChecks, VariantChecks, FreshModels, Harness):
                     outs = self.candidate(model, cand_in, rng_seed, where)
                     if kb_in is not None:
                         refs.kb_outputs = self.candidate_in_kernelbench_numerics(model, kb_in, rng_seed, where)
-        self.trip(f"correctness trial {trial}")
-        self._check(outs, refs, cand_in, inputs, f"correctness trial {trial}", traced=mode == "dataflow")
+        self.trip(f"correctness {label}")
+        self._check(outs, refs, cand_in, inputs, f"correctness {label}", traced=mode == "dataflow")
 
     def candidate(self, model, inputs: list, rng_seed: int | None, where: str) -> list:
         if rng_seed is not None:
