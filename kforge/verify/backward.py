@@ -109,6 +109,8 @@ class TrainingStep:
         trained = getattr(module, "_orig_mod", module)  # a compiled module's parameters are its original's
         named = dict(trained.named_parameters()) if isinstance(trained, torch.nn.Module) else {}
         self.params = [named.get(name) for name in plan.param_names]
+        if own:
+            plan.own_names = list(named)  # for the message where one of the reference's names is not among them
 
     def __call__(self, *inputs):
         plan, torch = self.plan, self.plan.torch
@@ -188,6 +190,8 @@ class Backward:
         self.checking = True
         """Check each candidate step for in-place writes (off while timing: the copies would be timed)."""
         self.report = StepReport()
+        self.own_names: list[str] | None = None
+        """The candidate's parameters by name, once its step is made."""
         self.failed_in: str | None = None
         """The pass the last step raised in."""
         self.calls: dict[str, int] = {}

@@ -48,11 +48,13 @@ def integrity(report: StepReport, where: str) -> None:
 
 
 def compare(torch, labels: list[str], grads: list, refs: list, where: str, device,
-            tolerance: Callable[[str], tuple[float, float]], truths: list | None = None) -> list[str]:
+            tolerance: Callable[[str], tuple[float, float]], truths: list | None = None,
+            own_names: list[str] | None = None) -> list[str]:
     """Raise a ``shape_mismatch`` or ``numerical_mismatch`` verdict naming the first gradient that fails, and where;
     else return notes. ``tolerance(dtype name)`` is the outputs' (atol, rtol). ``truths``: at a reduced precision
     the float32 truth's gradients, which the values are judged against (``refs``, the reference's own in the
-    precision, then give the structure, and the accuracy a gradient outside the tolerance may still match)."""
+    precision, then give the structure, and the accuracy a gradient outside the tolerance may still match).
+    ``own_names``: the candidate's parameters, to say so where it has none of a trained parameter's name."""
     notes: list[str] = []
     for k, (label, g, r) in enumerate(zip(labels, grads, refs)):
         if r is None:  # the reference's output does not depend on it: the candidate's must not either
@@ -61,6 +63,14 @@ def compare(torch, labels: list[str], grads: list, refs: list, where: str, devic
                                      "output of the reference depends on it",
                                      evidence={"mismatch": {"trial": where, "gradient": label}})
             continue
+        if g is None and own_names is not None and label.startswith("parameter ") \
+                and label.removeprefix("parameter ") not in own_names:
+            shown = ", ".join(own_names[:6]) + (", ..." if len(own_names) > 6 else "") if own_names else "none"
+            raise HarnessVerdict("shape_mismatch", f"the gradient of {label} is missing ({where}): ModelNew has no "
+                                 f"parameter of that name (its own: {shown}); a training step is judged on the "
+                                 "reference's parameters by name, and the weights are shared by name too: keep them "
+                                 "on ModelNew under the reference's names", evidence={"mismatch": {"trial": where,
+                                                                                                  "gradient": label}})
         if g is None:
             raise HarnessVerdict("shape_mismatch", f"the gradient of {label} is missing ({where}): no output of the "
                                  "candidate's depends on it through autograd (an output computed outside autograd, or "

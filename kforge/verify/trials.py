@@ -240,7 +240,8 @@ class Trials(NumericsChecks, VariantChecks, FreshModels, Harness):
         outs, grads = self.steps.split(outs)
         refs, ref_grads, truths = self._step_refs(refs)
         failures = self.compare_outputs(outs, refs, where)
-        compare = partial(gradients.compare, self.torch, self.steps.labels, grads, ref_grads, where, self.device)
+        compare = partial(gradients.compare, self.torch, self.steps.labels, grads, ref_grads, where, self.device,
+                          own_names=self.steps.own_names)
         try:
             notes = compare(self._grad_tolerance, truths)
         except HarnessVerdict as v:
@@ -405,7 +406,8 @@ class Trials(NumericsChecks, VariantChecks, FreshModels, Harness):
             ran = False  # kernels of unknown origin ran (cuDNN's, ...), but no call into the candidate's own was seen
         if ran is False:
             return _work(Work.NONE, "kernel_not_run", "the candidate's own kernels did not run in its forward, so "
-                         "PyTorch computed the answer. " + self._who())
+                         "other code computed the answer (PyTorch's, or the candidate's own on the host, NumPy's say). "
+                         + self._who())
         if a.output_from_kernel is False and self._mirrored:  # no decoy: the reference throws the same value away
             return _work(Work.NONE, "kernel_result_discarded", "no output derives from what the candidate's kernels "
                          f"computed ({self._mirrored}), and none of the reference's derives from the same values, "
@@ -413,8 +415,8 @@ class Trials(NumericsChecks, VariantChecks, FreshModels, Harness):
                          + self._who())
         if a.output_from_kernel is False:
             return _work(Work.BYPASSED, "output_not_from_kernel", "no output derives from what the candidate's "
-                         "kernels wrote: PyTorch computed the answer (a kernel on a dummy tensor, a result thrown "
-                         "away, or a C++ function that calls a torch operator). " + self._who())
+                         "kernels wrote: other code computed the answer (a kernel on a dummy tensor, a result thrown "
+                         "away, a C++ function that calls a torch operator, NumPy on the host). " + self._who())
         if a.replayed_ops:  # its kernels replaced no operator that takes 1% of the reference's time
             traced = a.output_from_kernel is True
             return _work(Work.REPLAYED, "kernel_sliver" if traced else "reference_replayed", "the candidate's "

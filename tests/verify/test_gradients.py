@@ -72,3 +72,13 @@ def test_what_no_honest_step_does_is_an_integrity_finding():
         with pytest.raises(HarnessVerdict) as e:
             integrity(report, "t")
         assert e.value.state == "cheat_detected" and e.value.extra["rule"] == rule
+
+
+def test_a_parameter_modelnew_does_not_have_is_named_as_missing_from_it():
+    """A candidate that renamed the reference's `weight` was told no output depends on it through autograd."""
+    labels = ["input 0", "parameter weight"]
+    grads, refs = [torch.ones(3), None], [torch.ones(3), torch.ones(3)]
+    with pytest.raises(HarnessVerdict, match=r"ModelNew has no parameter of that name \(its own: scale_w, shift_b\)"):
+        compare(torch, labels, grads, refs, "correctness trial 1 of 5", CPU, tol, own_names=["scale_w", "shift_b"])
+    with pytest.raises(HarnessVerdict, match="depends on it through autograd"):
+        compare(torch, labels, grads, refs, "correctness trial 1 of 5", CPU, tol, own_names=["weight"])
