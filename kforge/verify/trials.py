@@ -139,10 +139,20 @@ class Trials(NumericsChecks, VariantChecks, FreshModels, Harness):
         return super()._fail_exception(exc, self.steps.where(where) if self.steps is not None else where)
 
     # -- the trials -----------------------------------------------------------------------------------
-    def correctness(self, model) -> None:
+    @property
+    def _plain_trials(self) -> int:
         """The trials before timing: all that were asked for, less the measured ones (at least one)."""
         plain = self.cfg.trials - MEASURED_TRIALS if self.cfg.attribution else self.cfg.trials
-        for trial in range(max(plain, min(1, self.cfg.trials))):
+        return max(plain, min(1, self.cfg.trials))
+
+    @property
+    def _all_trials(self) -> int:
+        measured = MEASURED_TRIALS if self.cfg.attribution and self.cfg.trials > 0 else 0
+        return self._plain_trials + measured
+
+    def correctness(self, model) -> None:
+        """The trials before timing (`_plain_trials`)."""
+        for trial in range(self._plain_trials):
             self.trials_done = trial + 1
             self.trial(model, trial)
         self._first = None  # no trial asked for (a build check): timing need not hold these references
@@ -162,7 +172,7 @@ class Trials(NumericsChecks, VariantChecks, FreshModels, Harness):
 
     def trial(self, model, trial: int, mode: str | None = None) -> None:
         # a stateful problem's models: fresh before the first trial, then called once a trial in lockstep
-        label = f"trial {trial + 1} of {self.cfg.trials}"  # counted from one, as "5 trials" is
+        label = f"trial {trial + 1} of {self._all_trials}"  # counted from one, as "5 trials" is
         model = self.fresh_for_trial(model, label, lockstep=mode is None and trial > 0)
         first, self._first = self._first, None
         if first is not None and mode is None and not self.stateful:  # the references `reference_alone` ran

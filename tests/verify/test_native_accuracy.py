@@ -334,3 +334,64 @@ def test_a_float32_training_step_at_bf16_is_judged_against_the_truth_not_bf16_au
     v = Verifier(cfg, pool=pool).verify(problem, slip, "cpu")
     assert v.state is State.NUMERICAL_MISMATCH and "the gradient of input 0" in v.message, v.summary()
     assert "PyTorch's own is at most" in v.message, v.message
+
+
+# An RMSNorm of inputs around 100: fp16's x * x passes 65504, the mean of squares is inf and PyTorch's own fp16
+# result is 0 everywhere, while the float32 truth is the normalised input (RMS about 1).
+LOUD_RMS_NORM = '''
+import torch
+import torch.nn as nn
+
+batch_size = 16
+features = 512
+
+
+class Model(nn.Module):
+    def __init__(self, features: int, eps: float = 1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(features))
+
+    def forward(self, x):
+        return x / torch.sqrt(torch.mean(x * x, dim=-1, keepdim=True) + self.eps) * self.weight
+
+
+def get_inputs():
+    return [torch.randn(batch_size, features) * 100.0]
+
+
+def get_init_inputs():
+    return [features]
+'''
+
+# As a model writes it in half: the squares summed in the input's dtype, as PyTorch's own fp16 path does.
+RMS_NORM_IN_HALF = '''
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, features, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(features))
+
+    def forward(self, x):
+        ss = (x * x).sum(dim=-1, keepdim=True)  # accumulate in x.dtype
+        return x * torch.rsqrt(ss / x.shape[-1] + self.eps) * self.weight
+'''
+
+
+def test_where_pytorchs_own_fp16_result_collapsed_to_a_constant_it_excuses_nothing(pool):
+    """Its RMS error equalled the truth's size, which read as a truth 'zero but for rounding': a kernel writing zeros
+    and one overflowing as PyTorch does were `correct` under the kforge rules."""
+    for candidate in (RMS_NORM_IN_HALF, RMS_NORM_IN_HALF.replace("return x * torch.rsqrt", "return 0 * x * torch.rsqrt")):
+        v = _verify(pool, LOUD_RMS_NORM, candidate, precision="fp16")
+        assert v.state is State.NUMERICAL_MISMATCH and "which excuses nothing" in v.message, v.summary()
+        assert v.states["kernelbench"] == "correct", v.summary()  # KernelBench compares with PyTorch's fp16 zeros
+    in_float32 = RMS_NORM_IN_HALF.replace("ss = (x * x).sum(dim=-1, keepdim=True)  # accumulate in x.dtype",
+                                          "x, dtype = x.float(), x.dtype\n        ss = (x * x).sum(dim=-1, keepdim=True)"
+                                          ).replace("* self.weight\n", "* self.weight.float()).to(dtype)\n").replace(
+        "return x * torch.rsqrt", "return (x * torch.rsqrt")
+    v = _verify(pool, LOUD_RMS_NORM, in_float32, precision="fp16")
+    assert v.state is State.CORRECT, v.summary()
