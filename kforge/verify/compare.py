@@ -101,6 +101,7 @@ def compare_tensor(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: floa
     n_nonfinite = n_inf = n_bad = n_range = n_special = n_nan_ref = 0
     first_nonfinite = first_range = first_special = None
     worst = (-1.0, 0)  # (abs err, position) of the largest error among finite reference values
+    furthest = (-1.0, 0, 0.0)  # (error / allowance, position, allowance) of the failing element furthest outside
     max_rel = 0.0
     for s in range(0, o.numel(), CHUNK):
         oc, rc = o[s:s + CHUNK], r[s:s + CHUNK]
@@ -138,6 +139,11 @@ def compare_tensor(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: floa
             p = int(torch.argmax(flat))
             if float(flat[p]) > worst[0]:
                 worst = (float(flat[p]), s + p)
+            # shown: not the largest error, which may be within its allowance (a large value's), but the failing one
+            ratio = torch.where(bad, diff / allowed.clamp_min(1e-30), torch.zeros_like(diff))
+            q = int(torch.argmax(ratio))
+            if float(ratio[q]) > furthest[0]:
+                furthest = (float(ratio[q]), s + q, float(allowed[q]))
             rel = diff / rc.abs().clamp_min(1e-12).to(diff.dtype)
             max_rel = max(max_rel, float(torch.where(ref_finite, rel, torch.zeros_like(rel)).max()))
     if n_special:
@@ -157,8 +163,8 @@ def compare_tensor(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: floa
         raise Mismatch("numerical", f"output {index}: {n_nonfinite} NaN/Inf value(s) where the reference is finite "
                                     f"({why})", _where(out, ref, first_nonfinite, index, n_nonfinite))
     if n_bad:
-        details = _where(out, ref, worst[1], index, n_bad)
-        details.update(max_abs_err=worst[0], max_rel_err=max_rel, atol=atol, rtol=rtol)
+        details = _where(out, ref, furthest[1], index, n_bad)
+        details.update(max_abs_err=worst[0], max_rel_err=max_rel, atol=atol, rtol=rtol, allowed=furthest[2])
         raise Mismatch("numerical", f"output {index}: {n_bad} of {out.numel()} elements outside atol={atol:g} "
                                     f"rtol={rtol:g} (max abs err {worst[0]:.3g})", details)
 

@@ -80,3 +80,15 @@ def test_where_the_reference_is_not_finite_the_output_must_be_too(tiny_chunks):
     with pytest.raises(Mismatch, match=r"NaN in the reference, which KernelBench's allclose \(equal_nan=False\)"):
         compare_tensor(nan_ref.clone(), nan_ref, 1e-2, 1e-2, nan_never_equal=True)
     compare_tensor(ref.clone(), ref, 1e-2, 1e-2, nan_never_equal=True)  # equal infinities it does match
+
+
+def test_the_element_shown_is_the_one_furthest_outside_its_allowance(tiny_chunks):
+    """A large value's error may be the largest and within its relative allowance: an fp16 matmul's -46720 against
+    -46688 was shown as the failure, while what failed was an element near zero from cancellation."""
+    ref = torch.tensor([-46720.0, 5.0, -0.0625, 3.0])
+    out = torch.tensor([-46688.0, 5.0, -0.108, 3.0])
+    with pytest.raises(Mismatch, match=r"1 of 4 elements .*\(max abs err 32\)") as e:
+        compare_tensor(out, ref, 1e-2, 1e-2)
+    d = e.value.details
+    assert d["index"] == [2] and d["expected"] == pytest.approx(-0.0625) and d["got"] == pytest.approx(-0.108)
+    assert d["max_abs_err"] == pytest.approx(32.0) and d["allowed"] == pytest.approx(1e-2 + 1e-2 * 0.0625)
