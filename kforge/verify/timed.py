@@ -147,7 +147,8 @@ class TimedRounds:
                 if label == "cand" and recheck:
                     where = f"timing round {rounds}, fresh inputs"
                     _oom_guard(self, "comparison", lambda: self._check(
-                        self.recheck_outputs(out, snapshot, rng_seed, where), expected, sets[i], snapshot, where))
+                        self.recheck_outputs(out, snapshot, rng_seed, where), expected, sets[i], snapshot, where,
+                        recheck=True))
                 _poison(torch, out, protected)
                 del out
             rounds += 1
