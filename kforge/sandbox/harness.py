@@ -11,6 +11,7 @@ import contextlib
 import importlib.util
 import os
 import random
+import re
 import secrets
 import sys
 import time
@@ -308,7 +309,19 @@ class Harness:
             return HarnessVerdict("compilation_failure", f"Python syntax error in the candidate: line {exc.lineno}: "
                             f"{exc.msg}", evidence={"compiler_log": tb})
         kind = "CUDA error" if "CUDA" in str(exc) or "cuda" in type(exc).__name__.lower() else type(exc).__name__
-        return HarnessVerdict("runtime_error", f"{kind} {where}: {first_line(exc)}", evidence={"traceback": tb})
+        return HarnessVerdict("runtime_error", f"{kind} {where}: {first_line(exc)}{self._dtype_hint(exc)}",
+                              evidence={"traceback": tb})
+
+    _DTYPES = re.compile(r"scalar type|dtype|BFloat16|Half|bfloat16|float16|bf16|fp16|Float\b", re.I)
+
+    def _dtype_hint(self, exc: BaseException) -> str:
+        """Where a candidate fails on a dtype at a reduced precision: what the precision made its tensors."""
+        if not self.precision.reduced or not self._DTYPES.search(str(exc)):
+            return ""
+        dtype = str(self.storage).replace("torch.", "")
+        return (f" (the problem runs at {self.precision.name}: its inputs, parameters and buffers are {dtype}; a "
+                f"kernel reading float needs them dispatched on their dtype or cast, and a tensor held as a plain "
+                f"attribute, not a parameter or buffer, is not cast with the model)")
 
     def guard_candidate(self) -> None:
         """The tripwire's snapshot (everything the harness set up is the baseline) and the write guard, just

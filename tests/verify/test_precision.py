@@ -304,3 +304,13 @@ def test_a_kernel_that_crashes_on_a_variant_is_told_which_shape_killed_it(pool, 
     assert v.state is State.RUNTIME_ERROR, v.summary()
     assert "SIGABRT" in v.message and "shape variant batch_size=95, in_features=383, out_features=191" in v.message, \
         v.message
+
+
+def test_a_float_kernel_at_bf16_is_told_what_the_precision_made_its_tensors(pool, problem):
+    """"expected scalar type Float but found BFloat16" said nothing of the precision the problem was run at."""
+    as_float = BF16_KERNEL.replace('    TORCH_CHECK(x.scalar_type() == at::kBFloat16 && w.scalar_type() == at::kBFloat16, '
+                                   '"expects bf16");\n', "").replace("at::BFloat16", "float").replace(
+        "static_cast<float>(acc)", "acc").replace("proj_bf16_ext", "proj_f32_ext")
+    v = Verifier(fast_config(precision="bf16"), pool=pool).verify(problem, as_float, "cpu")
+    assert v.state is State.RUNTIME_ERROR and "expected scalar type Float" in v.message, v.summary()
+    assert "the problem runs at bf16: its inputs, parameters and buffers are bfloat16" in v.message, v.message
