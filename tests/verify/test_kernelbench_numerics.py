@@ -261,12 +261,12 @@ def test_infinities_and_nans_in_the_reference_are_judged_as_each_view_compares(p
 def test_a_timing_rechecks_mismatch_is_the_kforge_rules_alone(pool):
     """KernelBench judges its correctness trials and nothing else; a bf16 RMSNorm right on those failed the kernelbench
     view at a timing recheck's draw, by one element in 131,072, and passed it on the next run. A recheck still fails
-    the kforge rules: here a cache keyed by the input's pointer, which the recheck refills in place."""
-    from pathlib import Path
-
+    the kforge rules. This program is wrong only on an input refilled in place, which only a recheck does (a cache
+    keyed by pointer is caught there too, and in a trial only where the allocator happens to reuse an address)."""
     from kforge.problems import resolve_problem
-    cache = (Path(__file__).parents[1] / "exploits" / "cpu" / "cache_by_pointer.py").read_text()
     relu = resolve_problem("level1/1_ReLU", size="cpu", overrides={"BATCH": 8, "DIM": 4096})
-    v = Verifier(fast_config(trials=3), pool=pool).verify(relu, cache, "cpu")
+    refilled = ("import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n"
+                "        y = torch.relu(x)\n        return y * 1.5 if x._version > 0 else y\n")
+    v = Verifier(fast_config(trials=3, require_kernel=False), pool=pool).verify(relu, refilled, "cpu")
     assert v.state is State.NUMERICAL_MISMATCH and "timing round" in v.message, v.summary()
     assert v.states["kernelbench"] == "correct", v.states
