@@ -14,8 +14,8 @@ its result can be cached from there). It answers:
 * ``launch_bound``: the reference runs under 20 microseconds.
 * ``stateful``: the reference's forward reassigns a module attribute (a hidden state it keeps between calls:
   `kforge.verify.stateful`), or changes a tensor or a plain value it holds (a counter, a list of past batches)
-  in place and its output follows it. The draws above then run on fresh reference instances, one call each, so the state
-  is not mistaken for randomness or a constant.
+  in place and its output follows it. The draws above then run on fresh reference instances, one call each, so
+  the state is not mistaken for randomness or a constant.
 * memory: bytes of one input set, of the outputs, of parameters, and the peak of one forward.
 * FLOPs (``torch.utils.flop_counter``; matrix products and convolutions only) and the fewest bytes a
   forward moves (inputs and parameters read once, outputs written once), for problems that declare none.

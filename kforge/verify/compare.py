@@ -159,7 +159,8 @@ def compare_tensor(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: floa
         # Poisoned memory reads as NaN, so an inf was written: an overflow (fp16 sums pass 65504 soon)
         why = "NaN: output elements left unwritten, which read as NaN, or computed as NaN" if not n_inf else (
             f"{'all' if n_inf == n_nonfinite else n_inf} of them inf: an overflow, {out.dtype} holds at most "
-            f"{torch.finfo(out.dtype).max:.6g}" + ("" if n_inf == n_nonfinite else "; the NaN ones unwritten or computed as NaN"))
+            f"{torch.finfo(out.dtype).max:.6g}"
+            + ("" if n_inf == n_nonfinite else "; the NaN ones unwritten or computed as NaN"))
         raise Mismatch("numerical", f"output {index}: {n_nonfinite} NaN/Inf value(s) where the reference is finite "
                                     f"({why})", _where(out, ref, first_nonfinite, index, n_nonfinite))
     if n_bad:

@@ -22,8 +22,8 @@ from .protocol import WorkFacet
 from .verdict import Attribution, Work
 
 HOST_PROFILE_CALLS = 4
-"""On a CPU, the profiled trial's calls of the candidate's forward (`MeasuredTrials._host_repeats`), each operator's least
-time counting: on a busy 2-core machine one preempted call read a 36% share as 92%."""
+"""On a CPU, the profiled trial's calls of the candidate's forward (`MeasuredTrials._host_repeats`), each operator's
+least time counting: on a busy 2-core machine one preempted call read a 36% share as 92%."""
 HOST_REPEATS_S = 1.0
 """No more of those calls once they have taken this long: a scheduler's slice (milliseconds) matters little to a
 forward this slow. Under Triton's interpreter the Triton example's forward took about 4 s on a 2-core machine, and

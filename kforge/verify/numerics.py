@@ -210,7 +210,8 @@ class NumericsChecks:
         if native.numel() > 1 and is_constant(native) and not is_constant(truth):
             # fp16's x * x past 65504 made an RMSNorm's every output 0: no accuracy to match, and a kernel writing
             # zeros matched it; the tolerance alone decides
-            m.message += (f"; PyTorch's own {p} result is constant ({float(native.reshape(-1)[0]) + 0.0:.3g}) where the "
+            value = float(native.reshape(-1)[0]) + 0.0  # -0.0 said as 0
+            m.message += (f"; PyTorch's own {p} result is constant ({value:.3g}) where the "
                           f"truth varies (its {p} arithmetic overflowed or underflowed), which excuses nothing")
             return False
         if c_rms > SIGNAL * size and not unresolved(n_rms, size):

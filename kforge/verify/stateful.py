@@ -3,18 +3,19 @@
 A reference whose ``forward`` reassigns one of its module attributes (KernelBench level 3's RNN cells: a hidden state
 drawn with ``torch.randn`` in ``__init__``, replaced by every call) answers a call from its history: its second call
 on the same inputs differs from its first. So does one that changes a tensor it holds in place (a running mean in a
-buffer, a cache written by index) where its output depends on it. The problem audit (`kforge.verify.audit`) flags
-such a problem ``stateful`` (`reassigned` finds the attributes; `changed_in_place` the tensors, and `values_changed`
-the plain values, a counter or a list of past batches; these count where the output follows them and no random
-numbers were drawn: the second call on the same inputs differs, or a call after one on other inputs does.
-BatchNorm's running statistics change in training mode, but its output there comes from the batch). Its verification then builds both models afresh from the
-weight seed before the first correctness trial and calls each once per trial, as KernelBench's harness does, so the
-k-th trial compares their k-th calls (`FreshModels.fresh_for_trial`): a candidate that ignores its history fails
-from the second. Each model the trials run is called once a trial: where the native reference differs from the
-exact one at full precision (TF32, a GPU's cuDNN flags) it is a copy (`kforge.sandbox.harness.Harness.build_references`).
-The two measured trials and each shape variant build a fresh pair and call it once. Timing still calls the models it
-times as often as it likes, and its rechecks compare a fresh reference with a fresh candidate on the refilled inputs
-rather than two outputs whose call histories differ (`FreshModels.recheck_reference`, `FreshModels.recheck_outputs`).
+buffer, a cache written by index) where its output depends on it. The problem audit (`kforge.verify.audit`) flags such
+a problem ``stateful`` (`reassigned` finds the attributes; `changed_in_place` the tensors, and `values_changed` the
+plain values, a counter or a list of past batches; these count where the output follows them and no random numbers
+were drawn: the second call on the same inputs differs, or a call after one on other inputs does. BatchNorm's running
+statistics change in training mode, but its output there comes from the batch). Its verification then builds both
+models afresh from the weight seed before the first correctness trial and calls each once per trial, as KernelBench's
+harness does, so the k-th trial compares their k-th calls (`FreshModels.fresh_for_trial`): a candidate that ignores
+its history fails from the second. Each model the trials run is called once a trial: where the native reference
+differs from the exact one at full precision (TF32, a GPU's cuDNN flags) it is a copy
+(`kforge.sandbox.harness.Harness.build_references`). The two measured trials and each shape variant build a fresh pair
+and call it once. Timing still calls the models it times as often as it likes, and its rechecks compare a fresh
+reference with a fresh candidate on the refilled inputs rather than two outputs whose call histories differ
+(`FreshModels.recheck_reference`, `FreshModels.recheck_outputs`).
 """
 
 from __future__ import annotations

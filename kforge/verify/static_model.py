@@ -5,8 +5,8 @@ alias of a class under another name (``ModelNew = FusedRelu``), a subclass that 
 returns a class (``ModelNew = make_model()``, one defined inside the factory included), a conditional
 (``ModelNew = A if FAST else B``), ``functools.partial(Cls, ...)``, a pick from a dict, or an assignment in a
 function that declares ``global ModelNew``. `model_classes` follows the binding to every class it may name;
-`model_methods` finds a method on them as Python would, through their bases defined in the same program. What the source does not say (an import, a class made by ``type()``)
-resolves to nothing, and the rules that need the class then say nothing: the run measures the same questions.
+`model_methods` finds a method on them as Python would, through their bases defined in the same program. What the
+source does not say (an import, a class made by ``type()``) resolves to nothing, and the rules that need the class then say nothing: the run measures the same questions.
 """
 
 from __future__ import annotations
