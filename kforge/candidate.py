@@ -128,6 +128,24 @@ def _binding_statements(nodes, name: str) -> list[ast.AST]:
     return found
 
 
+def bound_under_main_only(source: str) -> bool:
+    """Whether every binding of ``ModelNew`` is under ``if __name__ == "__main__":``, which a harness executing the
+    program (KernelBench's, kforge's) never enters."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return False
+    outside = [n for n in tree.body if not _main_guard(n)]
+    return bool(module_bindings(tree)) and not module_bindings(ast.Module(body=outside, type_ignores=[]))
+
+
+def _main_guard(node: ast.stmt) -> bool:
+    test = getattr(node, "test", None)
+    return isinstance(node, ast.If) and isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) \
+        and test.left.id == "__name__" and any(isinstance(c, ast.Constant) and c.value == "__main__"
+                                               for c in test.comparators)
+
+
 def binds_model_new(source: str) -> bool:
     """Whether the program binds ``ModelNew`` at module level (`module_bindings`); a program that does not parse
     is judged by its text, and its syntax error is left to the build, which reports it."""

@@ -91,3 +91,12 @@ def test_a_program_that_does_not_parse_is_judged_by_its_text():
     assert Candidate.from_source("ModelNew = FusedRelu(\n").source
     assert Candidate.from_source("class ModelNew(nn.Module:\n    pass\n").source
     assert Candidate.from_source("x = (\n").source is None
+
+
+def test_a_binding_under_the_main_guard_alone_is_told_apart():
+    """A harness executing the program never enters `if __name__ == "__main__":`; the run's message says so."""
+    from kforge.candidate import bound_under_main_only
+    guarded = ALIASED.replace("ModelNew = FusedRelu", 'if __name__ == "__main__":\n    ModelNew = FusedRelu')
+    assert Candidate.from_source(guarded).source  # the static pass lets the run judge it
+    assert bound_under_main_only(guarded)
+    assert not bound_under_main_only(ALIASED) and not bound_under_main_only(guarded + "\nModelNew = FusedRelu\n")

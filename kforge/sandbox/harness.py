@@ -337,7 +337,11 @@ class Harness:
         except BaseException as exc:  # noqa: BLE001 - SystemExit from a candidate is its error too
             raise self._fail_exception(exc, "while importing the candidate") from None
         if not hasattr(mod, "ModelNew"):  # as KernelBench reads it: whatever the executed program bound to the name
-            raise HarnessVerdict("generation_failure", "the program, once executed, binds no `ModelNew`")
+            from ..candidate import bound_under_main_only
+            source = Path("candidate.py").read_text() if Path("candidate.py").is_file() else ""
+            where = (": its only binding is under `if __name__ == \"__main__\":`, which a harness executing the program "
+                     "never enters; bind it at module level" if bound_under_main_only(source) else "")
+            raise HarnessVerdict("generation_failure", f"the program, once executed, binds no `ModelNew`{where}")
         self.model_new = mod.ModelNew  # what the program bound to the name: a stateful problem's trials build it again
         try:
             model = self._construct(mod.ModelNew)
