@@ -138,6 +138,7 @@ class PrecompiledHeaders:
                 tmp.unlink(missing_ok=True)
                 if proc.returncode > 0:  # the compiler's own refusal, not a kill (memory, a timeout): kept
                     (pch_dir / FAILED).write_text(proc.stderr[-4000:])
+                    (pch_dir / PCH_STAMP).write_text(made_for)  # a caller can tell no header will be made
                 return None
             os.replace(tmp, gch)
             # What it was built for, so that a caller can tell beforehand whether a build will make another.

@@ -63,7 +63,7 @@ def pch_pending(backend, build_cache: str | os.PathLike, source: str | None = No
     if source is not None and not builds_cpp(source):
         return False
     from ..backends.build import compiler_line
-    from ..backends.header import PCH_STAMP, effective_cflags, pch_stamp
+    from ..backends.header import FAILED, PCH_STAMP, effective_cflags, pch_stamp
     from ..sandbox.devices import torch_version  # from torch's package metadata: importing torch costs seconds
     want = pch_stamp(torch_version() or "", compiler_line(), effective_cflags(expected_cflags(backend, source)),
                      light=backend.options.get("light_header", True))
@@ -72,7 +72,8 @@ def pch_pending(backend, build_cache: str | os.PathLike, source: str | None = No
             have = json.loads(stamp.read_text())
         except (OSError, ValueError):
             continue
-        if have == want and (stamp.parent / "torch" / "extension.h.gch").is_file():
+        if have == want and ((stamp.parent / "torch" / "extension.h.gch").is_file()
+                             or (stamp.parent / FAILED).is_file()):  # refused for these flags: none is made again
             return False
     return _gcc()
 

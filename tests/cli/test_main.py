@@ -114,7 +114,7 @@ def test_first_build_says_it_compiles_torch_headers(tmp_path):
 
     from kforge.backends import get_backend
     from kforge.backends.build import compiler_line
-    from kforge.backends.header import PCH_STAMP, pch_stamp
+    from kforge.backends.header import FAILED, PCH_STAMP, pch_stamp
     from kforge.job.firstrun import _gcc, expected_cflags, pch_pending
     if not sys.platform.startswith("linux") or not _gcc():
         pytest.skip("kforge precompiles torch's header with GCC on Linux only")
@@ -142,6 +142,14 @@ def test_first_build_says_it_compiles_torch_headers(tmp_path):
     assert not pch_pending(get_backend("cpu", light_header=False), tmp_path)
     cached("this", **pch_stamp(torch.__version__, compiler_line(), ["-O3", "-fopenmp"]))
     assert not pch_pending(cpu, tmp_path)
+    # a header the compiler refused for a candidate's flags is not made again: no minute to wait for
+    fast = plain.replace("cpp_sources=s)", "cpp_sources=s, extra_cflags=['-ffast-math'])")
+    assert pch_pending(cpu, tmp_path, fast)
+    refused = tmp_path / "pch" / "refused"
+    refused.mkdir()
+    (refused / FAILED).write_text("error: ...")
+    (refused / PCH_STAMP).write_text(json.dumps(pch_stamp(torch.__version__, compiler_line(), ["-ffast-math"])))
+    assert not pch_pending(cpu, tmp_path, fast)
     assert not pch_pending(get_backend("triton", device="cpu"), tmp_path / "other")  # Triton builds no C++
     torch_only = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x.relu()\n"
     assert not pch_pending(cpu, tmp_path / "other", torch_only)  # a candidate with no C++ builds nothing
