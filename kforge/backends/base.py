@@ -134,5 +134,19 @@ class Backend:
         """Map a backend-specific exception to a verdict state (None: use the default rules)."""
         return None
 
+    @property
+    def measures_speed(self) -> bool:
+        """Whether a run on this backend's device says anything of a kernel's speed (Triton's interpreter does not)."""
+        return True
+
+    def hint(self, kind: str, source: str, message: str, precision: str) -> str:
+        """A cause models often meet behind a failure of this backend's candidates, said after the verdict's message
+        ("" where none): ``kind`` is ``mismatch``, ``not_run`` (its kernels did not run) or ``runtime``."""
+        return ""
+
+    def quoted(self, exc: BaseException) -> BaseException:
+        """The exception whose words a verdict quotes: ``exc``, or the error an interpreter's wrapper of it holds."""
+        return exc
+
     def __repr__(self) -> str:
         return f"<backend {self.describe()}>"

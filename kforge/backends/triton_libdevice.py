@@ -8,13 +8,47 @@ a kernel, correct on a GPU, was a ``runtime_error`` on CPU. Here the floating-po
 compute with NumPy (torch for the special functions), in float32 or wider, and round back to the operand's dtype
 (bf16 through `kforge.backends.triton_bf16`'s by-value conversion). The rounding-mode variants (``add_rd``...),
 integer bit tricks and predicates stay as Triton has them: models rarely write them, and ``tl`` has its own.
+
+A function called on an operand type it has no GPU version for (``libdevice.tanh`` on bf16 values: float32 and
+float64 only) raises `kforge.backends.triton_limits.RefusedOnGpu`, as Triton's compiler for a GPU refuses it; the
+versions are read from Triton's own table (`overloads`), and operands are promoted first as Triton promotes them
+(a bf16 value beside a Python float is float32).
 """
 
 from __future__ import annotations
 
+import inspect
+import re
+
 import numpy as np
 
 from .triton_bf16 import to_bf16, to_float32
+from .triton_limits import RefusedOnGpu
+
+_KEY = re.compile(r"\(((?:\s*core\.dtype\(\"\w+\"\),?\s*)+)\)\s*:")
+_RANK = {"fp64": 3, "fp32": 2, "fp16": 1, "bf16": 1}
+
+
+def overloads(fn) -> set[tuple[str, ...]] | None:
+    """The operand types (``("fp32",)``...) a libdevice function has a GPU version for, read from its table in
+    Triton's source; None where that cannot be read (then nothing is refused)."""
+    try:
+        source = inspect.getsource(fn)
+    except (OSError, TypeError):
+        return None
+    return {tuple(re.findall(r'dtype\("(\w+)"\)', key)) for key in _KEY.findall(source)} or None
+
+
+def _refused(name: str, types: tuple[str, ...], allowed: set[tuple[str, ...]]) -> bool:
+    """Whether Triton refuses these operand types: not among the versions even once promoted to the widest float
+    among them (Triton's arithmetic check runs where the types match no version as given)."""
+    if types in allowed:
+        return False
+    floats = [t for t in types if t in _RANK]
+    if not floats:
+        return True
+    widest = max(floats, key=_RANK.__getitem__)
+    return tuple(widest if t in _RANK or t.startswith("int") else t for t in types) not in allowed
 
 
 def _torch(name: str):
@@ -50,13 +84,19 @@ BINARY = {
 TERNARY = {"fma": lambda a, b, c: a * b + c, "fma_rn": lambda a, b, c: a * b + c}
 
 
-def _elementwise(name: str, fn):
+def _elementwise(name: str, fn, allowed: set[tuple[str, ...]] | None = None):
     def call(*args, _semantic=None, _builder=None):
         import triton.language as tl
         from triton.runtime.interpreter import TensorHandle
         first = next((a for a in args if isinstance(a, tl.tensor)), None)
         if first is None:  # Python numbers: the function's value, as a number
             return float(fn(*[np.float64(getattr(a, "value", a)) for a in args]))
+        types = tuple(a.dtype.name if isinstance(a, tl.tensor) else
+                      "fp32" if isinstance(getattr(a, "value", a), float) else "int32" for a in args)
+        if allowed and _refused(name, types, allowed):
+            have = ", ".join("/".join(t) for t in sorted(allowed))
+            raise RefusedOnGpu(f"libdevice.{name} has no version for {'/'.join(types)} (it has {have}): Triton's "
+                               "compiler for a GPU refuses this call; convert the operands first (x.to(tl.float32))")
         scalar = first.dtype
         wide = np.float64 if scalar == tl.float64 else np.float32
 
@@ -79,6 +119,12 @@ def _elementwise(name: str, fn):
 def install() -> bool:
     """Replace the math functions of Triton's libdevice modules; False where this Triton has neither."""
     import importlib
+    try:  # the GPU's versions of each function, read before any is replaced
+        cuda = importlib.import_module("triton.language.extra.cuda.libdevice")
+    except ImportError:
+        cuda = None
+    tables = {name: overloads(getattr(cuda, name)) for table in (UNARY, BINARY, TERNARY) for name in table
+              if cuda is not None and hasattr(cuda, name) and not getattr(cuda, "_kforge_numpy", False)}
     done = False
     for path in ("triton.language.extra.libdevice", "triton.language.extra.cuda.libdevice"):
         try:
@@ -91,6 +137,6 @@ def install() -> bool:
         for table in (UNARY, BINARY, TERNARY):
             for name, fn in table.items():
                 if hasattr(mod, name):
-                    setattr(mod, name, _elementwise(name, fn))
+                    setattr(mod, name, _elementwise(name, fn, tables.get(name)))
         mod._kforge_numpy = done = True
     return done

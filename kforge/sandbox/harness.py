@@ -302,15 +302,28 @@ class Harness:
                                   + (f": {cause}" if cause else ""), evidence={"compiler_log": tail(exc.log)})
         state = self.backend.classify(exc)
         tb = tail("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+        shown = self.backend.quoted(exc)
         if state == "compilation_failure":
-            return HarnessVerdict(state, f"the candidate's kernel does not compile ({where}): {first_line(exc)}",
+            return HarnessVerdict(state, f"the candidate's kernel does not compile ({where}): {first_line(shown)}",
                             evidence={"compiler_log": tb})
         if isinstance(exc, SyntaxError):
             return HarnessVerdict("compilation_failure", f"Python syntax error in the candidate: line {exc.lineno}: "
                             f"{exc.msg}", evidence={"compiler_log": tb})
-        kind = "CUDA error" if "CUDA" in str(exc) or "cuda" in type(exc).__name__.lower() else type(exc).__name__
-        return HarnessVerdict("runtime_error", f"{kind} {where}: {first_line(exc)}{self._dtype_hint(exc)}",
-                              evidence={"traceback": tb})
+        # "CUDA error: ..." (an illegal address), not any message naming CUDA ("x must be a CUDA tensor")
+        cuda = "CUDA error" in str(shown) or "cuda" in type(shown).__name__.lower()
+        kind = "CUDA error" if cuda else type(shown).__name__
+        hint = self._dtype_hint(shown) or self.backend.hint("runtime", self.candidate_source(), str(shown),
+                                                            self.precision.name)
+        return HarnessVerdict("runtime_error", f"{kind} {where}: {first_line(shown)}{hint}", evidence={"traceback": tb})
+
+    @staticmethod
+    def candidate_source() -> str:
+        """The candidate's program, as the run was given it (its working directory's ``candidate.py``)."""
+        path = Path("candidate.py")
+        try:
+            return path.read_text() if path.is_file() else ""
+        except (OSError, UnicodeDecodeError):
+            return ""
 
     _DTYPES = re.compile(r"scalar type|dtype|BFloat16|Half|bfloat16|float16|bf16|fp16|Float\b", re.I)
 
@@ -338,9 +351,8 @@ class Harness:
             raise self._fail_exception(exc, "while importing the candidate") from None
         if not hasattr(mod, "ModelNew"):  # as KernelBench reads it: whatever the executed program bound to the name
             from ..candidate import bound_under_main_only
-            source = Path("candidate.py").read_text() if Path("candidate.py").is_file() else ""
             where = (": its only binding is under `if __name__ == \"__main__\":`, which a harness executing the program "
-                     "never enters; bind it at module level" if bound_under_main_only(source) else "")
+                     "never enters; bind it at module level" if bound_under_main_only(self.candidate_source()) else "")
             raise HarnessVerdict("generation_failure", f"the program, once executed, binds no `ModelNew`{where}")
         self.model_new = mod.ModelNew  # what the program bound to the name: a stateful problem's trials build it again
         try:

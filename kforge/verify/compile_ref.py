@@ -69,14 +69,16 @@ class CompileRefs:
             claim.set()
 
     @staticmethod
-    def key(problem: Problem, device: str | None, cfg: VerifyConfig) -> str | None:
+    def key(problem: Problem, device: str | None, cfg: VerifyConfig, env: dict[str, str] | None = None) -> str | None:
         """Same problem (source and sizes), same GPU model, same timing settings, same precision and input casting
-        (KernelBench's rules cast integer inputs too: the audit's cache keys them alike); None when nothing is kept."""
+        (KernelBench's rules cast integer inputs too: the audit's cache keys them alike), the same worker environment
+        (``env``, a backend's: Triton's interpreter); None when nothing is kept."""
         if not (cfg.compile_ref and cfg.compile_ref_reuse and not cfg.skip_timing) or not device:
             return None
         numerics = f"{cfg.precision}{':all' if cfg.rules == 'kernelbench' else ''}"
         blob = json.dumps([problem.to_dict(), device, metadata.version("torch"), cfg.compile_mode,
-                           cfg.to_dict()["timing"], numerics, *(["training step"] if cfg.backward else [])],
+                           cfg.to_dict()["timing"], numerics, *(["training step"] if cfg.backward else []),
+                           *([sorted(env.items())] if env else [])],
                           sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()
 

@@ -155,9 +155,10 @@ class MeasuredTrials:
         if a.output_from_kernel is False and self._ops is not None and self._profiled_calls == 0:
             ran = False  # kernels of unknown origin ran (cuDNN's, ...), but no call into the candidate's own was seen
         if ran is False:
+            hint = self.backend.hint("not_run", self.candidate_source(), "", self.precision.name)
             return _facet(Work.NONE, "kernel_not_run", "the candidate's own kernels did not run in its forward, so "
-                         "other code computed the answer (PyTorch's, or the candidate's own on the host, NumPy's say). "
-                         + self._who())
+                         "other code computed the answer (PyTorch's, or the candidate's own on the host, NumPy's say)"
+                         f"{hint}. " + self._who())
         if a.output_from_kernel is False and self._mirrored:  # no decoy: the reference throws the same value away
             return _facet(Work.NONE, "kernel_result_discarded", "no output derives from what the candidate's kernels "
                          f"computed ({self._mirrored}), and none of the reference's derives from the same values, "

@@ -213,6 +213,10 @@ class Trials(MeasuredTrials, NumericsChecks, VariantChecks, FreshModels, Harness
                                      "stream the calling stream does not wait for", rule="unsynchronized_work")
         if traced or recheck:
             failures.pop("kernelbench", None)
+        hint = self.backend.hint("mismatch", self.candidate_source(), "", self.precision.name) if failures else ""
+        for v in failures.values():
+            if hint and v.state == "numerical_mismatch" and hint not in v.message:
+                v.message += hint
         self.views.record(failures)
         self.inputs_unchanged(cand_in, ref_in, where)
 

@@ -113,6 +113,10 @@ class Verifier:
                config: VerifyConfig | None = None) -> Verdict:
         cfg = config or self.config
         backend = get_backend(backend)
+        if not backend.measures_speed and not cfg.skip_timing:
+            # Triton's interpreter: its baselines and "speedups" measured nothing, and its torch.compile ratio,
+            # kept for the problem, was then reused by the cpu backend (a ReLU read 198x against compile)
+            cfg = replace(cfg, skip_timing=True)
         if isinstance(candidate, str):
             candidate = Candidate.from_source(candidate)
         start = time.monotonic()
@@ -188,7 +192,7 @@ class Verifier:
     def _ref_key(self, problem: Problem, backend: Backend, kinds: list[str], cfg: VerifyConfig) -> str | None:
         """The kept compile reference's key: for the one device model these slots have (None: several)."""
         devices = {self.pool.device_info(k, backend.spec()).device for k in kinds}
-        return self.compile_refs.key(problem, devices.pop() if len(devices) == 1 else None, cfg)
+        return self.compile_refs.key(problem, devices.pop() if len(devices) == 1 else None, cfg, backend.worker_env())
 
     def _request_retrying(self, kinds: list[str], request: Request, files: dict[str, str], timeout: float,
                           busy_wait_s: float = 0.0) -> Reply:

@@ -200,5 +200,60 @@ def test_a_float32_dot_is_tf32_under_the_interpreter_as_on_a_gpu(setup):
     assert v.state is State.CORRECT, v.summary()
     v = verifier.verify(problem, default, backend)
     assert v.state is State.NUMERICAL_MISMATCH and v.states["kernelbench"] == "numerical_mismatch", v.summary()
+    assert 'unless it is given input_precision="ieee"' in v.message, v.message  # says how to keep float32
     v = verifier.verify(problem, default, backend, config=fast_config(precision="tf32"))
     assert v.state is State.CORRECT, v.summary()  # the kforge rules at tf32 allow TF32 matrix products
+
+
+def test_what_a_gpu_compile_refuses_is_refused_under_the_interpreter(setup):
+    """A bf16 ``tl.dot`` on a K block of 8 and ``libdevice.tanh`` on bf16 values ran in the interpreter and were
+    `correct`; Triton's compiler for an H100 refuses both (K >= 16 for 16-bit operands; tanh has float32 and float64
+    versions only)."""
+    from kforge.problems import builtin_solution_path, problem_from_source
+    verifier, _, backend = setup
+    cfg = fast_config(precision="bf16")
+    problem = resolve_problem("level1/4_Matmul", size="cpu", overrides={"M": 64, "K": 64, "N": 64})
+    code = builtin_solution_path(problem, "triton", "bf16").read_text()
+    assert "BLOCK_M, BLOCK_N, BLOCK_K = 128, 256, 64" in code
+    narrow = code.replace("BLOCK_M, BLOCK_N, BLOCK_K = 128, 256, 64", "BLOCK_M, BLOCK_N, BLOCK_K = 128, 256, 8")
+    v = verifier.verify(problem, narrow, backend, config=cfg)
+    assert v.state is State.COMPILATION_FAILURE and "K >= 16" in v.message, v.summary()
+    gelu = problem_from_source(GELU_TANH, where="gelu_tanh.py", name="gelu_tanh")
+    uncast = LIBDEVICE_GELU.replace("other=0.0).to(tl.float32)", "other=0.0)")
+    v = verifier.verify(gelu, uncast, backend, config=cfg)
+    assert v.state is State.COMPILATION_FAILURE and "libdevice.tanh has no version for bf16" in v.message, v.summary()
+    v = verifier.verify(gelu, uncast, backend)  # float32 values: tanh has that version
+    assert v.state is State.CORRECT, v.summary()
+
+
+def test_a_float32_scan_adds_as_a_tree_does_not_one_element_after_another():
+    """The interpreter's ``tl.cumsum`` ran numpy's cumsum in float32 along 4,000 columns: a correct kernel failed
+    1e-4 on CPU in two runs of three. The worker's scan accumulates wider, closer to a GPU's tree than a chain."""
+    import numpy as np
+    from triton.runtime import interpreter as interp
+
+    from kforge.backends import triton_bf16
+    triton_bf16.install()
+    import triton.language as tl
+    rng = np.random.default_rng(0)
+    data = rng.standard_normal((64, 4096)).astype(np.float32)
+    ops = interp.ScanOps(1, tl.standard._sum_combine, False)
+    out = ops.cumsum(ops.to_tensor(data, tl.float32))[0].handle.data
+    exact = np.cumsum(data.astype(np.float64), axis=1)
+    assert out.dtype == np.float32 and np.abs(out - exact).max() <= 2e-5  # a chain of float32 adds: 4e-4
+
+
+def test_the_interpreter_is_not_timed_and_its_messages_name_the_candidates_code(setup):
+    """Under the interpreter the baselines and speedups measured nothing (a "speedup 0.00x"), and its torch.compile
+    ratio, kept for the problem, was reused by the cpu backend. An autotuned symbol passed again failed in kforge's
+    own code, and a wrapper that falls back to PyTorch off CUDA was not told why."""
+    verifier, problem, backend = setup
+    v = verifier.verify(problem, candidate("triton", "relu_ok.py"), backend, config=fast_config(compile_ref=True))
+    assert v.state is State.CORRECT and v.runtime is None and v.speedup_compile is None, v.summary()
+    again = AUTOTUNED.replace("relu_kernel[grid](x, y, n_elements)", "relu_kernel[grid](x, y, n_elements, BLOCK_SIZE=1024)")
+    v = verifier.verify(problem, again, backend)
+    assert v.state is State.RUNTIME_ERROR and "Conflicting meta-parameters: BLOCK_SIZE" in v.message, v.summary()
+    fallback = AUTOTUNED.replace("        x = x.contiguous()\n", "        if not x.is_cuda:\n            return torch.relu(x)\n"
+                                 "        x = x.contiguous()\n")
+    v = verifier.verify(problem, fallback, backend)
+    assert v.state is State.KERNEL_UNUSED and "a wrapper that checks x.is_cuda" in v.message, v.summary()
