@@ -129,8 +129,14 @@ def test_kernelbench_directory_selection(tmp_path):
         ["level1/2_B", "level1/10_C"]
     with pytest.raises(ProblemError, match="no problems match"):
         load_directory(tmp_path, levels=3)
+    # one level's folder, or a user's own problem files kept flat, load as they are
+    assert [p.key for p in load_directory(tmp_path / "KernelBench" / "level1", ids="1-2")] == ["level1/1_A", "level1/2_B"]
+    flat = tmp_path / "mine"
+    write(flat.parent, "mine/7_Mine.py", GOOD)
+    assert [(p.key, p.level) for p in load_directory(flat)] == [("7_Mine", None)]
+    (tmp_path / "empty").mkdir()
     with pytest.raises(ProblemError, match="not a KernelBench layout"):
-        load_directory(tmp_path / "KernelBench" / "level1")
+        load_directory(tmp_path / "empty")
 
 
 def test_parse_ids():

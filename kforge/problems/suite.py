@@ -57,16 +57,15 @@ def kernelbench_root(root: str | Path) -> Path:
 def load_directory(root: str | Path, *, levels: Any = None, ids: Any = None, names: Iterable[str] | None = None,
                    size: str | None = None, overrides: dict[str, Any] | None = None,
                    origin: str = "kernelbench") -> list[Problem]:
-    """Load ``root/levelN/ID_Name.py`` files, filtered by level, id and name, sorted by (level, id).
+    """Load ``root/levelN/ID_Name.py`` files, filtered by level, id and name, sorted by (level, id); or, where
+    ``root`` has no level folders, the problem files directly in it (of no level).
 
     Size overrides apply to the selected problems only (a constant one problem lacks is an error).
     """
-    base = kernelbench_root(root)
     want_levels, want_ids = _levels(levels), parse_ids(ids)
     wanted = [n for n in (names or [])]
     problems = []
-    for level_dir in sorted(base.glob("level[0-9]*"), key=lambda p: int(re.sub(r"\D", "", p.name) or 0)):
-        level = int(re.sub(r"\D", "", level_dir.name))
+    for level, level_dir in _level_dirs(root):
         if want_levels is not None and level not in want_levels:
             continue
         for f in level_dir.glob("*.py"):
@@ -85,6 +84,18 @@ def load_directory(root: str | Path, *, levels: Any = None, ids: Any = None, nam
     if not problems:
         raise ProblemError(f"{root}: no problems match levels={levels!r} ids={ids!r}")
     return problems
+
+
+def _level_dirs(root: str | Path) -> list[tuple[int | None, Path]]:
+    """(level, folder) of each ``levelN/`` in a KernelBench layout; a folder of problem files alone is one level
+    folder (``KernelBench/level1`` itself), or of no level (a user's own problems, kept flat)."""
+    path = Path(root).expanduser()
+    if path.is_dir() and not any(path.glob("level[0-9]*")) and not any((path / "KernelBench").glob("level[0-9]*")) \
+            and any(f for f in path.glob("*.py") if not f.name.startswith("_")):
+        return [(int(path.name[5:]) if re.fullmatch(r"level\d+", path.name) else None, path)]
+    base = kernelbench_root(root)
+    return [(int(re.sub(r"\D", "", d.name)), d)
+            for d in sorted(base.glob("level[0-9]*"), key=lambda p: int(re.sub(r"\D", "", p.name) or 0))]
 
 
 def load_builtin(*, levels: Any = None, ids: Any = None, names: Iterable[str] | None = None,
