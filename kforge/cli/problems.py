@@ -56,9 +56,12 @@ def cmd_problems(args: argparse.Namespace) -> int:
         return 0
     print(f"{'problem':34} {'size':8} {'FLOPs':>8} {'bytes':>8}  constants")
     for p in problems:
-        consts = ", ".join(f"{k}={v}" for k, v in p.constants.items() if isinstance(v, (int, float)))
+        consts = ", ".join(f"{k}={tuple(v) if isinstance(v, list) else v}" for k, v in p.constants.items()
+                           if isinstance(v, (int, float, tuple, list)))
         print(f"{p.key:34} {p.size:8} {fmt_num(p.flops):>8} {fmt_num(p.bytes):>8}  {consts}")
+    own = sum(1 for p in problems if p.size != args.size)  # files with no such preset run at their own sizes
     print(f"\n{len(problems)} problem(s) at the {args.size} size preset"
+          + (f" ({own} with none run at their file's own sizes: size default)" if own else "")
           + (f", what `kforge verify` runs with --backend {args.backend}" if args.size == _default_size(args) else "")
           + "; other presets: " + ", ".join(s for s in SIZES if s != args.size)
           + " (--size; default is the file's own constants), single constants with --set NAME=VALUE")
