@@ -73,6 +73,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     """Verify many candidate files in one pool; rows to --out, the summary printed and written beside it."""
     from ..evaluate import load_results, render_text, run_eval, summarise, write_summary
     from ..evaluate.judged import resume_conflict
+    from ..evaluate.runner import not_a_rows_file
     from ..verify import BackendUnavailable, Verifier, WorkerPool
     jobs, source, out = _inputs(args)
     backends = {name: backend_of(name, args.device) for name in sorted({j.backend for j in jobs})}
@@ -80,6 +81,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     def size_of(name: str) -> str:
         return args.size or __import__("kforge.problems", fromlist=["default_size"]).default_size(backends[name].device)
 
+    if args.jobs < 1:
+        raise UsageError(f"--jobs {args.jobs}: at least one build worker is needed")
+    if refused := not_a_rows_file(out):
+        raise UsageError(refused)
     # Before any worker or MLflow run: rows judged under other settings would pass for this run's verdicts.
     if conflict := resume_conflict(out, load_results(out), verify_config(args), size_of, backends):
         raise UsageError(conflict)

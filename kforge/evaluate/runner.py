@@ -182,6 +182,28 @@ def load_results(out: Path) -> dict[tuple[str, str, str], dict[str, Any]]:
     return rows
 
 
+def not_a_rows_file(out: Path) -> str | None:
+    """Why ``out`` must not be written as the rows file (None: it may): a folder, or a file holding anything but
+    rows an evaluation wrote (a generation, a manifest: it would be overwritten), a last line cut off by a kill
+    aside."""
+    if out.is_dir():
+        return f"{out}: is a directory; --out names the rows file (JSON lines) to write"
+    if not out.is_file():
+        return None
+    lines = [line for line in out.read_text(errors="replace").splitlines() if line.strip()]
+    for n, line in enumerate(lines, 1):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            row = None
+        if not (isinstance(row, dict) and row.get("candidate") and "backend" in row and "state" in row):
+            if n == len(lines) and n > 1:
+                continue  # the last line, cut off when a run was killed: dropped as the next one writes
+            return (f"{out}: line {n} is not a row a kforge evaluation wrote ({line[:60]!r}), so --out would overwrite "
+                    "the file; name a new file, or the rows file of an earlier evaluation to resume it")
+    return None
+
+
 def drop_rows(out: Path, files: set[tuple[str, str]]) -> None:
     """Rewrite ``out`` without the rows of these (candidate, backend) files, and without cut-off lines.
 

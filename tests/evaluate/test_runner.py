@@ -381,3 +381,22 @@ def test_eval_notices_go_through_logging_to_stderr(tmp_path, capsys, caplog):
         assert err.count("kforge eval: 1 file(s) from ") == 1 and "1 file(s): " in out and "ignoring" not in out
     assert {(r.name, r.levelname) for r in caplog.records} >= {("kforge.cli.eval", "WARNING"),
                                                                ("kforge.cli.eval", "INFO")}
+
+
+def test_out_that_is_not_a_rows_file_is_refused_before_anything_is_written(tmp_path):
+    """`--out` named a generation or the manifest and the evaluation overwrote it with its rows."""
+    from kforge.evaluate.runner import not_a_rows_file
+    generation = tmp_path / "level_1_problem_1_sample_0_kernel.py"
+    generation.write_text("import torch\nclass ModelNew(torch.nn.Module):\n    pass\n")
+    assert "line 1 is not a row" in not_a_rows_file(generation)
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text('{"problem": "level1/1_ReLU", "candidate": "a.py"}\n')
+    assert "would overwrite" in not_a_rows_file(manifest)
+    assert "is a directory" in not_a_rows_file(tmp_path)
+    rows = tmp_path / "rows.jsonl"
+    assert not_a_rows_file(rows) is None  # a new file
+    row = '{"candidate": "a.py", "backend": "cpu", "state": "correct"}\n'
+    rows.write_text(row + row + '{"candidate": "b.py", "back')  # the last line cut off by a kill
+    assert not_a_rows_file(rows) is None
+    rows.write_text(row + "garbage\n" + row)
+    assert "line 2" in not_a_rows_file(rows)
