@@ -66,18 +66,24 @@ def read_candidate_file(path: str):
 
 
 def verify_config(args: argparse.Namespace):
-    """The verifier's config from the options `add_verify_options` adds."""
+    """The verifier's config from the options `add_verify_options` adds; out-of-range numbers are usage errors."""
+    from ..errors import ConfigError
     from ..verify import VerifyConfig
-    cfg = VerifyConfig(trials=args.trials, timeout_s=args.timeout, device_busy_wait_s=args.busy_wait,
-                       compile_ref=not args.no_compile_ref,
-                       require_kernel=not args.no_kernel_check, seed=args.seed, skip_timing=args.no_timing,
-                       rules=args.rules, precision=args.precision, variants=not args.no_variants,
-                       backward=args.backward)
-    if args.atol is not None:
-        cfg.atol = args.atol
-    if args.rtol is not None:
-        cfg.rtol = args.rtol
-    return cfg
+    if args.trials < 1:
+        raise UsageError(f"--trials {args.trials}: at least one correctness trial is needed")
+    try:
+        return VerifyConfig(trials=args.trials, timeout_s=args.timeout, device_busy_wait_s=args.busy_wait,
+                            compile_ref=not args.no_compile_ref, atol=args.atol, rtol=args.rtol,
+                            require_kernel=not args.no_kernel_check, seed=args.seed, skip_timing=args.no_timing,
+                            rules=args.rules, precision=args.precision, variants=not args.no_variants,
+                            backward=args.backward)
+    except ConfigError as exc:  # in the options' own names
+        names = {"verify.timeout_s": "--timeout", "verify.device_busy_wait_s": "--busy-wait", "verify.atol": "--atol",
+                 "verify.rtol": "--rtol"}
+        message = str(exc)
+        for key, flag in names.items():
+            message = message.replace(key, flag)
+        raise UsageError(message) from None
 
 
 def add_verify_options(p: argparse.ArgumentParser) -> None:

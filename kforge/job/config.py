@@ -178,6 +178,10 @@ class JobConfig(StrictConfig):
     prompts_dir: str | None = None
     """Where the prompt templates are (None: kforge's own prompts/)."""
 
+    def __post_init__(self) -> None:
+        if self.verify.trials < 1:  # 0 is the verifier's build check: a job's verdicts would judge nothing
+            raise ValueError(f"verify.trials={self.verify.trials} must be at least 1")
+
     @classmethod
     def from_hydra(cls, cfg: Any) -> "JobConfig":
         """From Hydra's composed config (a DictConfig, or its plain dict); ``hydra:`` itself is left out."""

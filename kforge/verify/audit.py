@@ -35,7 +35,7 @@ from .stateful import STATEFUL, changed_in_place, held_tensors, held_values, rea
 LAUNCH_BOUND_MS = 0.02
 DRAWS = 5
 """Input draws the degenerate test runs the reference on."""
-VERSION = 6
+VERSION = 7
 """Of the audit's answers: an audit cached by an older version is run again."""
 
 
@@ -91,6 +91,24 @@ def _constant(torch, outs: list) -> bool:
     return bool(tensors) and all(is_constant(t) for t in tensors)
 
 
+def _tensors(torch, outs) -> list:
+    if isinstance(outs, torch.Tensor):
+        return [outs]
+    return [t for o in outs for t in _tensors(torch, o)] if isinstance(outs, (list, tuple)) else []
+
+
+def _something_to_compare(torch, outs: list) -> None:
+    """A reference whose forward returns no tensor, or only empty ones (a size set to 0), passes any candidate:
+    the problem's error, before any is judged (an honest kernel at ``--set BATCH=0`` read as `cheat_detected`)."""
+    tensors = _tensors(torch, outs)
+    if not tensors:
+        raise ValueError(f"its forward returns no tensor ({type(outs[0]).__name__ if len(outs) == 1 else 'nothing'}"
+                         "): there is no output to compare a candidate's with")
+    if all(t.numel() == 0 for t in tensors):
+        raise ValueError(f"its outputs are empty at these sizes (shape {tuple(tensors[0].shape)}): a size of 0 "
+                         "leaves nothing to compare")
+
+
 def _copies(torch, inputs: list) -> list:
     return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
 
@@ -131,6 +149,7 @@ def run(h) -> ProblemAudit:
         held_versions = versions(held)
         rng = _rng_states(torch, cuda)
         first = forward(_copies(torch, inputs))
+        _something_to_compare(torch, first)
         drew = _rng_states(torch, cuda) != rng
         peak = (torch.cuda.max_memory_allocated() - base) if cuda else None
         after = held_tensors(torch, model)

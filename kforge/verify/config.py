@@ -148,6 +148,16 @@ class VerifyConfig(StrictConfig):
         if self.precision not in PRECISIONS:
             raise ConfigError(f"verify.precision={self.precision!r} is not a precision (valid: "
                               f"{', '.join(PRECISIONS)})")
+        # A negative limit killed an honest candidate as a `timeout`; a negative tolerance failed an exact one.
+        for name in ("timeout_s", "build_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"verify.{name}={getattr(self, name)!r} must be positive (seconds)")
+        for name in ("trials", "device_busy_wait_s", "attribution_budget_s", "atol", "rtol"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ConfigError(f"verify.{name}={value!r} must not be negative")
+        if not 0.0 <= self.min_kernel_share <= 1.0:
+            raise ConfigError(f"verify.min_kernel_share={self.min_kernel_share!r} must be a share, 0 to 1")
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "") -> "VerifyConfig":

@@ -145,3 +145,19 @@ def test_kernelbenchs_casting_of_integer_inputs_is_named_when_the_reference_fail
     assert "cast every input tensor to bfloat16, integer ones too" in str(err.value), err.value
     v = Verifier(fast_config(**cfg), pool=pool).verify(p, LOOKUP + "\nModelNew = Model\n", "cpu")
     assert v.state is State.CORRECT and v.precision == "bf16", v.summary()
+
+
+def test_a_reference_with_no_tensor_to_compare_is_the_problems_error(verifier):
+    """A forward returning None passed any candidate (`correct`), and at a size of 0 an honest kernel read as
+    `cheat_detected`: nothing there is a verdict on the candidate."""
+    from kforge.problems import resolve_problem
+    none = problem_from_source("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
+                               "        return None\n\n\ndef get_inputs():\n    return [torch.randn(4, 8)]\n\n\n"
+                               "def get_init_inputs():\n    return []\n", where="none.py", name="none")
+    with pytest.raises(ProblemFails, match="its forward returns no tensor"):
+        verifier.verify(none, USES_THE_PROBLEMS_CONSTANTS, "cpu")
+    empty = resolve_problem("level1/1_ReLU", size="cpu", overrides={"BATCH": 0, "DIM": 64})
+    relu = "import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n" \
+           "        return torch.relu(x)\n"
+    with pytest.raises(ProblemFails, match="its outputs are empty at these sizes"):
+        verifier.verify(empty, relu, "cpu")

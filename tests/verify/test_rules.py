@@ -64,3 +64,17 @@ def test_nothing_measured_is_the_benefit_of_the_doubt_but_no_share():
 def test_an_unknown_rule_set_names_the_valid_ones():
     with pytest.raises(ConfigError, match="kforge, kernelbench, strict"):
         VerifyConfig(rules="lenient")
+
+
+def test_numbers_that_would_judge_nothing_or_blame_the_candidate_are_refused():
+    import pytest
+
+    from kforge.errors import ConfigError
+    from kforge.job.config import JobConfig
+    from kforge.verify import VerifyConfig
+    for bad in ({"timeout_s": -1}, {"atol": -5.0}, {"trials": -1}, {"min_kernel_share": 1.5}):
+        with pytest.raises(ConfigError, match=f"verify.{next(iter(bad))}="):
+            VerifyConfig(**bad)
+    VerifyConfig(trials=0)  # the verifier's own build check
+    with pytest.raises((ConfigError, ValueError), match="verify.trials=0 must be at least 1"):
+        JobConfig.from_dict({"model": {"kind": "oracle", "name": "oracle"}, "verify": {"trials": 0}})
