@@ -35,4 +35,10 @@ def manifest_rows(path: Path, error: type[Exception], columns: str) -> list[tupl
     missing = {"problem", "candidate"} - {(c or "").strip() for c in reader.fieldnames or []}
     if missing:
         raise error(f"{path}: the CSV header lacks {', '.join(sorted(missing))} (columns: {columns})")
-    return [(n, {(k or "").strip(): (v or "").strip() for k, v in row.items()}) for n, row in enumerate(reader, 2)]
+    out = []
+    for n, row in enumerate(reader, 2):
+        if None in row:  # csv keeps a row's extra fields under None, as a list
+            raise error(f"{path}:{n}: {len(row[None])} field(s) more than the header's columns ({columns}); quote a "
+                        "value that holds a comma")
+        out.append((n, {(k or "").strip(): (v or "").strip() for k, v in row.items()}))
+    return out

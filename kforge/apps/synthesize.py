@@ -45,12 +45,15 @@ def _job(cfg: DictConfig) -> float:
             with open_dict(cfg):
                 cfg.workers.gpus = split_gpus(detect_gpus(), hc.job.num, n_jobs)
             tags["gpus"] = ",".join(map(str, cfg.workers.gpus))
-    light = not needs_compiler_stack(cfg.verify.compile_ref, cfg.backend.name)
-    pool = sweep_pool(cfg.workers, light) if hc.mode.name == "MULTIRUN" else None
+    from omegaconf.errors import OmegaConfBaseException
     try:
+        light = not needs_compiler_stack(cfg.verify.compile_ref, cfg.backend.name)
+        pool = sweep_pool(cfg.workers, light) if hc.mode.name == "MULTIRUN" else None
         result = run(cfg, tags=tags, pool=pool)
-    except (LLMError, ConfigError, ProblemError) as exc:
-        print(f"kforge: {exc}", file=sys.stderr)
+    except (LLMError, ConfigError, ProblemError, OmegaConfBaseException) as exc:
+        # OmegaConf's: a mandatory value left unset (model=litellm without model.name), in one line
+        said = str(exc).splitlines()[0] if isinstance(exc, OmegaConfBaseException) else exc
+        print(f"kforge: {said}", file=sys.stderr)
         discard_run_dir(hc.runtime.output_dir, Path.cwd())  # refused before it ran: no outputs/DATE/TIME/ left
         sys.exit(2)
     except KeyboardInterrupt:  # before the problems started, or while the job was being closed

@@ -12,6 +12,7 @@ import os
 import sys
 
 from .. import __version__
+from ..errors import ConfigError
 from ..log import setup as setup_logging
 from ..problems import ProblemError
 from . import build, problems, ui, verify, workload
@@ -38,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except (UsageError, ProblemError) as exc:
+    except (UsageError, ProblemError, ConfigError) as exc:  # ConfigError: a store that is none (`store_problem`)
         print(f"kforge: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -42,11 +42,14 @@ def cmd_build(args: argparse.Namespace) -> int:
         paths += oracle
     if not paths:
         raise UsageError("nothing to build: name candidate files, or --oracle for the built-in solutions")
+    if args.jobs < 1:
+        raise UsageError(f"--jobs {args.jobs}: at least one build worker is needed")
     with WorkerPool(build_workers=args.jobs) as pool:
         arch = _arch(pool, backend)
 
         def one(path: Path):
-            c = read_candidate_file(str(path)) if path.is_file() else Candidate(None, error="no such file")
+            c = read_candidate_file(str(path)) if path.is_file() else Candidate(
+                None, error="a directory, not a candidate file" if path.is_dir() else "no such file")
             if c.source is None:
                 return path, "skipped", 0.0, c.error
             t0 = time.monotonic()
@@ -60,7 +63,8 @@ def cmd_build(args: argparse.Namespace) -> int:
         t0 = time.monotonic()
         with ThreadPoolExecutor(max_workers=args.jobs) as ex:
             for path, state, secs, err in ex.map(one, paths):
-                print(f"{state:12} {secs:6.1f} s  {path}" + (f"\n  {err}" if state == "failed" else ""), flush=True)
+                print(f"{state:12} {secs:6.1f} s  {path}" + (f"\n  {err}" if state in ("failed", "skipped") else ""),
+                      flush=True)
         print(f"{len(paths)} candidate(s) in {time.monotonic() - t0:.1f} s with {args.jobs} build worker(s)")
     return 0
 

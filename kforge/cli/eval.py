@@ -85,6 +85,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise UsageError(f"--jobs {args.jobs}: at least one build worker is needed")
     if refused := not_a_rows_file(out):
         raise UsageError(refused)
+    if args.mlflow is not None:
+        from ..tracking.store import default_uri, store_problem
+        if refused := store_problem(args.mlflow or default_uri()):
+            raise UsageError(refused)
     # Before any worker or MLflow run: rows judged under other settings would pass for this run's verdicts.
     if conflict := resume_conflict(out, load_results(out), verify_config(args), size_of, backends):
         raise UsageError(conflict)

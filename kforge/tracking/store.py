@@ -63,6 +63,28 @@ def import_mlflow():
     return mlflow
 
 
+#: Schemes MLflow has a tracking store for ("": a folder).
+_SCHEMES = ("", "file", "sqlite", "http", "https", "databricks", "databricks-uc", "uc", "postgresql", "postgres",
+            "mysql", "mssql")
+
+
+def store_problem(uri: str) -> str | None:
+    """Why ``uri`` is no MLflow store to open (None: it may be one): a scheme MLflow has none for, or a SQLite URI
+    naming a folder or a file that is not a database (opened, MLflow's traceback; and a lock file left beside it)."""
+    scheme = uri.split("://", 1)[0].lower() if "://" in uri else ""
+    if scheme.split("+", 1)[0] not in _SCHEMES:
+        return (f"tracking URI {uri!r}: MLflow has no store for {scheme}:// (use sqlite:///PATH/mlflow.db, a folder, "
+                "or http(s)://HOST for a tracking server)")
+    db = sqlite_path(uri)
+    if db is not None and db.is_dir():
+        return f"tracking URI {uri!r}: {db} is a directory; name the SQLite file (sqlite:///{db}/mlflow.db)"
+    if db is not None and db.is_file() and db.stat().st_size:
+        with open(db, "rb") as fh:
+            if fh.read(16) != b"SQLite format 3\x00":
+                return f"tracking URI {uri!r}: {db} is not an SQLite database, so not an MLflow store"
+    return None
+
+
 def open_client(uri: str):
     """An MlflowClient for ``uri`` that retries while a SQLite store is locked.
 
@@ -71,6 +93,9 @@ def open_client(uri: str):
     migration and one dies. A lock file next to the database serialises the first touch, which copies an
     empty store MLflow made earlier (`empty_store`) rather than migrating the schema again.
     """
+    if problem := store_problem(uri):
+        from ..errors import ConfigError
+        raise ConfigError(problem)
     import_mlflow()
     from mlflow.tracking import MlflowClient
     # MLflow draws a "Downloading artifacts" bar per download; resume and reference transfer download a

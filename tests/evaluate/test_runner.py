@@ -400,3 +400,12 @@ def test_out_that_is_not_a_rows_file_is_refused_before_anything_is_written(tmp_p
     assert not_a_rows_file(rows) is None
     rows.write_text(row + "garbage\n" + row)
     assert "line 2" in not_a_rows_file(rows)
+
+
+def test_a_csv_row_with_more_fields_than_the_header_names_its_line(tmp_path):
+    from kforge.evaluate import read_manifest
+    from kforge.evaluate.runner import EvalInputError
+    manifest = tmp_path / "m.csv"
+    manifest.write_text("problem,candidate\nlevel1/1_ReLU,a.py,extra\n")
+    with pytest.raises(EvalInputError, match=r"m.csv:2: 1 field\(s\) more than the header's columns"):
+        read_manifest(manifest, "cpu")

@@ -110,3 +110,20 @@ def test_a_tracker_opened_on_a_thread_beside_a_reader_in_a_fresh_process(tmp_pat
     import sys
     done = subprocess.run([sys.executable, "-c", RACE, str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]
+
+
+def test_a_uri_that_is_no_store_is_refused_before_mlflow_opens_it(tmp_path):
+    """A bogus scheme, a folder or a file that is not a database ended in MLflow's traceback, and left a lock file
+    beside the user's file."""
+    from kforge.errors import ConfigError
+    from kforge.tracking.store import open_client, store_problem
+    assert "no store for bogus://" in store_problem("bogus://x")
+    assert "is a directory" in store_problem(f"sqlite:///{tmp_path}")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a database\n")
+    with pytest.raises(ConfigError, match="is not an SQLite database"):
+        open_client(f"sqlite:///{notes}")
+    assert not (tmp_path / "notes.txt.lock").exists() and notes.read_text() == "not a database\n"
+    for fine in (f"sqlite:///{tmp_path / 'new.db'}", str(tmp_path / "runs"), "http://localhost:5000",
+                 "postgresql+psycopg2://u@h/db"):
+        assert store_problem(fine) is None, fine
