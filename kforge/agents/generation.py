@@ -7,7 +7,7 @@ from typing import Any
 
 from ..backends import Backend
 from ..candidate import Candidate
-from ..llm import LLM, CallContext, LLMError, LLMResponse
+from ..llm import LLM, CallContext, LLMError, LLMResponse, ModelUnreachable
 from ..problems import Problem
 from ..verify import Verdict
 from .prompts import Prompts
@@ -77,6 +77,8 @@ class GenerationAgent:
                           problem=problem, precision=self.precision, backward=self.backward)
         try:
             resp = self.llm.complete(messages, ctx)
+        except ModelUnreachable:  # no answer at all: not the model's failure on this problem; the job stops
+            raise
         except LLMError as exc:
             return Attempt(phase, messages, Candidate(None, error=f"the model call failed: {exc}"))
         if resp.note:

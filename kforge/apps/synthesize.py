@@ -65,7 +65,7 @@ def _job(cfg: DictConfig) -> float:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
         sys.exit(130)
     if result.interrupted:
-        sys.exit(130)
+        sys.exit(1 if result.extra.get("stopped") else 130)  # stopped on its own (a model server gone), or Ctrl-C
     # The return value lets Hydra's optimisation sweepers use the job's correctness rate.
     return float(result.stats.get("fast_0") or 0.0)
 

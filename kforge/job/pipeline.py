@@ -314,6 +314,8 @@ def execute(job: Job, tracker: Tracker) -> JobResult:
     extra: dict[str, Any] = {"verifier_time_s": dict(job.verifier.time_s)}
     if stage is not None:
         extra["workload"] = stage.record
+    if end.why:
+        extra["stopped"] = end.why
     return JobResult(end.results, end.stats, tracking.parent_id or earlier.parent, end.interrupted, extra=extra)
 
 
@@ -370,9 +372,9 @@ def _report(end: JobEnd, tracker: Any, parent: str | None, todo: list[Problem], 
     if end.interrupted:
         cut_off = [r for r in end.ended if r.stopped]
         left = len(todo) - len(end.ended) + len(cut_off)
-        print(f"\nkforge: interrupted; {len(end.results)} finished problem(s) are in MLflow (parent run {parent}, "
-              f"KILLED); {left} problem(s) are cut off or not started: run the same command again to continue "
-              "them.")
+        print(f"\nkforge: {'stopped: ' + end.why if end.why else 'interrupted'}; {len(end.results)} finished problem(s) "
+              f"are in MLflow (parent run {parent}, KILLED); {left} problem(s) are cut off or not started: run the "
+              "same command again to continue them.")
     for r in end.skipped:
         print(f"kforge: {r.problem.key} was skipped: the problem itself fails ("
               f"{r.problem_error.strip().splitlines()[-1]}); its traceback is in MLflow")

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import cache_dir
-from .base import LLM, CallContext, LLMError, LLMResponse, MissingAPIKey, ModelConfig
+from .base import LLM, CallContext, LLMError, LLMResponse, MissingAPIKey, ModelConfig, ModelUnreachable
 from .cache import ResponseCache
 from .offline import OracleModel, ScriptedModel
 from .replay import ReplayingModel, replaying
@@ -28,5 +28,5 @@ def make_model(config: ModelConfig | dict[str, Any], cache_root: str | Path | No
     raise LLMError(f"unknown model kind {config.kind!r} (choose from litellm, oracle, scripted)")
 
 
-__all__ = ["CallContext", "LLM", "LLMError", "LLMResponse", "MissingAPIKey", "ModelConfig", "ResponseCache",
-           "OracleModel", "ReplayingModel", "ScriptedModel", "make_model", "replaying"]
+__all__ = ["CallContext", "LLM", "LLMError", "LLMResponse", "MissingAPIKey", "ModelConfig", "ModelUnreachable",
+           "ResponseCache", "OracleModel", "ReplayingModel", "ScriptedModel", "make_model", "replaying"]

@@ -17,6 +17,11 @@ class MissingAPIKey(LLMError):
     """A real model was chosen but its API key is not in the environment."""
 
 
+class ModelUnreachable(LLMError):
+    """The model's server could not be reached at all (connection refused, no such host), after retries: no verdict
+    on any problem, so the job stops rather than record the outage as the model's failure."""
+
+
 @dataclass
 class ModelConfig(StrictConfig):
     """One model, as ``conf/model/*.yaml`` describes it."""

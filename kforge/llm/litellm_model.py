@@ -10,7 +10,7 @@ import os
 import time
 from typing import Any
 
-from .base import CallContext, LLMError, LLMResponse, MissingAPIKey, ModelConfig
+from .base import CallContext, LLMError, LLMResponse, MissingAPIKey, ModelConfig, ModelUnreachable
 from .cache import ResponseCache
 
 #: The one variable litellm reads for each of these providers' keys (``litellm.validate_environment``), so a
@@ -24,6 +24,27 @@ PROVIDER_KEYS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "
 # Worth retrying: the next attempt may well succeed.
 _TRANSIENT = ("RateLimitError", "InternalServerError", "ServiceUnavailableError", "BadGatewayError",
               "APIConnectionError", "Timeout", "APIError")
+
+
+_UNREACHABLE = ("Connection refused", "Errno 111", "Name or service not known", "nodename nor servname",
+                "Temporary failure in name resolution", "No route to host", "Failed to establish a new connection",
+                "Cannot connect to host", "ConnectError")
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """Whether a call failed because nothing answered at the server's address (not a reply it gave)."""
+    seen, e = 0, exc
+    while e is not None and seen < 8:
+        if any(s in f"{type(e).__name__}: {e}" for s in _UNREACHABLE):
+            return True
+        e, seen = e.__cause__ or e.__context__, seen + 1
+    return False
+
+
+def _cause(exc: BaseException) -> str:
+    text = str(exc)
+    found = next((s for s in _UNREACHABLE if s in text), None)
+    return found.lower() if found else type(exc).__name__
 
 
 def _litellm():
@@ -119,6 +140,10 @@ class LiteLLMModel:
                 name = type(exc).__name__
                 transient = any(t in name for t in _TRANSIENT) and "Authentication" not in name
                 if not transient or attempt == c.retries:
+                    if _unreachable(exc):
+                        where = c.api_base or f"{c.model}'s provider"
+                        raise ModelUnreachable(f"cannot reach {where} for model {c.name}: {_cause(exc)} (start the "
+                                               "server, or set model.api_base)") from exc
                     raise LLMError(f"{c.name} ({c.model}): {name}: {str(exc)[:500]}") from exc
                 time.sleep(delay)
                 delay *= 2

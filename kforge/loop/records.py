@@ -234,6 +234,8 @@ class JobEnd:
     verifications: int = 0
     """Candidates this job verified."""
     interrupted: bool = False
+    why: str | None = None
+    """What stopped an interrupted job, where it was not the user (a model server nothing answered at)."""
 
     @property
     def skipped(self) -> list[ProblemResult]:

@@ -18,6 +18,7 @@ import traceback
 from typing import Any, Sequence
 
 from ..agents import GenerationAgent, Reference
+from ..llm import ModelUnreachable
 from ..problems import Problem, ProblemError
 from .advice import Advisor, GenericAdvisor
 from .beam import BeamSearch
@@ -47,6 +48,8 @@ class ProblemLoop:
         self.advisor: Advisor = advisor or GenericAdvisor()
         self.observers = list(observers)
         self.strategy = strategy or strategy_for(config)
+        self.unreachable: str | None = None
+        """Why the job stopped on its own: the model's server answered no call (`ModelUnreachable`)."""
 
     def tell(self, event: str, *args: Any) -> None:
         """Tell every observer ``event`` (a `LoopObserver` method), in order."""
@@ -57,7 +60,8 @@ class ProblemLoop:
             resume: LoopState | None = None) -> ProblemResult:
         """Run ``problem`` to its end, from ``resume`` where an earlier run was cut off.
 
-        A broken problem is skipped (``result.problem_error``, event ``problem_skipped``). Another kforge
+        A broken problem is skipped (``result.problem_error``, event ``problem_skipped``). A model nothing answers
+        for stops the job (``unreachable``) and leaves the problem cut off, for a rerun to continue. Another kforge
         error ends the problem with ``result.error`` (or ``stopped``, when the stop event is set, e.g. the
         pool closed under a verification by a second Ctrl-C) instead of going up.
         """
@@ -67,6 +71,10 @@ class ProblemLoop:
             self.strategy.search(self, problem, reference, state)
             if not state.result.stopped:
                 settle(self, problem, state.result)  # the finalists re-timed against each other
+        except ModelUnreachable as exc:  # no model to ask: the job stops, and this problem is cut off, not failed
+            self.unreachable = self.unreachable or str(exc)
+            self.stop.set()
+            state.result.stopped = True
         except ProblemError as exc:  # a malformed problem file, or one that fails when run (`ProblemFails`)
             state.result.problem_error = traceback.format_exc()
             log.warning("kforge: %s skipped: the problem itself fails (%s); the sweep goes on",
@@ -183,6 +191,9 @@ def run_problems(problems: list[Problem], loop: ProblemLoop, *, concurrency: int
         t.start()
     try:
         sweep.collect(wait_all=True)
+        if loop.unreachable:  # the loops in flight end after their step, cut off; a rerun continues them
+            interrupted = True
+            sweep.collect(wait_all=True)
     except KeyboardInterrupt:
         interrupted = True
         sweep.stop_now()
@@ -190,7 +201,8 @@ def run_problems(problems: list[Problem], loop: ProblemLoop, *, concurrency: int
     # Finished problems (earlier ones included) make the job's figures; cut-off and skipped ones do not.
     results = done + [r for r in ended if not r.stopped and not r.problem_error]
     end = JobEnd(results, job_stats(results, loop.config.speedup_vs), ended, len(done),
-                 loop.verifier.pool.counters["run"] - loop.verifier.retimings - runs_before, interrupted)
+                 loop.verifier.pool.counters["run"] - loop.verifier.retimings - runs_before, interrupted,
+                 why=loop.unreachable)
     loop.tell("job_ended", end)
     if interrupted:
         raise Interrupted(end) from None

@@ -179,3 +179,17 @@ def test_litellm_prints_no_info_lines_and_no_banners(tmp_path, capsys, caplog):
     out = capsys.readouterr()
     assert not [r for r in caplog.records if r.name.startswith("LiteLLM")]
     assert "LiteLLM" not in out.out + out.err and "Give Feedback" not in out.out + out.err
+
+
+def test_a_server_nothing_answers_at_is_unreachable_not_a_failed_reply(tmp_path):
+    """A real litellm call to a closed port (no network needed): the outage was recorded as the model's
+    `generation_failure` on every problem, which a rerun then counted as finished."""
+    from kforge.llm import ModelUnreachable
+    cfg = ModelConfig(name="local", model="hosted_vllm/my-model", api_base="http://127.0.0.1:9/v1", retries=0,
+                      cache=False, timeout_s=20)
+    with pytest.raises(ModelUnreachable, match=r"cannot reach http://127.0.0.1:9/v1 for model local"):
+        make_model(cfg).complete(MESSAGES)
+    m = mock_model(tmp_path, reply="litellm.RateLimitError", retries=0, cache=False)
+    with pytest.raises(LLMError) as err:  # a reply the server gave is the model's own failure
+        m.complete(MESSAGES)
+    assert not isinstance(err.value, ModelUnreachable)

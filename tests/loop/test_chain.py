@@ -165,3 +165,21 @@ def test_a_job_tells_its_events_around_its_problems(relu):
         ("ended", "level1/1_ReLU", False, None), ("collected", "level1/1_ReLU"),
         ("job ended", ["level1/1_ReLU"], 1, False, 1.0)]
     assert end.results[0].correct and end.stats["n"] == 1
+
+
+def test_a_model_server_nothing_answers_at_stops_the_job_and_cuts_its_problems_off(relu):
+    """The outage was each problem's `generation_failure`, the job FINISHED, and a rerun found nothing to do. A real
+    litellm call to a closed port: the job stops on its own, its problem cut off for a rerun to continue."""
+    from kforge.loop import Interrupted, run_problems
+    softmax = load_builtin(names=["level1/2_Softmax"], size="cpu", overrides={"BATCH": 8, "DIM": 4096})[0]
+    llm = make_model(ModelConfig(name="local", model="hosted_vllm/m", api_base="http://127.0.0.1:9/v1", retries=0,
+                                 cache=False, timeout_s=20))
+    recorder = Recorder()
+    loop = ProblemLoop(GenerationAgent(llm, get_backend("cpu"), None, "a cpu"), FakeVerifier(judge),
+                       LoopConfig(iterations=1, concurrency=1), observers=[recorder])
+    with pytest.raises(Interrupted) as stopped:
+        run_problems([relu, softmax], loop)
+    end = stopped.value.end
+    assert end.interrupted and "cannot reach http://127.0.0.1:9/v1" in end.why, end.why
+    assert [(r.problem.key, r.stopped, r.error) for r in end.ended] == [("level1/1_ReLU", True, None)]
+    assert not end.results and ("ended", "level1/1_ReLU", True, None) in recorder.events  # cut off, not failed
