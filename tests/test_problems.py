@@ -120,7 +120,7 @@ def test_constants_bound_together_are_constants_and_each_can_be_set_alone():
     assert (both.constants["height"], both.constants["width"]) == (33, 31)
 
 
-def test_kernelbench_directory_selection(tmp_path):
+def test_kernelbench_directory_selection(tmp_path, caplog):
     for rel in ("level1/1_A.py", "level1/2_B.py", "level1/10_C.py", "level2/1_D.py"):
         write(tmp_path, "KernelBench/" + rel, GOOD)
     all_ = load_directory(tmp_path)  # the checkout root works as well as its KernelBench/ folder
@@ -134,6 +134,15 @@ def test_kernelbench_directory_selection(tmp_path):
     flat = tmp_path / "mine"
     write(flat.parent, "mine/7_Mine.py", GOOD)
     assert [(p.key, p.level) for p in load_directory(flat)] == [("7_Mine", None)]
+    # one broken file among good ones is named and skipped; asked for by name, or alone, it is the error
+    write(tmp_path, "KernelBench/level1/3_Broken.py", "import torch\nclass Model(:\n")
+    with caplog.at_level("WARNING", logger="kforge.problems.suite"):
+        assert [p.key for p in load_directory(tmp_path, levels=1)] == ["level1/1_A", "level1/2_B", "level1/10_C"]
+    assert "3_Broken.py: syntax error" in caplog.text and "skipped" in caplog.text
+    with pytest.raises(ProblemError, match="syntax error"):
+        load_directory(tmp_path, names=["3_Broken"])
+    with pytest.raises(ProblemError, match="syntax error"):
+        load_directory(tmp_path, ids="3")
     (tmp_path / "empty").mkdir()
     with pytest.raises(ProblemError, match="not a KernelBench layout"):
         load_directory(tmp_path / "empty")

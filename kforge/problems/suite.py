@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 from typing import Any, Iterable
@@ -10,6 +11,7 @@ from ..precision import PRECISIONS
 from .problem import Problem, ProblemError, load_problem_file
 
 BUILTIN_DIR = Path(__file__).resolve().parent / "builtin"
+log = logging.getLogger(__name__)
 
 
 def parse_ids(spec: str | int | Iterable[Any] | None) -> set[int] | None:
@@ -60,11 +62,13 @@ def load_directory(root: str | Path, *, levels: Any = None, ids: Any = None, nam
     """Load ``root/levelN/ID_Name.py`` files, filtered by level, id and name, sorted by (level, id); or, where
     ``root`` has no level folders, the problem files directly in it (of no level).
 
-    Size overrides apply to the selected problems only (a constant one problem lacks is an error).
+    Size overrides apply to the selected problems only (a constant one problem lacks is an error). A file that does
+    not load (a syntax error, no ``Model``) is skipped with a warning naming it, where others load and none was
+    asked for by name or given sizes: one broken file among a folder's hundred ended every listing and job.
     """
     want_levels, want_ids = _levels(levels), parse_ids(ids)
     wanted = [n for n in (names or [])]
-    problems = []
+    problems, broken = [], []
     for level, level_dir in _level_dirs(root):
         if want_levels is not None and level not in want_levels:
             continue
@@ -76,7 +80,16 @@ def load_directory(root: str | Path, *, levels: Any = None, ids: Any = None, nam
                 continue
             if wanted and not any(_matches_stem(level, f.stem, n) for n in wanted):
                 continue
-            problems.append(load_problem_file(f, size=size, overrides=overrides, level=level, origin=origin))
+            try:
+                problems.append(load_problem_file(f, size=size, overrides=overrides, level=level, origin=origin))
+            except ProblemError as exc:
+                if wanted or overrides:
+                    raise
+                broken.append(exc)
+    if broken and not problems:
+        raise broken[0]
+    for exc in broken:
+        log.warning("kforge: %s; skipped, the other %d problem(s) load", str(exc).splitlines()[0], len(problems))
     problems.sort(key=lambda p: (p.level or 0, p.problem_id if p.problem_id is not None else 1 << 30, p.name))
     unknown = [n for n in wanted if not any(_matches(p, n) for p in problems)]
     if unknown:
