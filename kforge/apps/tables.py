@@ -26,13 +26,24 @@ def _tables(cfg: DictConfig) -> None:
     from ..job.config import TablesConfig
     from ..report.render import build_all
     from ..tracking import default_uri, open_client
+    from ..tracking.store import sqlite_path
     try:
         conf = TablesConfig.from_hydra(cfg)  # strict: a misspelt key, a wrong type or value is named
     except ConfigError as exc:
         print(f"kforge: {exc}", file=sys.stderr)
         discard_run_dir(HydraConfig.get().runtime.output_dir, Path.cwd())  # refused: leave no outputs/ folder
         sys.exit(2)
-    client = open_client(conf.tracking_uri or default_uri())
+    uri = conf.tracking_uri or default_uri()
+    db = sqlite_path(uri)
+    try:
+        if db is not None and not db.is_file():  # reading: a misspelt path would be made an empty store
+            raise ConfigError(f"no MLflow store at {db} (run kforge-reproduce first, or name the store: "
+                              "tracking_uri=sqlite:///PATH/mlflow.db)")
+        client = open_client(uri)
+    except ConfigError as exc:
+        print(f"kforge: {exc}", file=sys.stderr)
+        discard_run_dir(HydraConfig.get().runtime.output_dir, Path.cwd())
+        sys.exit(2)
     results = build_all(client, conf.out_dir, list(conf.ablations), conf.baseline, conf.resamples, conf.confidence)
     for name, res in results.items():
         if not res["runs"]:

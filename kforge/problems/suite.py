@@ -14,8 +14,8 @@ BUILTIN_DIR = Path(__file__).resolve().parent / "builtin"
 log = logging.getLogger(__name__)
 
 
-def parse_ids(spec: str | int | Iterable[Any] | None) -> set[int] | None:
-    """``"1-5,19"`` -> {1, 2, 3, 4, 5, 19}; None or ``"all"`` means every id."""
+def parse_ids(spec: str | int | Iterable[Any] | None, what: str = "problem id") -> set[int] | None:
+    """``"1-5,19"`` -> {1, 2, 3, 4, 5, 19}; None or ``"all"`` means every id (``what``: the error's word)."""
     if spec is None:
         return None
     if isinstance(spec, int):
@@ -23,7 +23,7 @@ def parse_ids(spec: str | int | Iterable[Any] | None) -> set[int] | None:
     if not isinstance(spec, str):
         out: set[int] = set()
         for item in spec:
-            out |= parse_ids(item) or set()
+            out |= parse_ids(item, what) or set()
         return out
     spec = spec.strip()
     if spec in ("", "all", "*"):
@@ -37,12 +37,12 @@ def parse_ids(spec: str | int | Iterable[Any] | None) -> set[int] | None:
         elif part.isdigit():
             out.add(int(part))
         else:
-            raise ProblemError(f"bad problem id selection {spec!r}: use numbers and ranges like 1-5,19")
+            raise ProblemError(f"bad {what} selection {spec!r}: use numbers and ranges like 1-5,19")
     return out
 
 
 def _levels(spec: Any) -> set[int] | None:
-    return parse_ids(spec)
+    return parse_ids(spec, "level")
 
 
 def kernelbench_root(root: str | Path) -> Path:

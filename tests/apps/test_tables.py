@@ -18,3 +18,16 @@ def test_tables_are_one_run_per_ablation_updated_in_place(tmp_path: Path):
     assert runs[0].info.status == "FINISHED"
     got = tracker.client.download_artifacts(first, "tables/single_vs_iterative.md", str(tmp_path / "dl"))
     assert Path(got).read_text() == "| second |\n"
+
+
+def test_tables_from_a_store_that_is_not_there_are_refused_and_make_none(tmp_path: Path):
+    """A misspelt store path was made an empty store, and the tables said "no finished runs"."""
+    import os
+    import subprocess
+    import sys
+    missing = tmp_path / "nonexist.db"
+    res = subprocess.run([sys.executable, "-m", "kforge.apps.tables", f"tracking_uri=sqlite:///{missing}"],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                         env=dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True"))
+    assert res.returncode == 2 and f"no MLflow store at {missing}" in res.stderr, res.stderr[-2000:]
+    assert not missing.exists()
