@@ -96,12 +96,35 @@ def sweep_pool(workers: Any, light: bool = False):
     return pool
 
 
+def check_swept_models(argv: list[str]) -> None:
+    """In a sweep over models (``-m model=oracle,gpt-5``), a model that cannot be called (its key unset) is named
+    before the first job, as ``kforge-reproduce`` does: it stopped the sweep at its own job, after the jobs before it
+    ran. Not where the command line sets a model's own keys (``model.api_key_env=...``): those apply per job."""
+    if not {"-m", "--multirun"} & set(argv) or any(a.lstrip("+~").startswith("model.") for a in argv):
+        return
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from ..errors import ConfigError
+    from ..llm import LLMError, ModelConfig, make_model
+    from .reproduce import model_config
+    given = [a for a in argv if a.lstrip("+~").startswith("model=")]
+    for override in OverridesParser.create().parse_overrides(given):
+        if not override.is_sweep_override():
+            continue
+        for name in [v for v in override.value().list if isinstance(v, str)]:
+            try:
+                make_model(ModelConfig.from_dict(model_config(name), "model")).check()
+            except LLMError as exc:
+                raise ConfigError(f"{exc} (model={name}, checked before the sweep's first job)") from None
+
+
 def main() -> None:
     from ..errors import ConfigError
     from ..job.config import check_overrides
     try:  # a misspelt key or choice gets kforge's answer (the valid ones), not Hydra's "not in struct" or search path
         check_overrides(sys.argv[1:])
         check_choices(sys.argv[1:])
+        check_swept_models(sys.argv[1:])
     except ConfigError as exc:
         print(f"kforge: {exc}", file=sys.stderr)
         sys.exit(2)

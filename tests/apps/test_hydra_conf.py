@@ -49,3 +49,17 @@ def test_a_refused_jobs_folder_is_taken_back_and_nothing_else(tmp_path):
     discard_run_dir(worked, tmp_path)
     assert (worked / "workload.json").is_file()
 
+
+
+def test_a_sweep_over_models_checks_every_models_key_before_its_first_job(monkeypatch):
+    """`-m model=oracle,gpt-5` ran the oracle's job in full, then stopped at gpt-5's missing key."""
+    import pytest
+
+    from kforge.apps.synthesize import check_swept_models
+    from kforge.errors import ConfigError
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(ConfigError, match="OPENAI_API_KEY.*checked before the sweep's first job"):
+        check_swept_models(["-m", "model=oracle,gpt-5", "problems.ids=1"])
+    check_swept_models(["-m", "model=oracle,vllm"])  # no key to set: a local server
+    check_swept_models(["model=gpt-5"])  # one job: its own start says so
+    check_swept_models(["-m", "model=oracle,gpt-5", "model.api_key_env=MY_KEY"])  # set per job
