@@ -325,7 +325,7 @@ class Harness:
         except (OSError, UnicodeDecodeError):
             return ""
 
-    _DTYPES = re.compile(r"scalar type|dtype|BFloat16|Half|bfloat16|float16|bf16|fp16|Float\b", re.I)
+    _DTYPES = re.compile(r"scalar type|dtype|BFloat16|bfloat16|\bHalf\b|float16|\bbf16\b|\bfp16\b")
 
     def _dtype_hint(self, exc: BaseException) -> str:
         """Where a candidate fails on a dtype at a reduced precision: what the precision made its tensors."""
