@@ -50,6 +50,19 @@ def generic_model(model: str) -> dict[str, Any]:
     return {"name": model, "kind": "litellm", "model": model}
 
 
+def model_config(name: str) -> dict[str, Any]:
+    """A ``--models`` entry: a conf/model name, or a litellm model string with its provider."""
+    from omegaconf import OmegaConf
+    path = CONF_DIR / "model" / f"{name}.yaml"
+    if path.is_file():
+        return OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    if "/" in name:
+        return generic_model(name)
+    known = sorted(p.stem for p in (CONF_DIR / "model").glob("*.yaml") if p.stem != "litellm")
+    raise ConfigError(f"unknown model {name!r}: choose from {', '.join(known)}, or give a litellm model "
+                      "string with its provider (e.g. openai/gpt-5, anthropic/claude-opus-4-5)")
+
+
 def register_model_strings(overrides: list[str]) -> list[str]:
     """Make ``model=PROVIDER/MODEL`` a valid choice for every such value in ``overrides``."""
     from hydra.core.config_store import ConfigStore

@@ -29,24 +29,11 @@ from typing import Any
 from .. import PACKAGE_DIR
 from ..errors import ConfigError
 from ..log import setup as setup_logging
-from .hydra_conf import CONF_DIR, check_choices, generic_model
+from .hydra_conf import check_choices, model_config
 
 log = logging.getLogger(__name__)
 
 OFFLINE = ("oracle", "scripted")
-
-
-def model_config(name: str) -> dict[str, Any]:
-    """A ``--models`` entry: a conf/model name, or a litellm model string with its provider."""
-    from omegaconf import OmegaConf
-    path = CONF_DIR / "model" / f"{name}.yaml"
-    if path.is_file():
-        return OmegaConf.to_container(OmegaConf.load(path), resolve=True)
-    if "/" in name:
-        return generic_model(name)
-    known = sorted(p.stem for p in (CONF_DIR / "model").glob("*.yaml") if p.stem != "litellm")
-    raise ConfigError(f"unknown model {name!r}: choose from {', '.join(known)}, or give a litellm model "
-                      "string with its provider (e.g. openai/gpt-5, anthropic/claude-opus-4-5)")
 
 
 def check_models(models: list[str]) -> None:

@@ -106,7 +106,7 @@ def check_swept_models(argv: list[str]) -> None:
 
     from ..errors import ConfigError
     from ..llm import LLMError, ModelConfig, make_model
-    from .reproduce import model_config
+    from .hydra_conf import model_config
     given = [a for a in argv if a.lstrip("+~").startswith("model=")]
     for override in OverridesParser.create().parse_overrides(given):
         if not override.is_sweep_override():
