@@ -90,6 +90,12 @@ def index_problems(problems_dir: str | Path) -> dict[tuple[int, int], list[Path]
     return out
 
 
+def _kernelbench_named_first(f: Path) -> tuple[bool, str]:
+    """Files in KernelBench's own spelling of their numbers first: of two naming one sample, that one is judged."""
+    parsed = parse_generation_name(f.name)
+    return (parsed is not None and f.name != "level_{}_problem_{}_sample_{}_kernel.py".format(*parsed), f.name)
+
+
 def discover(problems_dir: str | Path, generations_dir: str | Path, backend: str,
              levels: Any = None, ids: Any = None) -> Discovery:
     """Jobs for the KernelBench-named files in ``generations_dir``, matched to ``problems_dir``."""
@@ -101,8 +107,8 @@ def discover(problems_dir: str | Path, generations_dir: str | Path, backend: str
     except ProblemError as exc:
         raise EvalInputError(str(exc)) from None
     want_levels, want_ids = parse_ids(levels), parse_ids(ids)
-    jobs, ignored = [], []
-    for f in sorted(gen.iterdir()):
+    jobs, ignored, seen = [], [], {}
+    for f in sorted(gen.iterdir(), key=_kernelbench_named_first):
         parsed = parse_generation_name(f.name) if f.is_file() else None
         if parsed is None:
             if f.suffix == ".py":
@@ -117,6 +123,9 @@ def discover(problems_dir: str | Path, generations_dir: str | Path, backend: str
             error = f"no problem level{level}/{pid}_*.py in {problems_dir}"
         elif len(matches) > 1:
             error = f"several problem files match level{level}/{pid}_*.py: {', '.join(p.name for p in matches)}"
+        if (level, pid, sample) in seen:  # level_01_problem_1 and level_1_problem_1: one sample, counted once
+            error = f"the same sample as {seen[(level, pid, sample)]} (its numbers written otherwise); judged there"
+        seen.setdefault((level, pid, sample), f.name)
         jobs.append(CandidateFile(f.resolve(), str(matches[0]) if len(matches) == 1 else None, backend,
                         level, pid, sample, error))
     if not jobs:

@@ -79,6 +79,14 @@ def test_discover_matches_each_file_to_its_problem(tmp_path):
         assert [j.error for j in found.jobs[:3]] == [None] * 3 and "no problem level1/99_*.py" in found.jobs[3].error
         assert found.ignored == ["notes.py"] and {j.backend for j in found.jobs} == {"cpu"}
     assert [j.problem_id for j in discover(kb, gen, "cpu", ids="2-5").jobs] == [2]
+    # one sample written twice (its numbers padded): counted once, the other an error row naming it
+    shutil.copy(relu, gen / "level_01_problem_2_sample_0_kernel.py")
+    twice = [j for j in discover(kb, gen, "cpu").jobs if j.problem_id == 2]
+    assert [(j.candidate.name, j.error) for j in twice] == [
+        ("level_1_problem_2_sample_0_kernel.py", None),
+        ("level_01_problem_2_sample_0_kernel.py", "the same sample as level_1_problem_2_sample_0_kernel.py (its "
+         "numbers written otherwise); judged there")]
+    (gen / "level_01_problem_2_sample_0_kernel.py").unlink()
     # Two files claiming one id is a malformed tree: the sample says so instead of guessing.
     shutil.copy(BUILTIN_DIR / "level1" / "1_ReLU.py", kb / "KernelBench" / "level1" / "1_ReLU_copy.py")
     assert "several problem files match level1/1_*.py" in discover(kb, gen, "cpu").jobs[0].error
