@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent / "kforge"
 # decides a module's layer.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("kforge", "kforge.cachefile", "kforge.candidate", "kforge.metrics", "kforge.errors",
-                    "kforge.strict", "kforge.log", "kforge.manifest", "kforge.figure")),
+                    "kforge.strict", "kforge.log", "kforge.manifest", "kforge.figure", "kforge.signals")),
     ("problems", ("kforge.problems",)),
     ("backends", ("kforge.backends",)),
     ("sandbox", ("kforge.sandbox",)),  # worker processes, child dispatch, harness, GPU facts, ceilings

@@ -94,7 +94,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise UsageError(conflict)
     tracker = parent = None
     started = time.monotonic()
-    with WorkerPool(build_workers=args.jobs) as pool, Verifier(verify_config(args), pool=pool) as verifier:
+    from ..signals import sigterm_as_interrupt
+    # A scheduler's SIGTERM ends it as Ctrl-C does: rows kept, workers closed, "kforge: interrupted" (exit 130)
+    with sigterm_as_interrupt(), WorkerPool(build_workers=args.jobs) as pool, \
+            Verifier(verify_config(args), pool=pool) as verifier:
         try:
             slots = {k for b in backends.values() for k in verifier.device_kinds(b)}
         except BackendUnavailable as exc:

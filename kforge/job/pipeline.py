@@ -7,10 +7,8 @@ MLflow runs, and `console.Progress`) record and show the job, then prints the su
 
 from __future__ import annotations
 
-import signal
 import tempfile
 import threading
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +19,7 @@ from ..llm import LLM, make_model, replaying
 from ..loop import Advisor, Interrupted, JobEnd, LoopObserver, ProblemLoop, ProblemResult, run_problems
 from ..problems import Problem, default_size, load_builtin, load_directory
 from ..sandbox.protocol import DeviceInfo
+from ..signals import sigterm_as_interrupt
 from ..tracking.observer import JobRun
 from ..tracking.schema import WORKLOAD_SOURCE, Tags
 from ..verify import BackendUnavailable, Verifier, WorkerPool
@@ -180,7 +179,7 @@ def run(cfg: Any, *, llm: LLM | None = None, tags: dict[str, str] | None = None,
     pool = pool or WorkerPool(gpus=job.workers.gpus, build_workers=job.workers.build, spare=job.workers.spare,
                               light=not needs_compiler_stack(job.verify.compile_ref, job.backend.name))
     try:
-        with _sigterm_as_interrupt(), tempfile.TemporaryDirectory(prefix="kforge-analysis-") as scratch:
+        with sigterm_as_interrupt(), tempfile.TemporaryDirectory(prefix="kforge-analysis-") as scratch:
             return execute(compose(conf, job, llm, pool, scratch, chash, tags or {}), opening.tracker())
     finally:
         if own_pool:
@@ -222,20 +221,6 @@ class _Opening:
             raise self._error
         assert self._result is not None
         return self._result
-
-
-@contextmanager
-def _sigterm_as_interrupt():
-    """A scheduler's SIGTERM ends the job like Ctrl-C: finished problems stay finished in MLflow."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.getsignal(signal.SIGTERM)
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def compose(conf: dict[str, Any], job: JobConfig, llm: LLM, pool: WorkerPool, scratch: str, chash: str,

@@ -417,3 +417,28 @@ def test_a_csv_row_with_more_fields_than_the_header_names_its_line(tmp_path):
     manifest.write_text("problem,candidate\nlevel1/1_ReLU,a.py,extra\n")
     with pytest.raises(EvalInputError, match=r"m.csv:2: 1 field\(s\) more than the header's columns"):
         read_manifest(manifest, "cpu")
+
+
+def test_a_sigterm_ends_an_evaluation_as_ctrl_c_does_rows_kept(tmp_path):
+    """A scheduler's SIGTERM ended `kforge eval` with exit 143, no word, and its pool's folder left in /tmp."""
+    import os
+    import signal
+    import time
+    kb = kernelbench(tmp_path / "KB")
+    slow = b"import time\nimport torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n" \
+           b"    def forward(self, x):\n        time.sleep(0.5)\n        return torch.relu(x)\n"
+    gen = generations(tmp_path / "run", {kb_name(1, s): slow for s in range(4)})
+    out = tmp_path / "rows.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "kforge.cli", "eval", str(kb), str(gen), "--no-timing",
+                             "--no-kernel-check", "--jobs", "1", "--out", str(out), "--no-progress"],
+                            stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                            env=dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True"))
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None and not (out.is_file() and out.read_text().strip()):
+        time.sleep(0.2)
+    assert proc.poll() is None, proc.stderr.read()[-2000:]
+    proc.send_signal(signal.SIGTERM)
+    rc, err = proc.wait(timeout=120), proc.stderr.read()
+    assert rc == 130 and "kforge: interrupted" in err, (rc, err[-2000:])
+    rows = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+    assert 1 <= len(rows) < 4 and all(r["state"] == "correct" for r in rows), rows
