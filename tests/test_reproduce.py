@@ -22,6 +22,11 @@ def test_missing_key_stops_at_once_and_suggests_the_oracle(tmp_path):
                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert res.returncode != 0 and "OPENAI_API_KEY" in res.stderr and "MODELS=oracle" in res.stderr
     assert not (tmp_path / "mlflow.db").exists()
+    # no iterations: refused before the oracle's kernels are built (it built twelve, then a sweep failed)
+    res = subprocess.run([sys.executable, str(REPO_DIR / "pipelines" / "reproduce.py"), "--models", "oracle",
+                          "--backends", "cpu", "--iterations", "0"], capture_output=True, text=True, cwd=tmp_path,
+                         timeout=300)
+    assert res.returncode == 2 and "--iterations 0: at least one iteration" in res.stderr, res.stderr[-2000:]
 
 
 def test_make_reproduce_with_a_litellm_model_string_names_its_key(tmp_path):

@@ -169,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kernelbench", help="a KernelBench checkout (default: the built-in suite)")
     ap.add_argument("--iterations", type=int, default=None,
                     help="iterations per problem in iterative sweeps (default 5; 2 when every model is offline)")
-    ap.add_argument("--ablations", default=",".join(ABLATIONS), help="which sweeps to run")
+    ap.add_argument("--ablations", default=",".join(ABLATIONS),
+                    help=f"which sweeps to run, comma-separated (default: all of {', '.join(ABLATIONS)})")
     ap.add_argument("--tracking-uri", help="MLflow URI (default: sqlite:///mlflow.db here)")
     ap.add_argument("--out", default="results", help="where the tables and plots go")
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for every sweep (after --)")
@@ -184,6 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [a for a in ablations if a not in ABLATIONS]
     if unknown:
         print(f"kforge: unknown ablation {unknown[0]!r} (choose from {', '.join(ABLATIONS)})", file=sys.stderr)
+        return 2
+    if args.iterations is not None and args.iterations < 1:  # before the oracle builds, not after a sweep fails
+        print(f"kforge: --iterations {args.iterations}: at least one iteration per problem is needed", file=sys.stderr)
         return 2
     if args.iterations is None:
         # The oracle answers the same kernel every time: more iterations only re-verify it.
