@@ -43,6 +43,9 @@ def cmd_extract(args: argparse.Namespace) -> int:
     from ..workload.extract import extract
     problem, prof = _profile(args)
     out = Path(args.out_dir)
+    if (out / "workload.json").is_file():  # said, not silent: an earlier extraction's regions are rewritten
+        print(f"kforge: replacing the extraction already in {out} (its workload.json and region files)",
+              file=sys.stderr)
     workload = extract(prof, problem, out, top=args.top, cover=args.cover, min_share=args.min_share)
     write_profile(prof, out)
     print(f"{len(workload.regions)} regions cover {workload.coverage * 100:.1f}% of {Path(workload.model).name}'s "
