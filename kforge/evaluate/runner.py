@@ -109,7 +109,7 @@ def discover(problems_dir: str | Path, generations_dir: str | Path, backend: str
     want_levels, want_ids = parse_ids(levels), parse_ids(ids)
     jobs, ignored, seen = [], [], {}
     for f in sorted(gen.iterdir(), key=_kernelbench_named_first):
-        parsed = parse_generation_name(f.name) if f.is_file() else None
+        parsed = parse_generation_name(f.name)
         if parsed is None:
             if f.suffix == ".py":
                 ignored.append(f.name)
@@ -123,11 +123,14 @@ def discover(problems_dir: str | Path, generations_dir: str | Path, backend: str
             error = f"no problem level{level}/{pid}_*.py in {problems_dir}"
         elif len(matches) > 1:
             error = f"several problem files match level{level}/{pid}_*.py: {', '.join(p.name for p in matches)}"
+        if not f.is_file():  # named as a sample, but nothing to read: a row says so (it was "not named" so)
+            error = "not a file that can be read (a folder, or a link to nothing)"
         if (level, pid, sample) in seen:  # level_01_problem_1 and level_1_problem_1: one sample, counted once
             error = f"the same sample as {seen[(level, pid, sample)]} (its numbers written otherwise); judged there"
         seen.setdefault((level, pid, sample), f.name)
-        jobs.append(CandidateFile(f.resolve(), str(matches[0]) if len(matches) == 1 else None, backend,
-                        level, pid, sample, error))
+        where = f.resolve() if f.is_file() else f.absolute()  # a link to nothing: its own name, not its target's
+        jobs.append(CandidateFile(where, str(matches[0]) if len(matches) == 1 else None, backend, level, pid, sample,
+                                  error))
     if not jobs:
         hint = " (point at one run's folder, not at runs/)" if any(p.is_dir() for p in gen.iterdir()) else ""
         raise EvalInputError(f"{generations_dir}: no level_L_problem_ID_sample_S_kernel.py files"

@@ -87,6 +87,14 @@ def test_discover_matches_each_file_to_its_problem(tmp_path):
         ("level_01_problem_2_sample_0_kernel.py", "the same sample as level_1_problem_2_sample_0_kernel.py (its "
          "numbers written otherwise); judged there")]
     (gen / "level_01_problem_2_sample_0_kernel.py").unlink()
+    # named as a sample but nothing to read: a row says so (it was ignored as "not named" so)
+    (gen / kb_name(1, 5)).symlink_to(tmp_path / "gone.py")
+    (gen / kb_name(2, 5)).mkdir()
+    unreadable = [j for j in discover(kb, gen, "cpu").jobs if j.sample_id == 5]
+    assert [j.error for j in unreadable] == ["not a file that can be read (a folder, or a link to nothing)"] * 2
+    assert unreadable[0].candidate == gen / kb_name(1, 5)
+    (gen / kb_name(1, 5)).unlink()
+    (gen / kb_name(2, 5)).rmdir()
     # Two files claiming one id is a malformed tree: the sample says so instead of guessing.
     shutil.copy(BUILTIN_DIR / "level1" / "1_ReLU.py", kb / "KernelBench" / "level1" / "1_ReLU_copy.py")
     assert "several problem files match level1/1_*.py" in discover(kb, gen, "cpu").jobs[0].error
