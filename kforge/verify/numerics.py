@@ -214,6 +214,12 @@ class NumericsChecks:
             m.message += (f"; PyTorch's own {p} result is constant ({value:.3g}) where the "
                           f"truth varies (its {p} arithmetic overflowed or underflowed), which excuses nothing")
             return False
+        if unresolved(n_rms, size) and rms(native) < SIGNAL * size:
+            # Not noise about a value zero but for rounding (that is as large as the truth, or larger): the values
+            # lost, most rows zero and a few not, which no accuracy of PyTorch's own excuses either
+            m.message += (f"; PyTorch's own {p} result lost the values (its RMS {rms(native):.3g} against the truth's "
+                          f"{size:.3g}: its {p} arithmetic overflowed or underflowed), which excuses nothing")
+            return False
         if c_rms > SIGNAL * size and not unresolved(n_rms, size):
             m.message += (f"; its RMS error {c_rms:.3g} is over {SIGNAL:g} of the truth's RMS {size:.3g}, so PyTorch's "
                           f"own {p} accuracy (max {n_max:.3g}, RMS {n_rms:.3g}) does not excuse it")

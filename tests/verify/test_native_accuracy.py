@@ -336,7 +336,7 @@ def test_a_float32_training_step_at_bf16_is_judged_against_the_truth_not_bf16_au
     assert "PyTorch's own is at most" in v.message, v.message
 
 
-# An RMSNorm of inputs around 100: fp16's x * x passes 65504, the mean of squares is inf and PyTorch's own fp16
+# An RMSNorm of inputs around 300: fp16's x * x passes 65504, the mean of squares is inf and PyTorch's own fp16
 # result is 0 everywhere, while the float32 truth is the normalised input (RMS about 1).
 LOUD_RMS_NORM = '''
 import torch
@@ -357,7 +357,7 @@ class Model(nn.Module):
 
 
 def get_inputs():
-    return [torch.randn(batch_size, features) * 100.0]
+    return [torch.randn(batch_size, features) * 100.0 + 300.0]  # every row holds squares past 65504
 
 
 def get_init_inputs():
