@@ -109,16 +109,12 @@ def _something_to_compare(torch, outs: list) -> None:
                          "leaves nothing to compare")
 
 
-def _copies(torch, inputs: list) -> list:
-    return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
-
-
 def _follows_history(h, forward, inputs: list, first: list, tolerance) -> bool:
     """Whether a reference that changed something it holds answers ``inputs`` otherwise after a call on other
     inputs: a model that centres each batch by the mean of every batch it has seen answers the same batch twice
     alike, and not after another batch."""
     forward(h.inputs(h.draw()))
-    return not _same(h.torch, forward(_copies(h.torch, inputs)), first, tolerance)
+    return not _same(h.torch, forward(h._clone(inputs)), first, tolerance)
 
 
 def run(h) -> ProblemAudit:
@@ -148,7 +144,7 @@ def run(h) -> ProblemAudit:
         held, values = held_tensors(torch, model), held_values(torch, model)
         held_versions = versions(held)
         rng = _rng_states(torch, cuda)
-        first = forward(_copies(torch, inputs))
+        first = forward(h._clone(inputs))
         _something_to_compare(torch, first)
         drew = _rng_states(torch, cuda) != rng
         peak = (torch.cuda.max_memory_allocated() - base) if cuda else None
@@ -158,7 +154,7 @@ def run(h) -> ProblemAudit:
         del held, after
         if state:
             flags.append(STATEFUL)
-        second = forward(_copies(torch, inputs))
+        second = forward(h._clone(inputs))
         differs = not _same(torch, second, first, tolerance)
         if not state and in_place and not drew and (differs or _follows_history(h, forward, inputs, first, tolerance)):
             # its output follows what it changed in place: a history, not randomness (seen judging a model
@@ -166,7 +162,7 @@ def run(h) -> ProblemAudit:
             # second call again, now on a fresh instance, is what says whether it is random too.
             state[:] = in_place
             flags.append(STATEFUL)
-            second = forward(_copies(torch, inputs))
+            second = forward(h._clone(inputs))
             differs = not _same(torch, second, first, tolerance)
         # Random numbers that reach the output make it stochastic, however small the output: a softmax after a
         # dropout at bf16 lies within 1e-2 of any other draw's (`_same`), and was then compared unseeded.
