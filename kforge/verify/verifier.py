@@ -22,7 +22,7 @@ from ..problems import Problem, ProblemError
 from ..sandbox.gpus import arch_of
 from ..sandbox.harness import PROBLEM_ERROR
 from ..sandbox.pool import WorkerLost, WorkerPool
-from ..sandbox.protocol import ProtocolError, Reply, Request
+from ..sandbox.protocol import Reply, Request
 from .build_memo import BuildMemo
 from .busy import retry_while_busy
 from .compile_ref import CompileRefs, KeptRef
@@ -34,17 +34,16 @@ from .protocol import (
     BuildResult,
     Outcome,
     ProblemAudit,
-    RunProgress,
     RunRequest,
     RunResult,
     VariantsRequest,
-    WorkFacet,
 )
 from .roofline import roofline
 from .static import StaticConfig, check
 from .static_rules import own_streams
+from .unfinished import established, forged, no_result, unmeasured
 from .variants import shape_variants
-from .verdict import Evidence, Facets, State, Verdict, Work
+from .verdict import Evidence, Facets, State, Verdict
 
 #: Static rules whose question (did the candidate's kernels do the work?) the run answers by measurement.
 MEASURED = frozenset({"no_kernel", "kernel_not_called", "try_fallback", "forbidden_op"})
@@ -237,8 +236,8 @@ class Verifier:
                                build=info)
         clock("run")
         if reply.result is None:
-            established = self._established(backend, reply, cfg, soft, findings)
-            return replace(established or self._no_result(reply, cfg), build=info)
+            device = self.pool.device_info(reply.slot, backend.spec()).device
+            return replace(established(reply, cfg, soft, findings, device) or no_result(reply, cfg), build=info)
         facts = self._ran(problem, backend, reply, reply.result, known, ref_key, soft, findings, info, cfg)
         shapes = shape_variants(problem, problem.variants) if cfg.variants else []
         if shapes and facts.facets.outcome == State.CORRECT.value:
@@ -263,7 +262,7 @@ class Verifier:
                                           f"worker process died twice under this candidate: {exc}"))
         r = reply.result
         if r is None:
-            ended = self._no_result(reply, cfg)
+            ended = no_result(reply, cfg)
             return facts.with_variants(Outcome(state=ended.facets.outcome, message=f"on the shape variants: {ended.message}"))
         notes = [f"correct on shape variant(s) {'; '.join(r.checked)}"] if r.checked else []
         notes += [f"shape variant {s} skipped" for s in r.skipped]
@@ -298,7 +297,7 @@ class Verifier:
             return {}, Facts.ended(State.COMPILATION_FAILURE, f"the build process died twice under this candidate: "
                                    f"{exc}")
         if reply.forged:  # the candidate's module-level code runs in the build worker too
-            return {}, _forged(reply)
+            return {}, forged(reply)
         if reply.timed_out:
             return {}, Facts.ended(State.TIMEOUT, f"building the candidate took longer than {cfg.build_timeout_s:g} s",
                                    evidence=Evidence(output_tail=reply.output_tail or None))
@@ -318,59 +317,6 @@ class Verifier:
         if not reply.forged and not reply.error:
             self.build_memo.put(key, r)
         return built, None
-
-    def _established(self, backend: Backend, reply: Reply, cfg: VerifyConfig, soft: list[dict[str, Any]],
-                     findings: list) -> Facts | None:
-        """A run stopped at its time limit in kforge's own measuring (timing, attribution), after its correctness
-        trials passed and not in candidate code: judged from what it had established, never as the candidate's
-        timeout (`kforge.verify.phases`). None when that is not the case."""
-        p = reply.progress
-        if not reply.timed_out or p is None or p.in_candidate or "run" not in p.milestones:
-            return None
-        try:
-            ran = RunProgress.from_wire(p.milestones["run"])
-        except ProtocolError:
-            return None
-        if ran.trials <= 0:
-            return None
-        missing = (["its timings"] if ran.runtime is None else []) + ["whose code did the work"]
-        note = (f"the run reached its time limit ({cfg.timeout_s:g} s) during {reply.phase or 'its measuring'}, "
-                f"kforge's own measuring, after the correctness trials passed: {' and '.join(missing)} "
-                f"{'were' if len(missing) > 1 else 'was'} not measured (verify.timeout_s, verify.timing.limit_s, "
-                "verify.attribution_budget_s)")
-        kforge, kb = ran.mismatch.get("kforge"), ran.mismatch.get("kernelbench")
-        views = {"kb_outcome": (kb.state if kb else State.CORRECT.value), "kb_rule": kb.rule if kb else None,
-                 "kb_message": kb.message if kb else ""} if bool(kforge) != bool(kb) else {}
-        facets = Facets(outcome=kforge.state if kforge else State.CORRECT.value, outcome_rule=kforge.rule if kforge
-                        else None, **views, **({} if not soft else _unmeasured(soft[0]).to_wire()))
-        evidence = Evidence(notes=[*ran.notes, note], findings=[f.to_dict() for f in findings],
-                            output_tail=reply.output_tail or None)
-        message = kforge.message if kforge else f"matches the reference on {ran.trials} trials"
-        return Facts(facets, message, evidence,
-                     device=self.pool.device_info(reply.slot, backend.spec()).device, trials=ran.trials,
-                     runtime=ran.runtime, ref=ran.ref, compile_ref=ran.compile_ref, ref_strict=ran.ref_strict,
-                     problem_flags=list(ran.audit.flags) if ran.audit else [])
-
-    @staticmethod
-    def _no_result(reply: Reply, cfg: VerifyConfig) -> Facts:
-        """A run that gave no result: killed at its timeout, forged, dead of a signal, or failed in the harness."""
-        tail = reply.output_tail or None
-        phase = reply.phase or "start-up"
-        if reply.timed_out:
-            return Facts.ended(State.TIMEOUT, f"killed after {cfg.timeout_s:g} s (during {phase})",
-                               evidence=Evidence(output_tail=tail))
-        if reply.forged:  # before the signal: a forger may well have killed its process afterwards
-            return _forged(reply)
-        if reply.signal:
-            # Not kforge's (a timeout is reported as one): where nothing in the program kills itself, the
-            # system's out-of-memory killer is the usual sender, and a user should look at memory first.
-            hint = (" (SIGKILL from outside: most often the system's out-of-memory killer, when the reference and "
-                    "the candidate together need more memory than the machine has)" if reply.signal == "SIGKILL"
-                    else "")
-            return Facts.ended(State.RUNTIME_ERROR, f"the candidate's process died with {reply.signal} during "
-                               f"{phase}{hint}", evidence=Evidence(output_tail=tail))
-        return Facts.ended(State.RUNTIME_ERROR, f"the worker failed during {phase}",
-                           evidence=Evidence(traceback=reply.error, output_tail=tail))
 
     def _ran(self, problem: Problem, backend: Backend, reply: Reply, r: RunResult, known: KeptRef | None,
              ref_key: str | None, soft: list[dict[str, Any]], findings: list, build: dict[str, Any],
@@ -401,7 +347,7 @@ class Verifier:
                 kb = None
         work = r.work
         if work is None and soft:  # nothing measured whose code did the work: the static rules say it instead
-            work = _unmeasured(soft[0])
+            work = unmeasured(soft[0])
         facets = Facets(outcome=outcome, outcome_rule=outcome_rule, kernel_share=r.attribution.kernel_share
                         if r.attribution else None, **({} if work is None else work.to_wire()),
                         **({} if kb is None else {"kb_outcome": kb.state, "kb_rule": kb.rule,
@@ -416,11 +362,6 @@ class Verifier:
                      build=build)
 
 
-def _unmeasured(finding: dict[str, Any]) -> WorkFacet:
-    return WorkFacet(work=Work.NONE, work_rule=finding["rule"],
-                     work_message=f"{finding['message']} (the run could not measure it)")
-
-
 class _Sections:
     """Adds the seconds since the last call to the verifier's ``time_s[name]``."""
 
@@ -432,9 +373,3 @@ class _Sections:
         with self.verifier._lock:
             self.verifier.time_s[name] = self.verifier.time_s.get(name, 0.0) + now - self.last
         self.last = now
-
-
-def _forged(reply: Reply) -> Facts:
-    return Facts.ended(State.CHEAT_DETECTED, f"the candidate wrote an answer of its own into the worker's reply "
-                       f"channel ({reply.forged})", "forged_result",
-                       evidence=Evidence(output_tail=reply.output_tail or None))

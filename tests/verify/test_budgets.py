@@ -2,12 +2,12 @@
 candidate; a candidate whose own call hangs is still its timeout."""
 
 from dataclasses import replace
-from types import SimpleNamespace
 
 from kforge.problems import resolve_problem
-from kforge.sandbox.protocol import DeviceInfo, Progress, Reply
+from kforge.sandbox.protocol import Progress, Reply
 from kforge.verify import TimingConfig, Verifier
 from kforge.verify.protocol import RunProgress, RunResult
+from kforge.verify.unfinished import established
 from kforge.verify.verdict import TimingStats
 from tests.helpers import candidate, fast_config
 
@@ -52,11 +52,7 @@ def test_a_candidate_hanging_in_timing_is_its_own_timeout(pool):
     assert v.state.value == "timeout" and "had run" in v.message, v.summary()
 
 
-class _Pool:
-    build_cache = "/nonexistent/ext"
-
-    def device_info(self, kind, spec):
-        return DeviceInfo(device="cpu (test)")
+DEVICE = "cpu (test)"
 
 
 def stopped(progress: Progress | None, phase: str = "timing") -> Reply:
@@ -64,30 +60,26 @@ def stopped(progress: Progress | None, phase: str = "timing") -> Reply:
 
 
 def test_a_run_stopped_in_kforges_measuring_is_judged_from_what_it_established():
-    verifier = Verifier(fast_config(), pool=_Pool())
-    cfg, backend = fast_config(), SimpleNamespace(spec=lambda: None)
+    cfg = fast_config()
     stats = TimingStats.from_samples([1.0, 1.1, 0.9, 1.0])
     run = RunProgress(trials=3, notes=["n"], runtime=stats, ref=stats)
-    facts = verifier._established(backend, stopped(Progress(milestones={"run": run.to_wire()}), "attribution"), cfg,
-                                  [], [])
+    facts = established(stopped(Progress(milestones={"run": run.to_wire()}), "attribution"), cfg, [], [], DEVICE)
     assert facts.facets.outcome == "correct" and facts.runtime == stats and facts.trials == 3
     assert "whose code did the work was not measured" in facts.evidence.notes[-1], facts.evidence.notes
     untimed = replace(run, runtime=None, ref=None).to_wire()
-    facts = verifier._established(backend, stopped(Progress(milestones={"run": untimed})), cfg, [], [])
+    facts = established(stopped(Progress(milestones={"run": untimed})), cfg, [], [], DEVICE)
     assert "its timings and whose code" in facts.evidence.notes[-1]
     # Static findings about the work speak where nothing measured it.
     soft = [{"rule": "no_kernel", "message": "no kernel found", "line": None, "severity": "warn"}]
-    facts = verifier._established(backend, stopped(Progress(milestones={"run": untimed})), cfg, soft, [])
+    facts = established(stopped(Progress(milestones={"run": untimed})), cfg, soft, [], DEVICE)
     assert facts.facets.work == "none" and facts.facets.work_rule == "no_kernel"
 
 
 def test_a_run_stopped_in_candidate_code_or_before_passing_is_the_candidates_timeout():
-    verifier = Verifier(fast_config(), pool=_Pool())
-    cfg, backend = fast_config(), SimpleNamespace(spec=lambda: None)
+    cfg = fast_config()
     run = RunProgress(trials=3).to_wire()
-    assert verifier._established(backend, stopped(Progress(in_candidate=True, milestones={"run": run})), cfg, [],
-                                 []) is None
-    assert verifier._established(backend, stopped(Progress(milestones={})), cfg, [], []) is None
-    assert verifier._established(backend, stopped(None), cfg, [], []) is None
+    assert established(stopped(Progress(in_candidate=True, milestones={"run": run})), cfg, [], [], DEVICE) is None
+    assert established(stopped(Progress(milestones={})), cfg, [], [], DEVICE) is None
+    assert established(stopped(None), cfg, [], [], DEVICE) is None
     not_stopped = Reply(slot="cpu", progress=Progress(milestones={"run": run}), result=RunResult(state="correct"))
-    assert verifier._established(backend, not_stopped, cfg, [], []) is None
+    assert established(not_stopped, cfg, [], [], DEVICE) is None
