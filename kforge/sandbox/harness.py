@@ -8,13 +8,11 @@ just before).
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import random
 import re
 import secrets
 import sys
-import time
 import traceback
 import warnings
 from pathlib import Path
@@ -24,37 +22,13 @@ from ..backends import WorkerContext, from_spec
 from ..backends.clocks import l2_flush_bytes
 from ..precision import get_precision
 from .budget import BudgetSpent
+from .imports import import_candidate, import_file
 from .memory import DeviceBusy, busy_after
-from .progress import candidate_code
+from .progress import candidate_code, phase
 from .protocol import ProgramRequest
 from .writeguard import WriteGuard, install_write_guard
 
 TAIL = 6000
-
-
-_PHASES: dict[str, float] = {}
-_CURRENT: list[tuple[str, float]] = []
-
-
-def phase(name: str, where: str | None = None) -> None:
-    """Leave a marker, so a timeout or a crash can say how far the candidate got (``where``, more precise than
-    the phase, when given: which shape variant, say); time each phase by its ``name``."""
-    now = time.monotonic()
-    if _CURRENT:
-        prev, since = _CURRENT.pop()
-        _PHASES[prev] = round(_PHASES.get(prev, 0.0) + now - since, 4)
-    _CURRENT.append((name, now))
-    with contextlib.suppress(OSError):
-        Path("phase").write_text(where or name)
-
-
-def phase_times() -> dict[str, float]:
-    """Seconds spent in each phase so far (the current one included)."""
-    out = dict(_PHASES)
-    if _CURRENT:
-        name, since = _CURRENT[-1]
-        out[name] = round(out.get(name, 0.0) + time.monotonic() - since, 4)
-    return out
 
 
 PROBLEM_ERROR = "problem_error"
@@ -62,31 +36,6 @@ PROBLEM_ERROR = "problem_error"
 NO_CUDA = ("Torch not compiled with CUDA enabled", "Found no NVIDIA driver", "no CUDA GPUs are available",
            "CUDA driver initialization failed")
 """What torch says when a program asks for CUDA where there is none."""
-
-
-def import_file(path: str | Path, name: str, namespace_of: str | Path | None = None, shown: dict | None = None):
-    """Import ``path`` as module ``name``; with ``namespace_of``, that file's code runs first in the same
-    namespace (a fresh copy of it: the harness's own objects are never shared), and then ``shown`` is set over
-    it (a shape variant's constants back at the values the candidate was shown)."""
-    spec = importlib.util.spec_from_file_location(name, str(path))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    if namespace_of is not None:
-        source = Path(namespace_of).read_text(encoding="utf-8")
-        exec(compile(source, str(namespace_of), "exec"), module.__dict__)  # noqa: S102 - the trusted problem
-        module.__dict__.update(shown or {})
-    spec.loader.exec_module(module)
-    return module
-
-
-def import_candidate(path: str | Path = "candidate.py", problem: str | Path = "problem.py", shown: dict | None = None):
-    """The candidate, in the problem's namespace, as KernelBench's harness runs it: the problem's source and
-    then the candidate's execute in one globals dict, so a candidate may use the problem's module-level
-    constants (``batch_size``, ...) without defining them, and any KernelBench generation that does is judged
-    as KernelBench judges it. The problem's code runs anew in that namespace, so the reference model the
-    harness built is never within the candidate's reach. ``shown``: see `import_file`."""
-    return import_file(path, "kforge_candidate", namespace_of=problem if Path(problem).exists() else None,
-                       shown=shown)
 
 
 def tail(text: str, n: int = TAIL) -> str:
@@ -132,8 +81,9 @@ class HarnessConfig(Protocol):
 class Harness:
     """Loads a problem and a candidate in this process, the same way for verifying and for profiling."""
 
-    WATCHED: tuple[tuple[str, str], ...] = (("kforge.sandbox.harness", "import_file"),
-                                            ("kforge.sandbox.harness", "import_candidate"))
+    WATCHED: tuple[tuple[str, str], ...] = tuple((module, name) for module in ("kforge.sandbox.harness",
+                                                                             "kforge.sandbox.imports")
+                                                 for name in ("import_file", "import_candidate"))
     """What the tripwire watches besides its own list: the harness's functions (a subclass adds its own)."""
 
     def __init__(self, req: ProgramRequest, cfg: HarnessConfig):

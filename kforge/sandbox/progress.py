@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import time
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 _write: Callable[[dict[str, Any]], None] | None = None
@@ -84,3 +85,28 @@ def merge(records: list[dict[str, Any]]) -> dict[str, Any]:
         if isinstance(r.get("milestones"), dict):
             state["milestones"].update(r["milestones"])
     return state
+
+
+_PHASES: dict[str, float] = {}
+_CURRENT: list[tuple[str, float]] = []
+
+
+def phase(name: str, where: str | None = None) -> None:
+    """Leave a marker, so a timeout or a crash can say how far the candidate got (``where``, more precise than
+    the phase, when given: which shape variant, say); time each phase by its ``name``."""
+    now = time.monotonic()
+    if _CURRENT:
+        prev, since = _CURRENT.pop()
+        _PHASES[prev] = round(_PHASES.get(prev, 0.0) + now - since, 4)
+    _CURRENT.append((name, now))
+    with contextlib.suppress(OSError):
+        Path("phase").write_text(where or name)
+
+
+def phase_times() -> dict[str, float]:
+    """Seconds spent in each phase so far (the current one included)."""
+    out = dict(_PHASES)
+    if _CURRENT:
+        name, since = _CURRENT[-1]
+        out[name] = round(out.get(name, 0.0) + time.monotonic() - since, 4)
+    return out

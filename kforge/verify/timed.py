@@ -10,8 +10,8 @@ import dataclasses
 from typing import Any
 
 from ..sandbox.budget import BudgetSpent, budget, spent
-from ..sandbox.harness import HarnessVerdict, first_line, phase
-from ..sandbox.progress import candidate_code
+from ..sandbox.harness import HarnessVerdict, first_line
+from ..sandbox.progress import candidate_code, phase
 from ..sandbox.quiet import take_quiet_lock
 from ..sandbox.settings import Swap
 from .backward import TrainingStep

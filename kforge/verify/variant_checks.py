@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..sandbox.harness import HarnessVerdict, first_line, import_candidate, import_file, phase
+from ..sandbox.harness import HarnessVerdict, first_line
+from ..sandbox.imports import import_candidate, import_file
+from ..sandbox.progress import phase
 from .protocol import Outcome, ShapeVariant, VariantsResult
 from .variant_constants import model_reads, restated_take_the_variant, shown_and_followed
 from .variants import describe

@@ -22,16 +22,9 @@ import traceback
 
 from ..backends import WorkerContext, from_spec
 from ..cachefile import read_json, write_json
-from ..sandbox.harness import (
-    PROBLEM_ERROR,
-    HarnessVerdict,
-    first_line,
-    import_candidate,
-    import_file,
-    phase,
-    phase_times,
-    tail,
-)
+from ..sandbox.harness import PROBLEM_ERROR, HarnessVerdict, first_line, tail
+from ..sandbox.imports import import_candidate, import_file
+from ..sandbox.progress import phase, phase_times
 from ..sandbox.protocol import ProtocolError
 from ..sandbox.writeguard import install_write_guard
 from .phases import OwnPhases
