@@ -232,6 +232,55 @@ def test_a_scan_baked_to_the_row_length_it_was_shown_fails_the_kforge_rules_only
     assert "on shape variant batch_size=17, input_shape=(4251,)" in v.message, v.message
 
 
+# One square shape as a tuple: scaling it whole keeps it square, so only its first side alone tells a kernel that
+# took the rows' count for the columns'.
+SQUARE = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x.t().contiguous()
+
+
+input_shape = (96, 96)
+
+
+def get_inputs():
+    return [torch.randn(*input_shape)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+SQUARE_BAKED = """import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        n = x.size(0)  # square matrix
+        out = torch.empty(n, n)
+        for i in range(n):
+            out[:, i] = x[i, :n]
+        return out
+"""
+
+
+def test_a_lone_square_shape_is_varied_in_its_first_side_alone():
+    p = problem_from_source(SQUARE, where="square.py", name="square")
+    assert [v.overrides for v in shape_variants(p)] == [{"input_shape": (71, 71)}, {"input_shape": (47, 96)},
+                                                        {"input_shape": (103, 103)}]
+
+
+def test_a_transpose_that_takes_its_input_for_square_fails_at_the_halved_side(pool):
+    p = problem_from_source(SQUARE, where="square.py", name="square")
+    v = Verifier(fast_config(variants=True, require_kernel=False), pool=pool).verify(p, SQUARE_BAKED, "cpu")
+    assert v.states["kernelbench"] == "correct", v.summary()
+    assert v.state is not State.CORRECT and "input_shape=(47, 96)" in v.message, v.summary()
+
+
 # The grid computed from the sizes the model was shown, the loads and stores masked by the real count.
 GRID_BAKED = """import torch
 import torch.nn as nn
