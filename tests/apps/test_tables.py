@@ -31,3 +31,15 @@ def test_tables_from_a_store_that_is_not_there_are_refused_and_make_none(tmp_pat
                          env=dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True"))
     assert res.returncode == 2 and f"no MLflow store at {missing}" in res.stderr, res.stderr[-2000:]
     assert not missing.exists()
+
+
+def test_tables_help_names_its_own_keys_not_the_synthesize_groups(tmp_path: Path):
+    """Hydra's default help listed kforge-synthesize's configuration groups, none of which kforge-tables reads."""
+    import subprocess
+    import sys
+    res = subprocess.run([sys.executable, "-m", "kforge.apps.tables", "--help"], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "tracking_uri   the MLflow store to read" in res.stdout and "baseline: eager" in res.stdout, res.stdout
+    assert "Configuration groups" not in res.stdout and "backend:" not in res.stdout, res.stdout
+    assert not (tmp_path / "outputs").exists()
