@@ -62,7 +62,7 @@ class Progress(LoopObserver):
 
     def job_stopping(self, in_flight: int) -> None:
         self.bar.write(f"\nkforge: stopping: no new work; {in_flight} problem(s) in flight end after their current "
-                       "step, marked KILLED (Ctrl-C again to stop them now)")
+                       "step, marked KILLED (Ctrl-C or SIGTERM again to stop them now)")
 
     def workload_done(self, record: WorkloadRecord) -> None:
         """A whole-model job's outcome: the regions left unsolved, then the assembled model's verdict."""
