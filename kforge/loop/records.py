@@ -121,17 +121,24 @@ class ProblemResult:
         this timing says (keeping the largest of several noisy timings rewards noise)."""
         if not verdict.correct:
             return False
-        key = _key(code, verdict)
-        pool = self.timings.setdefault(key, [])
-        if not any(v is verdict for v in pool):
-            pool.append(verdict)
-        self.kernels.setdefault(key, (code, iteration))
+        key = self.remember(code, verdict, iteration)
         better = self.best_verdict is None or (key != _key(self.best_code, self.best_verdict) and
                                                self.rank(key, vs) > self.rank(_key(self.best_code,
                                                                                    self.best_verdict), vs))
         if better:
             self.best_code, self.best_verdict, self.best_iteration = code, verdict, iteration
         return better
+
+    def remember(self, code: str | None, verdict: Verdict, iteration: int) -> str:
+        """Pool a correct kernel's timing under its source hash (and its code, the first time): what `offer` ranks
+        by, and what a resumed problem restores for every correct iteration it had, so that its finalists and
+        every later offer weigh the kernels from before the interruption too. Its source hash."""
+        key = _key(code, verdict)
+        pool = self.timings.setdefault(key, [])
+        if not any(v is verdict for v in pool):
+            pool.append(verdict)
+        self.kernels.setdefault(key, (code, iteration))
+        return key
 
     def rank(self, key: str, vs: str) -> float:
         """What ranks a correct kernel (by source hash): the median of its timings over ``vs`` (eager where

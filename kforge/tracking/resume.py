@@ -87,6 +87,8 @@ def restore(client, run, problem: Problem) -> Previous:
             code = _download_text(client, run.info.run_id, Files.at(step, Files.KERNEL), tmp)
             result.records.append(record)
             state.kernels[record.iteration] = (code, v, record)
+            if v.correct:  # its timing pooled as the loop pooled it, so the finalists include it again
+                result.remember(code, v, record.iteration)
             if record.is_best:
                 result.best_code, result.best_verdict, result.best_iteration = code, v, record.iteration
             state.last_code, state.last_verdict = code, v
