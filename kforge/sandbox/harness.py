@@ -152,8 +152,12 @@ class Harness:
             self.raise_if_busy(exc)
             raise HarnessVerdict(PROBLEM_ERROR, f"the problem fails in {step} ({type(exc).__name__}: "
                                  f"{first_line(exc)}){self._no_cuda_note(exc)}; this is a bug in the problem, not in "
-                                 "the candidate",
-                                 evidence={"traceback": tail(traceback.format_exc())}) from None
+                                 "the candidate", evidence={"traceback": self.problem_traceback(exc)}) from None
+
+    def problem_traceback(self, exc: BaseException) -> str:
+        """The traceback of an exception the problem raised, as its author reads it: from the first frame in the
+        problem's file on (the harness's frames before it are no help to them), the file under its own path."""
+        return tail(problem_frames(exc, self.problem.path or self.problem.key))
 
     def _no_cuda_note(self, exc: BaseException) -> str:
         """Where a problem asks for CUDA on a machine without it (``.cuda()`` in its ``get_inputs``): how to run it."""
@@ -371,6 +375,23 @@ def cpu_name() -> str:
     import os
     import platform
     return f"cpu ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
+
+
+def problem_frames(exc: BaseException, shown_as: str, copy: str = "problem.py") -> str:
+    """``exc``'s traceback from its first frame in the worker's ``copy`` of the problem on, that file named
+    ``shown_as``; the whole traceback where no frame is in it (a syntax error, say, names the file itself)."""
+    te = traceback.TracebackException.from_exception(exc)
+    here = os.path.abspath(copy)
+    frames = list(te.stack)
+    first = next((i for i, f in enumerate(frames) if os.path.abspath(f.filename) == here), None)
+    if first is not None:
+        te.stack = traceback.StackSummary.from_list(frames[first:])
+    for f in te.stack:
+        if os.path.abspath(f.filename) == here:
+            f.filename = shown_as
+    if isinstance(exc, SyntaxError) and te.filename and os.path.abspath(te.filename) == here:
+        te.filename = shown_as
+    return "".join(te.format())
 
 
 def first_line(exc: BaseException) -> str:

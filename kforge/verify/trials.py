@@ -17,11 +17,10 @@ In the backward mode (``verify.backward``) what the trials call is a training st
 from __future__ import annotations
 
 import contextlib
-import traceback
 from functools import partial
 
 from ..precision import ROUNDINGS
-from ..sandbox.harness import PROBLEM_ERROR, Harness, HarnessVerdict, first_line, tail
+from ..sandbox.harness import PROBLEM_ERROR, Harness, HarnessVerdict, first_line
 from ..sandbox.protocol import ProgramRequest
 from . import gradients
 from .backward import Backward
@@ -107,7 +106,7 @@ class Trials(MeasuredTrials, NumericsChecks, VariantChecks, FreshModels, Harness
             raise HarnessVerdict(PROBLEM_ERROR, f"the reference program fails when run on its own as the trials run "
                                  f"it ({'; '.join(runs)}): {_explained(exc)}; this is "
                                  f"a bug in the problem or beyond PyTorch at this size, not the candidate's"
-                                 f"{self.cast_note()}", evidence={"traceback": tail(traceback.format_exc())}) from None
+                                 f"{self.cast_note()}", evidence={"traceback": self.problem_traceback(exc)}) from None
 
     def program(self, module, own: bool = False):
         """What a trial or a timed round calls: the module, or in the backward mode its training step (``own``: the

@@ -57,6 +57,10 @@ def test_a_failing_problem_raises_its_own_error(verifier, broken, line):
         verifier.verify(problem(broken), USES_THE_PROBLEMS_CONSTANTS, "cpu")
     assert line in err.value.traceback and line in str(err.value)
     assert "_Run" not in str(err.value)  # not the harness's own error
+    # As its author reads it: from the problem's own frame on, under the problem's name, no harness frame first.
+    frames = [ln for ln in err.value.traceback.splitlines() if ln.lstrip().startswith("File ")]
+    assert frames[0].lstrip().startswith(f'File "broken_{broken}", line'), err.value.traceback
+    assert "kforge/sandbox" not in err.value.traceback and "problem.py" not in err.value.traceback
 
 
 def test_a_problem_that_asks_for_cuda_on_a_cpu_worker_says_how_to_run_it(verifier):
