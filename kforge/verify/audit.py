@@ -35,7 +35,7 @@ from .stateful import STATEFUL, changed_in_place, held_tensors, held_values, rea
 LAUNCH_BOUND_MS = 0.02
 DRAWS = 5
 """Input draws the degenerate test runs the reference on."""
-VERSION = 7
+VERSION = 8
 """Of the audit's answers: an audit cached by an older version is run again."""
 
 
@@ -186,16 +186,17 @@ def run(h) -> ProblemAudit:
         ref_ms = statistics.median(times)
         if ref_ms < LAUNCH_BOUND_MS:
             flags.append("launch_bound")
-        flops = None
+        flops, counted = None, False
         try:
             from torch.utils.flop_counter import FlopCounterMode
             counter = FlopCounterMode(display=False)
             with counter:
                 model(*inputs)
-            flops = float(counter.get_total_flops()) or None
+            flops, counted = float(counter.get_total_flops()) or None, True
         except Exception:  # noqa: BLE001 - an operator the counter cannot trace: no FLOPs, still bytes
             pass
     in_bytes, out_bytes, param_bytes = _nbytes(torch, inputs), _nbytes(torch, first), _nbytes(torch, params)
     return ProblemAudit(flags=flags, state=state, constant_draws=[constant, DRAWS], ref_ms=round(ref_ms, 6), flops=flops,
+                        counted=counted,
                         bytes=float(in_bytes + param_bytes + out_bytes), out_bytes=float(out_bytes),
                         input_bytes=in_bytes, param_bytes=param_bytes, peak_bytes=peak, device=h.device_name())

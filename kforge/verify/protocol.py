@@ -61,6 +61,8 @@ class ProblemAudit(Message):
     """The reference's forward time, measured once."""
     flops: float | None = None
     """Matrix products' and convolutions' FLOPs of one forward (None: none counted)."""
+    counted: bool = False
+    """Whether the FLOP counter traced the forward: then ``flops`` None means no matrix product or convolution."""
     bytes: float = 0.0
     """Inputs and parameters read once and outputs written once."""
     out_bytes: float = 0.0

@@ -395,3 +395,67 @@ def test_where_pytorchs_own_fp16_result_collapsed_to_a_constant_it_excuses_nothi
         "return x * torch.rsqrt", "return (x * torch.rsqrt")
     v = _verify(pool, LOUD_RMS_NORM, in_float32, precision="fp16")
     assert v.state is State.CORRECT, v.summary()
+
+
+# A GELU as models write one "for speed": the activation computed in half precision and cast back.
+GELU = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.nn.functional.gelu(x)
+
+
+batch_size = 64
+dim = 4096
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim) * 3]
+
+
+def get_init_inputs():
+    return []
+'''
+
+GELU_IN_HALF = '''
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        h = x.to(torch.half)  # half precision is plenty for an activation
+        return torch.nn.functional.gelu(h.float()).to(torch.half).to(x.dtype)
+'''
+
+MATMUL = GELU.replace("return torch.nn.functional.gelu(x)", "return x @ x.t()").replace("dim = 4096", "dim = 256")
+# TF32 as a tensor core computes it: operands rounded to 10 mantissa bits, products summed in float32.
+MATMUL_IN_TF32 = '''
+import torch
+import torch.nn as nn
+
+
+def _tf32(t):
+    bits = t.contiguous().view(torch.int32)
+    return ((bits + 0x1000) & ~0x1FFF).view(torch.float32)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        a = _tf32(x)
+        return a @ a.t()
+'''
+
+
+def test_at_tf32_only_matrix_products_may_round_as_tf32_does(pool):
+    """TF32 changes matrix products and convolutions alone: an activation rounded to fp16 at ``--precision tf32``
+    was correct under the kforge rules, the whole output held to TF32's unit roundoff."""
+    v = _verify(pool, GELU, GELU_IN_HALF, precision="tf32")
+    assert v.state is State.NUMERICAL_MISMATCH and v.states["kernelbench"] == "numerical_mismatch", v.summary()
+    v = _verify(pool, MATMUL, MATMUL_IN_TF32, precision="tf32")
+    assert v.state is State.CORRECT, v.summary()
+    v = _verify(pool, MATMUL, MATMUL_IN_TF32, precision="fp32")
+    assert v.state is State.NUMERICAL_MISMATCH, v.summary()
