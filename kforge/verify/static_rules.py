@@ -361,7 +361,15 @@ def _kernel_not_called(tree: ast.Module, source: str, backend: Backend, problem:
 @rule("precision_downgrade")
 def _precision(tree: ast.Module, source: str, backend: Backend, problem: Problem | None) -> list[Finding]:
     """fp32 problems computed in lower precision (warn: the tolerance is what rejects it)."""
-    pats = re.compile(r"\.half\(\)|\.bfloat16\(\)|torch\.float16|torch\.bfloat16|allow_tf32\s*=\s*True|"
-                      r"set_float32_matmul_precision|input_precision\s*=\s*['\"]tf32|__half\b|__nv_bfloat16|wmma::")
-    m = pats.search(source)
-    return [Finding("precision_downgrade", f"uses {m.group(0)}: fp32 problems must stay fp32", None, "warn")] if m else []
+    for line in source.splitlines():
+        if (m := _DOWNGRADE.search(line)) and not _DTYPE_GENERIC.search(line):
+            return [Finding("precision_downgrade", f"uses {m.group(0)}: fp32 problems must stay fp32", None, "warn")]
+    return []
+
+
+#: Lower-precision types and switches, as Python, Triton and C++ spell them.
+_DOWNGRADE = re.compile(r"\.half\(\)|\.bfloat16\(\)|torch\.(?:float16|bfloat16|half)\b|allow_tf32\s*=\s*True|"
+                        r"set_float32_matmul_precision|input_precision\s*=\s*['\"]tf32|__half\b|__nv_bfloat16|wmma::|"
+                        r"(?:torch|at|c10)::k?(?:Half|BFloat16)\b|__float2(?:half|bfloat16)|\.to\(tl\.(?:float16|bfloat16)")
+#: A line that names a half type to serve every dtype (a dispatch macro, a dtype test), not to compute in it.
+_DTYPE_GENERIC = re.compile(r"AT_DISPATCH|scalar_type\(\)|\.dtype\s*[=!]=|[=!]=\s*(?:torch|at|c10)::k")

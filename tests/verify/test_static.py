@@ -34,6 +34,18 @@ def test_precision_downgrade_is_a_warning_and_warn_only_softens_rules():
     assert ("forbidden_op", "warn") in rules(src, warn_only=["forbidden_op"])
 
 
+def test_precision_downgrade_reads_the_cpp_and_triton_spellings_but_not_a_dtype_dispatch():
+    ok = candidate("cpu", "relu_ok.py")
+    for spelling in ("auto h = x.to(torch::kHalf);", "const at::BFloat16* p = x.data_ptr<at::BFloat16>();",
+                     "y[i] = __float2half(v);", "acc = acc.to(tl.bfloat16)", "h = x.to(torch.half)"):
+        src = ok.replace("return ext.relu_fwd(x)", f"# {spelling}\n        return ext.relu_fwd(x)")
+        assert rules(src) == [("precision_downgrade", "warn")], spelling
+    for generic in ('AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "relu", [&] {',
+                    "if (x.scalar_type() == at::kHalf) { return relu_half(x); }"):
+        src = ok.replace("return ext.relu_fwd(x)", f"# {generic}\n        return ext.relu_fwd(x)")
+        assert rules(src) == [], generic
+
+
 def test_rules_can_be_switched_off():
     src = "import os\n" + candidate("cpu", "relu_ok.py").replace(
         "return ext.relu_fwd(x)", "os.environ.get('KFORGE_X')\n        return ext.relu_fwd(x)")
