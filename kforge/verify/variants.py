@@ -10,7 +10,8 @@ sixteenth larger, where a loop bounded by the sizes it was shown, guarded so tha
 size, leaves rows or columns unwritten (it needs about a sixteenth more memory per size, more where the
 fallback below rounds a small size up). A file with no size constants at all (``torch.randn(16, 1024)`` in
 ``get_inputs``) gets the same variants from the integer literals its ``get_inputs`` and ``get_init_inputs`` write
-(`literal_sizes`), each value changed wherever those two functions write it. Where the reference itself fails
+(`literal_sizes`), each value changed wherever those two functions write it; a file with constants varies the
+literal sizes it writes beside them too. Where the reference itself fails
 at a derived variant (a width its head count must divide, say), the same sizes rounded to odd multiples of 24
 (of 48 with 16 heads: the file's head and group counts divide them), down, or up for the larger variant, are
 tried instead (literals under the step, which may be head counts, keep their values there and join the step);
@@ -36,7 +37,8 @@ from .protocol import ShapeVariant
 #: Single letters are sizes (``B, S, D``, ``M, N, K``) but ``G``, a group count.
 SIZE_NAME = re.compile(r"batch|size|dim|feature|channel|depth|height|width|length|len\b|seq|token|hidden|embed|"
                        r"vocab|^[a-fh-z]$|^c_?(in|out)$|^d_|(^|_)ch(_|$)|planes|classes|^n_|_n$|"
-                       r"num_(?!head|group|layer)|rows|cols|elements|units|points", re.I)
+                       r"num_(?!head|group|layer)|rows|cols|elements|units|points|total|numel|spatial|^hw$|vec|samples|items|"
+                       r"nodes|pixels|voxels", re.I)
 #: Names that look like sizes but are not free to change (axes, kernel geometry, divisors). A bare ``dim`` is
 #: both in KernelBench: the axis (``dim = 1``, under `MIN_SIZE`) or the row length (``dim = 393216``, a size).
 NOT_A_SIZE = re.compile(r"kernel|stride|pad|dilation|group|head|axis|window|pool|scale|eps|prob|rate", re.I)
@@ -211,19 +213,37 @@ def shape_variants(problem: Problem, declared: list[dict] | None = None) -> list
         sizes = size_constants(problem)
         if not sizes:
             return _literal_variants(problem)
-        overrides = _derived(sizes)
+        # Sizes it writes as literals beside its constants (``torch.randn(batch_size, 1024)``) vary with them
+        named = {v for v in problem.constants.values() if isinstance(v, int)}
+        overrides = _derived({**sizes, **{str(n.value): n.value for n in literal_sizes(problem.source)
+                                          if n.value not in named}})
     out, step = [], _step(problem)
     for o in overrides:
+        constants = {k: v for k, v in o.items() if not k.isdigit()}
         try:
-            p = problem_from_source(problem.source, where=problem.path or problem.key, name=problem.name,
-                                    overrides=o)
+            source = _with(problem, o)
         except ProblemError:
             continue  # a declared constant the file lacks: not a variant of it
-        fallbacks = [] if declared is not None else _fallbacks(o, problem.constants, step, _divisor(problem), sizes)
-        out.append(ShapeVariant(overrides=o, source=p.source, fallbacks=fallbacks, fallback_sources=[
-            problem_from_source(problem.source, where=problem.path or problem.key, name=problem.name,
-                                overrides=f).source for f in fallbacks]))
+        fallbacks = [] if declared is not None else _fallbacks(constants, problem.constants, step, _divisor(problem),
+                                                               sizes)
+        if len(constants) < len(o):  # the literals changed too: the constants' change alone first (a model that
+            # fixes a literal's size in its layers, VGG's classifier for 224 x 224, runs there), then each
+            # fallback with the literals' change and without
+            changed = {k: v for k, v in o.items() if k.isdigit()}
+            fallbacks = [constants] * bool(constants) + [{**f, **changed} for f in fallbacks] + fallbacks
+        out.append(ShapeVariant(overrides=o, source=source, fallbacks=fallbacks,
+                                fallback_sources=[_with(problem, f) for f in fallbacks]))
     return out
+
+
+def _with(problem: Problem, overrides: dict) -> str:
+    """The problem's source at ``overrides``: its constants' (by name) through `problem_from_source`, then its
+    literal sizes' (by value, ``{"1024": 767}``) in ``get_inputs`` and ``get_init_inputs``."""
+    constants = {k: v for k, v in overrides.items() if not k.isdigit()}
+    source = problem_from_source(problem.source, where=problem.path or problem.key, name=problem.name,
+                                 overrides=constants).source if constants else problem.source
+    literals = {k: v for k, v in overrides.items() if k.isdigit()}
+    return rewrite_literals(source, literal_sizes(source), literals) if literals else source
 
 
 def _fallbacks(overrides: dict, original: dict, step: int, unit: int, sizes: dict) -> list[dict]:

@@ -7,7 +7,7 @@ import pytest
 from kforge.backends import get_backend
 from kforge.problems import problem_from_source, resolve_problem
 from kforge.verify import State, Verifier
-from kforge.verify.variants import literal_sizes, shape_variants, size_constants
+from kforge.verify.variants import describe, literal_sizes, shape_variants, size_constants
 from tests.helpers import fast_config
 
 # A problem as people write one by hand: the sizes in the calls, a seed and an axis beside them.
@@ -64,10 +64,18 @@ def test_sizes_written_as_literals_are_the_variants_sizes():
     assert first.fallbacks[0] == {"16": 16, "1024": 720, "512": 336}
 
 
-def test_a_file_with_size_constants_keeps_its_literals():
+def test_a_file_with_size_constants_varies_the_literal_sizes_beside_them():
+    """A constant for the batch and a literal for the row (``torch.randn(batch_size, 1024)``): the literal was kept,
+    so a kernel with its row length baked in passed every variant."""
     named = LITERAL.replace("torch.randn(16, 1024)", "torch.randn(batch_size, 1024)") + "\nbatch_size = 64\n"
     p = problem_from_source(named, where="named.py", name="named")
-    assert [v.overrides for v in shape_variants(p)] == [{"batch_size": 47}, {"batch_size": 69}]
+    first, batch, larger = shape_variants(p)
+    assert first.overrides == {"batch_size": 47, "1024": 767, "512": 383} and batch.overrides == {"batch_size": 31}
+    assert larger.overrides == {"batch_size": 69, "1024": 1089, "512": 545}
+    assert "torch.randn(batch_size, 1089)" in larger.source and "return [1089, 545]" in larger.source
+    assert "batch_size = 69" in larger.source
+    assert first.fallbacks[0] == {"batch_size": 47}  # a model that fixes the literal's size in its layers runs there
+    assert describe(first.overrides) == "batch_size=47, 1024->767, 512->383"
 
 
 def test_a_kernel_with_literal_sizes_baked_in_fails_the_kforge_rules_only(pool):
