@@ -125,6 +125,9 @@ class TimedRounds:
         protected = self._protected_ptrs(sets, model)
         sampler = self._sampler = Sampler([p[0] for p in programs], tcfg, clock.now, self.rounds_deadline(clock.now))
         every = max(1, tcfg.recheck_every)
+        seen: dict[int, set[int]] = {}
+        """Input sets a recheck refilled, with its output's storage: checked once more with nothing changed."""
+        rechecks = 0
         while True:
             i = rounds % len(sets)
             rng_seed = self.draw() if stochastic else None
@@ -132,23 +135,24 @@ class TimedRounds:
             # refilling inputs costs more than a timed call, and the first one already catches a cache.
             k, r = divmod(rounds + 1, every)
             recheck = model is not None and r == 0 and k & (k - 1) == 0
+            # The round that next meets a refilled set unchanged checks again: a cache keyed by the inputs' address
+            # and version (which the refill changed) returns here what it returned then, NaN-filled since.
+            again = seen.pop(i, None) if not recheck and not self.stateful else None
             expected = snapshot = None
-            if recheck:
-                # Same buffers, new values: a cache keyed by pointer or shape now returns stale results.
-                def refill():
-                    for dst, src in zip(sets[i], self.inputs(self.draw())):
-                        if isinstance(dst, torch.Tensor):
-                            dst.copy_(src)
-                    return self.recheck_reference(self._clone(sets[i]), rng_seed), self._clone(sets[i])
-                expected, snapshot = _oom_guard(self, "reference", refill)
+            if recheck or again is not None:
+                expected, snapshot = _oom_guard(self, "reference", lambda: self._round_check_inputs(
+                    sets[i], rng_seed, refill=recheck))
             for label, prog, numerics in programs:
                 dev_ms, host_ms, out = run(label, prog, numerics, sets[i], rng_seed)
                 sampler.add(label, dev_ms, host_ms)
-                if label == "cand" and recheck:
-                    where = f"timing round {rounds}, fresh inputs"
-                    _oom_guard(self, "comparison", lambda: self._check(
-                        self.recheck_outputs(out, snapshot, rng_seed, where), expected, sets[i], snapshot, where,
-                        recheck=True))
+                if label == "cand" and (recheck or again is not None):
+                    where = f"timing round {rounds}, " + ("fresh inputs" if recheck else "the inputs of an earlier "
+                                                          "round again, unchanged")
+                    _oom_guard(self, "comparison", lambda: self._round_check(
+                        out, expected, sets[i], snapshot, rng_seed, where, again))
+                    if recheck:
+                        seen[i] = _storages(torch, out)
+                    rechecks += 1
                 _poison(torch, out, protected)
                 del out
             rounds += 1
@@ -160,10 +164,38 @@ class TimedRounds:
         if model is not None:
             self._check_unsynchronized(sampler, own_streams, model, sets[0])
         self.notes.append(f"timing: {rounds} rounds, stopped: {sampler.stop_reason}")
-        rechecks = sum(1 for k in range(1, rounds // every + 1) if k & (k - 1) == 0)
         return RunEnd("correct", f"matches the reference on {self.cfg.trials} trials and {rechecks} timing rechecks",
                       timings={"runtime": sampler.stats("cand"), "ref": sampler.stats("ref"),
                                "compile_ref": sampler.stats("compile"), "ref_strict": sampler.stats("ref_strict")})
+
+    def _round_check_inputs(self, inputs: list, rng_seed, refill: bool) -> tuple[Any, list]:
+        """A checked round's expected outputs and a copy of its inputs; ``refill``: the same buffers get new values
+        first, so a cache keyed by pointer or shape returns stale results."""
+        if refill:
+            for dst, src in zip(inputs, self.inputs(self.draw())):
+                if isinstance(dst, self.torch.Tensor):
+                    dst.copy_(src)
+        return self.recheck_reference(self._clone(inputs), rng_seed), self._clone(inputs)
+
+    def _round_check(self, out, expected, inputs: list, snapshot: list, rng_seed, where: str,
+                     earlier: set[int] | None) -> None:
+        """A timed call's output against the reference (the kforge view's: KernelBench judges its trials alone).
+        Wrong where the inputs are unchanged since a call whose output storage it returns again: that result was
+        kept from the earlier call, and its timing is a lookup's."""
+        failed_before = "kforge" in self.views.failed
+        try:  # a mismatch here is the kforge view's, recorded; the run goes on while the other view passes
+            self._check(self.recheck_outputs(out, snapshot, rng_seed, where), expected, inputs, snapshot, where,
+                        recheck=True)
+            stale = not failed_before and "kforge" in self.views.failed
+        except HarnessVerdict as v:
+            stale = v.state == "numerical_mismatch"
+            if not (stale and earlier and _storages(self.torch, out) & earlier):
+                raise
+        if stale and earlier and _storages(self.torch, out) & earlier:
+            raise HarnessVerdict("cheat_detected", f"on inputs it had seen before, unchanged, the candidate returned "
+                                 f"the output of its earlier call again ({where}), which kforge had NaN-filled "
+                                 "since: a result kept by the inputs' address, not computed, and timed as a "
+                                 "lookup", rule="stale_output")
 
     def _programs(self, model, inputs) -> list[tuple[str, Any, str | None]]:
         """(label, program, numerics) to time: the baselines as people run PyTorch (and the eager reference in
@@ -252,6 +284,11 @@ def _oom_guard(run, where: str, fn):
             run.raise_if_busy(exc)
             raise _OutOfMemory(where) from None
         raise
+
+
+def _storages(torch, out) -> set[int]:
+    """The storages an output's tensors hold."""
+    return {t.untyped_storage().data_ptr() for t in as_outputs(out) if isinstance(t, torch.Tensor)}
 
 
 def _poison(torch, out, protected: set[int]) -> None:
