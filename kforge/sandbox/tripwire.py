@@ -1,4 +1,5 @@
-"""Runtime tripwires in the worker: patched functions, changed numerics flags, stray threads.
+"""Runtime tripwires in the worker: patched functions, changed numerics flags and default dtype, kernels registered
+for torch's own operators, stray threads.
 
 A snapshot is taken after the harness has set the process up and before candidate code is imported;
 `check` compares against it after the import and after every candidate call. The harness's own clocks
@@ -113,6 +114,9 @@ class Tripwire:
                 self._flags[f"{owner}.{attr}"] = getattr(_resolve(owner), attr)
             except (ImportError, AttributeError):
                 continue
+        self._default_dtype = _default_dtype()
+        self._libraries = _torch_namespaces()
+        _record_registrations()
         self.rebaseline_threads()
 
     def rebaseline_threads(self) -> None:
@@ -133,8 +137,68 @@ class Tripwire:
             owner, attr = name.rsplit(".", 1)
             if getattr(_resolve(owner), attr, value) and not value:
                 return "numerics_changed", f"the candidate turned on {name} (correctness is judged with it off)"
+        if (dtype := _default_dtype()) != self._default_dtype:
+            return "numerics_changed", (f"the candidate set torch's default dtype to {dtype} (the problem makes its "
+                                        f"tensors in {self._default_dtype}): the reference and the inputs would "
+                                        "follow it")
+        overridden = [r for r in _REGISTERED if r[0] in self._libraries]
+        if overridden:
+            ns, op, key = overridden[0]
+            return "operator_override", (f"the candidate registered its own {key} kernel for {ns}::{op} with "
+                                         "torch.library: the reference and the baselines would call it too")
         started = [t for t in _STARTED if not _library_thread(t)]
         if started:
             name = getattr(started[0], "name", getattr(started[0], "__name__", "?"))
             return "threads", f"the candidate started {len(started)} thread(s) ({name}): work outside the timed call"
         return None
+
+
+def _default_dtype() -> Any:
+    import torch
+    return torch.get_default_dtype()
+
+
+def _torch_namespaces() -> set[str]:
+    """The operator namespaces registered before any candidate code: torch's own (``aten``, ``prims``, ...). A
+    candidate's own operators live in a namespace of its own; its kernel for an operator of torch's changes what
+    the reference computes."""
+    import torch
+    return {n.split("::", 1)[0] for n in torch._C._dispatch_get_all_op_names()}
+
+
+_REGISTERED: list[tuple[str, str, str]] = []
+"""(namespace, operator, dispatch key) of each kernel registered through ``torch.library`` by candidate code."""
+
+
+def _record_registrations() -> None:
+    """Wrap ``torch.library.Library.impl`` once per process: a registration with candidate code on the stack is
+    recorded (torch.compile registers kernels of its own, lazily, for operators of torch's)."""
+    import torch.library
+    impl = torch.library.Library.impl
+    if getattr(impl, "_kforge", False):
+        return
+
+    def recorded(self, op_name, fn=None, dispatch_key="", *args, **kwargs):
+        if _candidate_on_stack():
+            name = getattr(op_name, "__name__", str(op_name)).split("::")[-1].split(".")[0]
+            _REGISTERED.append((self.ns, name, dispatch_key or "CompositeImplicitAutograd"))
+        return impl(self, op_name, fn, dispatch_key, *args, **kwargs)
+
+    recorded._kforge = True
+    torch.library.Library.impl = recorded
+
+
+def _candidate_on_stack() -> bool:
+    """Whether the registration is the candidate's: the first caller outside ``torch.library``'s own helpers
+    (``torch.library.impl``, ``register_kernel``) is the candidate's file. torch's modules register kernels for its
+    operators as they are imported (its meta kernels, when fake tensors are first used), candidate code above
+    them or not."""
+    frame = sys._getframe(2)
+    while frame is not None and _torch_library_code(frame.f_code.co_filename):
+        frame = frame.f_back
+    return frame is not None and os.path.basename(frame.f_code.co_filename) == CANDIDATE_FILE
+
+
+def _torch_library_code(filename: str) -> bool:
+    parts = filename.replace("\\", "/").split("/")
+    return (parts[-2:] == ["torch", "library.py"] or "_library" in parts[-3:-1] or _in_stdlib(filename))

@@ -322,6 +322,19 @@ def _tensor_subclass(tree: ast.Module, source: str, backend: Backend, problem: P
     return out
 
 
+#: A kernel registered for an operator of torch's own (``aten``, ``prims``): the reference would call it too.
+OPERATOR_OVERRIDE = re.compile(r"TORCH_LIBRARY_IMPL\s*\(\s*(?:aten|prims)\s*,|Library\(\s*[\"'](?:aten|prims)[\"']\s*,\s*"
+                               r"[\"']IMPL|(?:impl|register_kernel|register_fake|register_autograd)\(\s*[\"'](?:aten|prims)::")
+
+
+@rule("operator_override")
+def _operator_override(tree: ast.Module, source: str, backend: Backend, problem: Problem | None) -> list[Finding]:
+    m = OPERATOR_OVERRIDE.search(source)
+    return [Finding("operator_override", f"registers a kernel for one of torch's own operators ({m.group(0).strip()}"
+                    "...): the reference and the baselines would call it too; give the candidate's operators a "
+                    "namespace of their own", source.count("\n", 0, m.start()) + 1)] if m else []
+
+
 @rule("kernel_not_called")
 def _kernel_not_called(tree: ast.Module, source: str, backend: Backend, problem: Problem | None) -> list[Finding]:
     """A kernel exists (the no_kernel rule is satisfied) but forward never reaches it."""
