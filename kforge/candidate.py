@@ -7,8 +7,8 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-_FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[ \t]*([\w+#.\-]*)[^\n]*\n(.*?)(?:^[ \t]*\1[ \t]*$|\Z)",
-                    re.DOTALL | re.MULTILINE)
+_FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<lang>[\w+#.\-]*)[^\n]*\n(?P<body>.*?)"
+                    r"(?:^[ \t]*(?P=fence)[ \t]*$|\Z)", re.DOTALL | re.MULTILINE)
 # A binding of ModelNew in text that does not parse (the build reports the syntax error): a class or function of
 # that name, an assignment to it, or an import naming it.
 _MODELNEW = re.compile(r"^\s*(?:(?:class|def)\s+ModelNew\b|ModelNew\s*(?::[^=\n]*)?=(?!=)"
@@ -169,22 +169,35 @@ def code_blocks(text: str) -> list[tuple[str, str, bool]]:
     """Fenced blocks in a reply as (language, code, closed); an unclosed last fence runs to the end."""
     out = []
     for m in _FENCE.finditer(text):
-        body = m.group(3)
-        closed = not (m.end() == len(text) and not re.search(rf"^[ \t]*{re.escape(m.group(1))}[ \t]*$",
-                                                             text[m.start(3):], re.MULTILINE))
-        out.append((m.group(2).lower(), body.rstrip() + "\n", closed))
+        body = _dedent(m.group("body"), len(m.group("indent")))
+        closed = not (m.end() == len(text) and not re.search(rf"^[ \t]*{re.escape(m.group('fence'))}[ \t]*$",
+                                                             text[m.start("body"):], re.MULTILINE))
+        out.append((m.group("lang").lower(), body.rstrip() + "\n", closed))
     return out
+
+
+def _dedent(body: str, n: int) -> str:
+    """A block fenced ``n`` columns in (a numbered list's item) without those columns, as Markdown reads it."""
+    if not n:
+        return body
+    return "".join(line[min(n, len(line) - len(line.lstrip(" \t"))):] for line in body.splitlines(keepends=True))
 
 
 def extract_code(reply: str) -> tuple[str | None, str | None]:
     """Pick the program from a reply: the last fenced Python block that binds ``ModelNew`` (`binds_model_new`)
     other than by an import alone (a usage example after the program imports it).
 
-    Falls back to the whole reply when it is itself a Python program binding ``ModelNew``.
+    The whole reply when it is itself a Python program binding ``ModelNew`` (fences in its docstrings or comments
+    are examples, not the program).
     Returns (source, None) or (None, reason) — the reason becomes a ``generation_failure`` message.
     """
     if not reply or not reply.strip():
         return None, "the reply is empty"
+    try:  # a whole program, its docstrings' fenced usage examples and all (a reply that is prose does not parse)
+        if module_bindings(ast.parse(reply)):
+            return reply, None
+    except (SyntaxError, ValueError):
+        pass
     blocks = code_blocks(reply)
     with_model = [(lang, code, closed) for lang, code, closed in blocks if binds_model_new(code)]
     python_like = [b for b in with_model if b[0] in _PY_LANGS]
@@ -193,12 +206,6 @@ def extract_code(reply: str) -> tuple[str | None, str | None]:
     chosen = (defining or python_like or with_model)[-1] if with_model else None
     if chosen:
         return chosen[1], None
-    if not blocks:
-        try:
-            if module_bindings(ast.parse(reply)):
-                return reply, None
-        except (SyntaxError, ValueError):
-            pass
     if blocks:
         return None, (f"the reply has {len(blocks)} code block(s) but none binds `ModelNew` (a "
                       "`class ModelNew`, or `ModelNew = YourModel`); put the whole program, including ModelNew, in one "

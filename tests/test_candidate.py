@@ -100,3 +100,22 @@ def test_a_binding_under_the_main_guard_alone_is_told_apart():
     assert Candidate.from_source(guarded).source  # the static pass lets the run judge it
     assert bound_under_main_only(guarded)
     assert not bound_under_main_only(ALIASED) and not bound_under_main_only(guarded + "\nModelNew = FusedRelu\n")
+
+
+def test_a_program_whose_docstring_shows_a_fenced_example_is_the_whole_program(tmp_path):
+    """A .py file with a Markdown usage example in its docstring was read as a reply: none of its blocks bound
+    ModelNew (`generation_failure`), or one that did, the example, was judged instead of the program."""
+    from kforge.evaluate.runner import read_candidate
+    example = "Usage:\n\n```python\nclass ModelNew:  # the example's stand-in\n    pass\nm = ModelNew()\n```\n"
+    program = f'"""Fused ReLU.\n\n{example}"""\nimport torch\n\n\nclass ModelNew(torch.nn.Module):\n    x = 1\n'
+    path = tmp_path / "level_1_problem_1_sample_0_kernel.py"
+    path.write_text(program)
+    assert read_candidate(path).source == program
+    assert extract_code(program) == (program, None)
+
+
+def test_a_block_fenced_inside_a_list_item_loses_the_items_indent():
+    """Fenced three columns in (a numbered list's step), the block kept that indent and did not parse."""
+    body = "\n".join("   " + line if line else "" for line in PROGRAM.splitlines())
+    reply = f"Steps:\n\n1. Write the module:\n\n   ```python\n{body}\n   ```\n\n2. Run it.\n"
+    assert extract_code(reply) == (PROGRAM, None)
