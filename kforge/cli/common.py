@@ -95,7 +95,7 @@ def add_verify_options(p: argparse.ArgumentParser) -> None:
                    "(triton on cpu runs Triton's interpreter: correctness only)")
     p.add_argument("--size", choices=SIZES, help="size preset (default: cpu for the cpu device, gpu for GPUs)")
     p.add_argument("--trials", type=int, default=5, help="correctness trials (default 5), 2 of them the ones that "
-                   "measure whose code did the work, so at least 3 run unless --no-kernel-check")
+                   "measure whose code did the work, so at least 3 run")
     p.add_argument("--timeout", type=float, default=300.0, help="run-phase wall-clock limit per candidate, seconds")
     p.add_argument("--busy-wait", type=float, default=300.0, metavar="SECONDS",
                    help="how long a run that ran out of GPU memory other processes held is tried again before it "
