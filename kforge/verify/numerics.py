@@ -183,6 +183,8 @@ class NumericsChecks:
                         compare_tensor(o, r, atol, rtol, i, nan_never_equal=view == "kernelbench")
                     except Mismatch as m:
                         if not self._as_accurate_as_native(m, o, r, native[i] if native else None, i):
+                            if view == "kforge" and not self.precision.reduced:
+                                _bits_note(m, o, r)
                             raise
             if view == "kforge":
                 for i, (o, r) in enumerate(zip(outs, expected)):
@@ -266,6 +268,29 @@ class NumericsChecks:
         tol = self._tolerance
         return all(not has_nan(r) and tol("kforge", r, i, refs.exact) == tol("kernelbench", r, i, refs.exact)
                    for i, r in enumerate(refs.exact) if isinstance(r, self.torch.Tensor))
+
+
+#: Significant bits of the floating types a kernel may compute in instead of float32 (24).
+HALF_BITS = {"bf16": 8, "fp16 or TF32": 11}
+
+
+def _bits_note(m: Mismatch, out, truth) -> None:
+    """Where a float32 output misses the truth by what a half type's rounding gives, say which: one rounding to a
+    p-bit significand leaves a relative RMS error of 2^-p / sqrt(3), so the error's size measures the precision
+    the kernel computed in (an output merely wrong is off by far more, and is told nothing)."""
+    if "max_abs_err" not in m.details or out.dtype != truth.dtype or not truth.is_floating_point():
+        return
+    _, err = error_stats(out, truth)
+    size = rms(truth)
+    if not (math.isfinite(err) and err > 0 and size > 0):
+        return
+    bits = -math.log2(err / size * math.sqrt(3.0))
+    if not 5.0 <= bits <= 14.0:
+        return
+    like = min(HALF_BITS, key=lambda k: abs(HALF_BITS[k] - bits))
+    m.message += (f"; its relative RMS error {err / size:.2g} is that of about {bits:.0f}-bit arithmetic (float32 "
+                  f"carries 24, {like} {HALF_BITS[like]}): it computed in lower precision than float32")
+    m.details.update(significant_bits=round(bits, 1))
 
 
 def _rng_state(torch) -> tuple:

@@ -289,6 +289,13 @@ def test_the_same_bf16_kernel_in_an_fp32_problem_is_a_silent_downgrade(pool, pro
                                     "return _ext.proj_bf16(x.bfloat16(), self.proj.weight.bfloat16()).float()")
     v = Verifier(fast_config(), pool=pool).verify(problem, downgrade, "cpu")
     assert v.state is State.NUMERICAL_MISMATCH and v.states["kernelbench"] == "numerical_mismatch", v.summary()
+    # Which precision it computed in is measured from its error, not guessed from its source.
+    assert "that of about 8-bit arithmetic (float32 carries 24, bf16 8)" in v.message, v.message
+    assert 7 <= v.evidence.mismatch["significant_bits"] <= 9, v.evidence.mismatch
+    wrong = BF16_KERNEL.replace("return _ext.proj_bf16(x, self.proj.weight)",
+                                "return _ext.proj_bf16(x.bfloat16(), self.proj.weight.bfloat16()).float() * 1.1")
+    v = Verifier(fast_config(), pool=pool).verify(problem, wrong, "cpu")
+    assert v.state is State.NUMERICAL_MISMATCH and "arithmetic" not in v.message, v.message  # merely wrong
 
 
 def test_sizes_baked_in_fail_the_kforge_rules_on_a_variant_and_pass_kernelbenchs(pool, problem):
