@@ -211,3 +211,39 @@ def extract_code(reply: str) -> tuple[str | None, str | None]:
                       "`class ModelNew`, or `ModelNew = YourModel`); put the whole program, including ModelNew, in one "
                       "```python block")
     return None, "the reply contains no code block; answer with the whole program in one ```python block"
+
+
+_UNDEFINED = re.compile(r"NameError\b[^\n]*name '(\w+)' is not defined")
+
+
+def split_program_hint(reply: str | None, program: str | None, message: str) -> str:
+    """Where the program failed on a name another code block of the reply defines (the kernel's source in one
+    ```python block, ModelNew in the next), how to fix it; else ""."""
+    m = _UNDEFINED.search(message or "")
+    if not (m and reply and program):
+        return ""
+    name = m.group(1)
+    for _, code, _ in code_blocks(reply):
+        if code.strip() == program.strip():
+            continue
+        try:
+            tree = ast.parse(code)
+        except (SyntaxError, ValueError):
+            continue
+        if name in _top_level_names(tree):
+            return (f" (`{name}` is defined in another code block of the reply, not in the one judged: put the "
+                    "whole program in one ```python block)")
+    return ""
+
+
+def _top_level_names(tree: ast.Module) -> set[str]:
+    names: set[str] = set()
+    for node in module_level(tree.body):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            for t in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+                names.update(n.id for n in ast.walk(t) if isinstance(n, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return names

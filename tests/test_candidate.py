@@ -119,3 +119,16 @@ def test_a_block_fenced_inside_a_list_item_loses_the_items_indent():
     body = "\n".join("   " + line if line else "" for line in PROGRAM.splitlines())
     reply = f"Steps:\n\n1. Write the module:\n\n   ```python\n{body}\n   ```\n\n2. Run it.\n"
     assert extract_code(reply) == (PROGRAM, None)
+
+
+def test_a_program_split_over_two_blocks_is_told_to_join_them():
+    from kforge.candidate import split_program_hint
+    kernel = "from torch.utils.cpp_extension import load_inline\nrelu_ext = load_inline(name='r', cpp_sources='')\n"
+    model = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return relu_ext.f(x)\n"
+    reply = f"First the kernel:\n```python\n{kernel}```\nThen the module:\n```python\n{model}```\n"
+    candidate = Candidate.from_reply(reply)
+    assert candidate.source == model
+    failed = "NameError in forward (trial 1 of 3): name 'relu_ext' is not defined"
+    assert "`relu_ext` is defined in another code block" in split_program_hint(reply, candidate.source, failed)
+    assert split_program_hint(reply, candidate.source, "NameError: name 'other' is not defined") == ""
+    assert split_program_hint(None, model, failed) == ""
