@@ -180,8 +180,8 @@ class TimedRounds:
     def _round_check(self, out, expected, inputs: list, snapshot: list, rng_seed, where: str,
                      earlier: set[int] | None) -> None:
         """A timed call's output against the reference (the kforge view's: KernelBench judges its trials alone).
-        Wrong where the inputs are unchanged since a call whose output storage it returns again: that result was
-        kept from the earlier call, and its timing is a lookup's."""
+        Wrong where the inputs are unchanged since a call whose output storage it returns again, NaN throughout as
+        kforge left it: that result was kept from the earlier call, and its timing is a lookup's."""
         failed_before = "kforge" in self.views.failed
         try:  # a mismatch here is the kforge view's, recorded; the run goes on while the other view passes
             self._check(self.recheck_outputs(out, snapshot, rng_seed, where), expected, inputs, snapshot, where,
@@ -189,9 +189,9 @@ class TimedRounds:
             stale = not failed_before and "kforge" in self.views.failed
         except HarnessVerdict as v:
             stale = v.state == "numerical_mismatch"
-            if not (stale and earlier and _storages(self.torch, out) & earlier):
+            if not (stale and earlier and _storages(self.torch, out) & earlier and _all_nan(self.torch, out)):
                 raise
-        if stale and earlier and _storages(self.torch, out) & earlier:
+        if stale and earlier and _storages(self.torch, out) & earlier and _all_nan(self.torch, out):
             raise HarnessVerdict("cheat_detected", f"on inputs it had seen before, unchanged, the candidate returned "
                                  f"the output of its earlier call again ({where}), which kforge had NaN-filled "
                                  "since: a result kept by the inputs' address, not computed, and timed as a "
@@ -289,6 +289,13 @@ def _oom_guard(run, where: str, fn):
 def _storages(torch, out) -> set[int]:
     """The storages an output's tensors hold."""
     return {t.untyped_storage().data_ptr() for t in as_outputs(out) if isinstance(t, torch.Tensor)}
+
+
+def _all_nan(torch, out) -> bool:
+    """Whether an output tensor is NaN throughout: what `_poison` left in an output kept since (the allocator may
+    well give an honest new output the same storage)."""
+    return any(isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() and bool(t.isnan().all())
+               for t in as_outputs(out))
 
 
 def _poison(torch, out, protected: set[int]) -> None:
