@@ -31,12 +31,12 @@ inputs, either
 
 output
   One JSONL row per file in --out (default GENERATIONS_DIR/kforge_eval.jsonl, or
-  MANIFEST.kforge_eval.jsonl): problem, level, problem_id, sample_id, candidate,
+  MANIFEST.kforge_eval.jsonl): problem, problem_ref, level, problem_id, sample_id, candidate,
   candidate_hash, backend, and the verdict (state, correct, speedup_eager, speedup_compile,
   runtime_ms, ref_runtime_ms, rule, message, trimmed evidence, ...). A file kforge cannot
   verify (its problem is missing) gets state "error" and an `error` field. A rerun skips
-  files whose path and content already have a row there; an error row is tried again and
-  replaced, so the file keeps one row per candidate. A rerun that judges otherwise
+  files whose path and content already have a row there for the same problem and backend;
+  an error row is tried again and replaced, so the file keeps one row per candidate and problem. A rerun that judges otherwise
   (another --precision, --rules, --size, ...) than the file's rows refuses: use another --out.
   The summary (per level: correct %, fast_0/1/1.5/2, geomean speedup, states) is printed
   and written beside the rows: FILE.summary.json and FILE.summary.md.
@@ -73,7 +73,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     """Verify many candidate files in one pool; rows to --out, the summary printed and written beside it."""
     from ..evaluate import load_results, render_text, run_eval, summarise, write_summary
     from ..evaluate.judged import resume_conflict
-    from ..evaluate.runner import not_a_rows_file
+    from ..evaluate.rows import not_a_rows_file
     from ..verify import BackendUnavailable, Verifier, WorkerPool
     jobs, source, out = _inputs(args)
     backends = {name: backend_of(name, args.device) for name in sorted({j.backend for j in jobs})}

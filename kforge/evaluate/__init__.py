@@ -1,15 +1,15 @@
 """``kforge eval``: verify many candidate files (KernelBench's generations, or a manifest) in one pool.
 
-`runner` finds the files, verifies them and writes one results row each; `summary` reads rows back
-into per-level statistics (correct %, fast_p, geomean speedup) and renders them.
+`runner` finds the files, verifies them and writes one results row each (`rows`: the rows file, resumed);
+`summary` reads rows back into per-level statistics (correct %, fast_p, geomean speedup) and renders them.
 """
 
+from .rows import load_results
 from .runner import (
                      CandidateFile,
                      EvalInputError,
                      EvalResult,
                      discover,
-                     load_results,
                      make_row,
                      parse_generation_name,
                      read_candidate,

@@ -4,14 +4,13 @@ Inputs are KernelBench's generations layout (`discover`) or a manifest (`read_ma
 `CandidateFile`s (``jobs``). `run_eval` loads each problem once, skips what the results file already holds,
 verifies the rest from several threads (builds go to the pool's build workers in parallel, runs to any free
 device slot) and appends a row per candidate as it finishes (the main thread alone writes). A file keeps one
-row: one verified again (an ``error`` row, or changed content) loses its old row first. The summary
-lives in `kforge.evaluate.summary`.
+row per problem it is judged against: one verified again (an ``error`` row, or changed content) loses its old row
+first (`kforge.evaluate.rows`). The summary lives in `kforge.evaluate.summary`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import re
 import traceback
@@ -27,6 +26,7 @@ from ..errors import KforgeError
 from ..manifest import manifest_rows
 from ..problems import Problem, ProblemError, kernelbench_root, parse_ids, resolve_problem
 from .judged import judged_under, resume_conflict
+from .rows import drop_rows, file_hash, legacy_ref, load_results, problem_ref, resume_key
 from .summary import ERROR_STATE
 
 #: The file names KernelBench's scripts/generate_samples.py writes into a run directory.
@@ -167,76 +167,6 @@ def read_manifest(path: str | Path, backend: str) -> list[CandidateFile]:
     return jobs
 
 
-def file_hash(path: Path) -> str | None:
-    """First 16 hex digits of the file's SHA-256 (None when it cannot be read)."""
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-    except OSError:
-        return None
-
-
-def resume_key(candidate: str | Path, content_hash: str | None, backend: str) -> tuple[str, str, str]:
-    return (str(candidate), content_hash or "", backend)
-
-
-def load_results(out: Path) -> dict[tuple[str, str, str], dict[str, Any]]:
-    """Rows already in a results file, by resume key (the last row wins); unreadable lines are skipped."""
-    rows: dict[tuple[str, str, str], dict[str, Any]] = {}
-    if not out.is_file():
-        return rows
-    for line in out.read_text(errors="replace").splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line cut off when a previous run was killed
-        if isinstance(row, dict) and row.get("candidate"):
-            rows[resume_key(row["candidate"], row.get("candidate_hash"), row.get("backend", ""))] = row
-    return rows
-
-
-def not_a_rows_file(out: Path) -> str | None:
-    """Why ``out`` must not be written as the rows file (None: it may): a folder, or a file holding anything but
-    rows an evaluation wrote (a generation, a manifest: it would be overwritten), a last line cut off by a kill
-    aside."""
-    if out.is_dir():
-        return f"{out}: is a directory; --out names the rows file (JSON lines) to write"
-    if not out.is_file():
-        return None
-    lines = [line for line in out.read_text(errors="replace").splitlines() if line.strip()]
-    for n, line in enumerate(lines, 1):
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            row = None
-        if not (isinstance(row, dict) and row.get("candidate") and "backend" in row and "state" in row):
-            if n == len(lines) and n > 1:
-                continue  # the last line, cut off when a run was killed: dropped as the next one writes
-            return (f"{out}: line {n} is not a row a kforge evaluation wrote ({line[:60]!r}), so --out would overwrite "
-                    "the file; name a new file, or the rows file of an earlier evaluation to resume it")
-    return None
-
-
-def drop_rows(out: Path, files: set[tuple[str, str]]) -> None:
-    """Rewrite ``out`` without the rows of these (candidate, backend) files, and without cut-off lines.
-
-    A file verified again (its row was an ``error``, or its content changed) gets one new row, never a
-    second one beside the old. The rewrite goes through a temporary file, so a kill leaves the old file.
-    """
-    if not files or not out.is_file():
-        return
-    kept = []
-    for line in out.read_text(errors="replace").splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict) and (str(row.get("candidate")), row.get("backend", "")) not in files:
-            kept.append(line + "\n")
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text("".join(kept))
-    tmp.replace(out)
-
-
 def read_candidate(path: Path) -> Candidate:
     """A program (.py defining ModelNew), or a model's reply (.md/.txt, or any text with fenced code)."""
     text = path.read_text(errors="replace")
@@ -254,7 +184,7 @@ def make_row(job: CandidateFile, content_hash: str | None, size: str, problem: P
     """A results row: where the candidate came from, then the verdict's fields (evidence trimmed)."""
     row: dict[str, Any] = {
         "candidate": str(job.candidate), "candidate_hash": content_hash,
-        "problem": problem.key if problem else job.problem,
+        "problem": problem.key if problem else job.problem, "problem_ref": problem_ref(job.problem),
         "level": problem.level if problem and problem.level is not None else job.level,
         "problem_id": problem.problem_id if problem and problem.problem_id is not None else job.problem_id,
         "sample_id": job.sample_id, "backend": job.backend, "size": problem.size if problem else size}
@@ -290,6 +220,18 @@ def _problem(problems: dict, name: str, size: str) -> "Problem | ProblemError":
         except ProblemError as exc:
             problems[(name, size)] = exc
     return problems[(name, size)]
+
+
+def _resumed(done: dict, job: CandidateFile, h: str | None, load: Callable[[], "Problem | ProblemError"]):
+    """The verdict row a job takes over from an earlier run, None when it is judged (again): the row of this file,
+    content, backend and problem; or a row written before rows recorded ``problem_ref`` whose problem has the
+    key of the job's (loaded to tell: its file name may not say which)."""
+    old = done.get(resume_key(job.candidate, h, job.backend, problem_ref(job.problem)))
+    if old is None and h is not None and not job.error:
+        problem = load()
+        if not isinstance(problem, ProblemError):
+            old = done.get(resume_key(job.candidate, h, job.backend, legacy_ref(problem.key)))
+    return old if old is not None and old.get("state") != ERROR_STATE else None
 
 
 @contextlib.contextmanager
@@ -338,8 +280,8 @@ def run_eval(jobs: Iterable[CandidateFile], verifier, backends: dict[str, Any], 
     for i, job in enumerate(jobs):
         h = file_hash(job.candidate)
         texts[i] = job.candidate.read_text(errors="replace") if h is not None else None
-        old = done.get(resume_key(job.candidate, h, job.backend))
-        if old is not None and old.get("state") != ERROR_STATE:
+        old = _resumed(done, job, h, lambda: _problem(problems, job.problem or "", size_of(job.backend)))
+        if old is not None:
             rows[i] = old
             resumed.append((i, old, texts[i]))
             continue
@@ -357,8 +299,10 @@ def run_eval(jobs: Iterable[CandidateFile], verifier, backends: dict[str, Any], 
         job = replace(job, level=problem.level, problem_id=problem.problem_id)
         todo.append((i, job, h, problem, read_candidate(job.candidate)))
 
-    drop_rows(out, {(str(job.candidate), job.backend) for _, job, *_ in todo}
-              | {(row["candidate"], row["backend"]) for _, row, _ in fresh})
+    drop_rows(out, {(str(job.candidate), job.backend, ref) for _, job, _, problem, _ in todo
+                    for ref in (problem_ref(job.problem), legacy_ref(problem.key))}
+              | {(row["candidate"], row["backend"], ref) for _, row, _ in fresh
+                 for ref in (row["problem_ref"], legacy_ref(str(row["problem"] or "")))})
     for _, row, source in (resumed if on_row is not None else ()):  # a logged run holds the resumed rows too
         on_row(row, source)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -401,7 +401,7 @@ def test_eval_notices_go_through_logging_to_stderr(tmp_path, capsys, caplog):
 
 def test_out_that_is_not_a_rows_file_is_refused_before_anything_is_written(tmp_path):
     """`--out` named a generation or the manifest and the evaluation overwrote it with its rows."""
-    from kforge.evaluate.runner import not_a_rows_file
+    from kforge.evaluate.rows import not_a_rows_file
     generation = tmp_path / "level_1_problem_1_sample_0_kernel.py"
     generation.write_text("import torch\nclass ModelNew(torch.nn.Module):\n    pass\n")
     assert "line 1 is not a row" in not_a_rows_file(generation)
