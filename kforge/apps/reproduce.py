@@ -29,6 +29,7 @@ from typing import Any
 from .. import PACKAGE_DIR
 from ..errors import ConfigError
 from ..log import setup as setup_logging
+from ..tracking.store import tracking_uri
 from .hydra_conf import check_choices, model_config
 
 log = logging.getLogger(__name__)
@@ -171,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="iterations per problem in iterative sweeps (default 5; 2 when every model is offline)")
     ap.add_argument("--ablations", default=",".join(ABLATIONS),
                     help=f"which sweeps to run, comma-separated (default: all of {', '.join(ABLATIONS)})")
-    ap.add_argument("--tracking-uri", help="MLflow URI (default: sqlite:///mlflow.db here)")
+    ap.add_argument("--tracking-uri", help="MLflow URI, or a path ending in .db (default: sqlite:///mlflow.db here)")
     ap.add_argument("--out", default="results", help="where the tables and plots go")
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for every sweep (after --)")
     args = ap.parse_args(argv)
@@ -201,8 +202,12 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"kforge: {exc}", file=sys.stderr)
         return 2
+    try:  # a folder or plain path for the store is refused now, not by MLflow in the first sweep's job
+        uri = tracking_uri(args.tracking_uri)
+    except ConfigError as exc:
+        print(f"kforge: {exc}", file=sys.stderr)
+        return 2
     env = _env({"KERNELBENCH_DIR": str(Path(args.kernelbench).expanduser().resolve())} if args.kernelbench else None)
-    uri = args.tracking_uri or f"sqlite:///{Path.cwd() / 'mlflow.db'}"
     started, stop = time.monotonic(), Stop()
     stop.install()
     # The whole built-in suite at these levels (not a part of it picked by problems.*=): the oracle's kernels are

@@ -25,17 +25,17 @@ def _tables(cfg: DictConfig) -> None:
     from ..errors import ConfigError
     from ..job.config import TablesConfig
     from ..report.render import build_all
-    from ..tracking import default_uri, open_client
-    from ..tracking.store import sqlite_path
+    from ..tracking import open_client
+    from ..tracking.store import sqlite_path, tracking_uri
     try:
         conf = TablesConfig.from_hydra(cfg)  # strict: a misspelt key, a wrong type or value is named
     except ConfigError as exc:
         print(f"kforge: {exc}", file=sys.stderr)
         discard_run_dir(HydraConfig.get().runtime.output_dir, Path.cwd())  # refused: leave no outputs/ folder
         sys.exit(2)
-    uri = conf.tracking_uri or default_uri()
-    db = sqlite_path(uri)
     try:
+        uri = tracking_uri(conf.tracking_uri)
+        db = sqlite_path(uri)
         if db is not None and not db.is_file():  # reading: a misspelt path would be made an empty store
             raise ConfigError(f"no MLflow store at {db} (run kforge-reproduce first, or name the store: "
                               "tracking_uri=sqlite:///PATH/mlflow.db)")

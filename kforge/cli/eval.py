@@ -62,7 +62,7 @@ def add_parser(sub) -> None:
     e.add_argument("--jobs", type=int, default=default_jobs(),
                    help=f"parallel build workers (default: half the cores, at most 16; here {default_jobs()})")
     e.add_argument("--mlflow", nargs="?", const="", metavar="URI",
-                   help="log a run, with a nested run per file (default URI: sqlite:///mlflow.db here; "
+                   help="log a run, with a nested run per file (URI, or a path ending in .db; default: sqlite:///mlflow.db here; "
                         "without a URI, put it after the directories)")
     e.add_argument("--experiment", default="kforge-eval", help="MLflow experiment (default: kforge-eval)")
     e.add_argument("--no-progress", action="store_true", help="no progress bar (it shows on a terminal only)")
@@ -86,9 +86,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if refused := not_a_rows_file(out):
         raise UsageError(refused)
     if args.mlflow is not None:
-        from ..tracking.store import default_uri, store_problem
-        if refused := store_problem(args.mlflow or default_uri()):
-            raise UsageError(refused)
+        from ..tracking.store import tracking_uri
+        args.mlflow = tracking_uri(args.mlflow)  # x.db as sqlite:///; a folder refused (ConfigError: exit 2)
     # Before any worker or MLflow run: rows judged under other settings would pass for this run's verdicts.
     if conflict := resume_conflict(out, load_results(out), verify_config(args), size_of, backends):
         raise UsageError(conflict)
@@ -152,9 +151,9 @@ def _inputs(args: argparse.Namespace) -> tuple[list, str, Path]:
 
 def _start_tracking(args: argparse.Namespace, source: str, out: Path, backends: dict):
     """An MLflow run for this evaluation (``--mlflow``): the tracker and the parent run's id."""
-    from ..tracking import Tracker, default_uri
+    from ..tracking import Tracker
     from ..tracking.schema import Tags
-    tracker = Tracker(args.mlflow or default_uri(), experiment=args.experiment)
+    tracker = Tracker(args.mlflow, experiment=args.experiment)
     parent = tracker.start_eval(f"eval {Path(source).name}", params={
         "source": str(Path(source).resolve()), "problems_dir": args.problems_dir, "out": str(out),
         "backends": ",".join(backends), "size": args.size, "baseline": args.baseline,

@@ -34,15 +34,14 @@ def add_parser(sub) -> None:
 
 def store_uri(spec: str | None) -> str:
     """The tracking URI ``--store`` names (``./mlflow.db`` by default); a missing SQLite file is a usage error."""
-    from ..tracking import default_uri
-    from ..tracking.store import sqlite_path
+    from ..tracking.store import sqlite_path, tracking_uri
     if spec and spec.startswith(("http://", "https://")):
         return spec.rstrip("/")
-    if spec and not spec.startswith("sqlite:"):
+    if spec and "://" not in spec:  # reading: a job's folder or its store file, whatever the file's name
         path = Path(spec).expanduser()
         path = path / "mlflow.db" if path.is_dir() else path
         spec = f"sqlite:///{path.resolve()}"
-    uri = spec or default_uri()
+    uri = tracking_uri(spec)  # what every command takes: another scheme or a spoilt file refused in one line
     db = sqlite_path(uri)
     if db is not None and not db.is_file():
         raise UsageError(f"no MLflow store at {db}: run a job first (kforge-synthesize ...), or name the store "

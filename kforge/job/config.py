@@ -33,6 +33,13 @@ from .reference import ReferenceConfig
 SOURCES = ("builtin", "kernelbench", "huggingface")
 
 
+def _store(uri: str | None) -> str | None:
+    """A tracking URI as `kforge.tracking.store.tracking_uri` takes it (``x.db``: SQLite), or None; a folder or a
+    plain path is refused now, in one line, not by MLflow after the job has started its workers."""
+    from ..tracking.store import tracking_uri
+    return tracking_uri(uri) if uri else None
+
+
 def _one_of(key: str, value: Any, choices: Any) -> None:
     if value not in choices:
         raise ValueError(f"{key} must be one of {', '.join('null' if c is None else str(c) for c in choices)}, "
@@ -134,6 +141,9 @@ class TrackingConfig(StrictConfig):
     autolog_llm: bool = False
     """Trace every LLM call with ``mlflow.litellm.autolog()``."""
 
+    def __post_init__(self) -> None:
+        self.uri = _store(self.uri)
+
 
 @dataclass
 class WorkersConfig(StrictConfig):
@@ -211,6 +221,7 @@ class TablesConfig(StrictConfig):
     """Also log the files as a ``tables`` run in each ablation's experiment."""
 
     def __post_init__(self) -> None:
+        self.tracking_uri = _store(self.tracking_uri)
         from ..report.tables import ABLATIONS
         for name in self.ablations:
             _one_of("ablations", name, tuple(ABLATIONS))

@@ -51,6 +51,8 @@ class ReferenceConfig(StrictConfig):
     """For ``mlflow``: where that experiment is (None: the job's own tracking URI)."""
 
     def __post_init__(self) -> None:
+        from ..tracking.store import tracking_uri  # x.db as SQLite; a folder refused now, not mid-job
+        self.tracking_uri = tracking_uri(self.tracking_uri) if self.tracking_uri else None
         if self.kind not in KINDS:
             raise ValueError(f"reference.kind must be one of {', '.join(KINDS)}, not {self.kind!r}")
         if self.backend not in (None, "auto", *BACKENDS):

@@ -25,7 +25,7 @@ from ..loop import IterationRecord, LoopState, ProblemResult
 from ..problems import Problem
 from ..verify import Verdict
 from .schema import STATE_INDEX, Files, Kind, Tags, WorkloadTags, metric_history, tag_is
-from .store import default_uri, open_client, sqlite_path
+from .store import open_client, sqlite_path, tracking_uri
 
 #: Configuration keys that do not change what a job computes.
 IGNORED = ("tracking", "workers", "resume", "hydra")
@@ -128,7 +128,7 @@ def workload_folders(uri: str | None, experiment: str, chash: str) -> list[str]:
 
     A rerun reuses one, so its regions, and so its problems, are the earlier job's. Read before the job's
     tracker exists (the problems are needed first), so nothing is created: no store, no experiment."""
-    uri = uri or default_uri()
+    uri = tracking_uri(uri)
     db = sqlite_path(uri)
     if db is not None and not db.is_file():
         return []

@@ -63,18 +63,21 @@ def import_mlflow():
     return mlflow
 
 
-#: Schemes MLflow has a tracking store for ("": a folder).
-_SCHEMES = ("", "file", "sqlite", "http", "https", "databricks", "databricks-uc", "uc", "postgresql", "postgres",
-            "mysql", "mssql")
+#: Schemes MLflow opens a tracking store for. Not "" or file://: its file store (a folder, ./mlruns) is in
+#: maintenance mode and refuses to open, a traceback after the work was set up.
+_SCHEMES = ("sqlite", "http", "https", "databricks", "databricks-uc", "uc", "postgresql", "postgres", "mysql", "mssql")
+_USE = "use sqlite:///PATH/mlflow.db (a path ending in .db is taken as one) or http(s)://HOST for a tracking server"
 
 
 def store_problem(uri: str) -> str | None:
-    """Why ``uri`` is no MLflow store to open (None: it may be one): a scheme MLflow has none for, or a SQLite URI
-    naming a folder or a file that is not a database (opened, MLflow's traceback; and a lock file left beside it)."""
+    """Why ``uri`` is no MLflow store to open (None: it may be one): a plain path or folder (MLflow's file store), a
+    scheme MLflow has none for, or a SQLite URI naming a folder or a file that is not a database (opened, MLflow's
+    traceback; and a lock file left beside it)."""
     scheme = uri.split("://", 1)[0].lower() if "://" in uri else ""
+    if scheme in ("", "file"):
+        return f"tracking URI {uri!r}: a plain path or folder is MLflow's file store, which it no longer opens; {_USE}"
     if scheme.split("+", 1)[0] not in _SCHEMES:
-        return (f"tracking URI {uri!r}: MLflow has no store for {scheme}:// (use sqlite:///PATH/mlflow.db, a folder, "
-                "or http(s)://HOST for a tracking server)")
+        return f"tracking URI {uri!r}: MLflow has no store for {scheme}:// ({_USE})"
     db = sqlite_path(uri)
     if db is not None and db.is_dir():
         return f"tracking URI {uri!r}: {db} is a directory; name the SQLite file (sqlite:///{db}/mlflow.db)"
@@ -85,17 +88,32 @@ def store_problem(uri: str) -> str | None:
     return None
 
 
-def open_client(uri: str):
-    """An MlflowClient for ``uri`` that retries while a SQLite store is locked.
+def tracking_uri(spec: str | None) -> str:
+    """The store a setting or an option names, as the URI to open; every command that opens one goes through here.
+
+    None or empty: `default_uri`; a plain path ending in ``.db``: ``sqlite:///`` its absolute path (as ``kforge ui
+    --store x.db`` takes it); a URI as given. Raises `ConfigError` (one line, `store_problem`'s) for anything else,
+    a plain folder or path included, before anything is set up."""
+    from ..errors import ConfigError
+    spec = (spec or "").strip()
+    if not spec:
+        return default_uri()
+    if "://" not in spec and Path(spec).suffix.lower() == ".db":
+        spec = f"sqlite:///{Path(spec).expanduser().resolve()}"
+    if problem := store_problem(spec):
+        raise ConfigError(problem)
+    return spec
+
+
+def open_client(uri: str | None):
+    """An MlflowClient for ``uri`` (as `tracking_uri` takes it) that retries while a SQLite store is locked.
 
     A new SQLite store gets its tables on its first touch; two processes touching it at once (jobs
     started together, or a reader such as `make tables` beside a starting sweep) race in that schema
     migration and one dies. A lock file next to the database serialises the first touch, which copies an
     empty store MLflow made earlier (`empty_store`) rather than migrating the schema again.
     """
-    if problem := store_problem(uri):
-        from ..errors import ConfigError
-        raise ConfigError(problem)
+    uri = tracking_uri(uri)
     import_mlflow()
     from mlflow.tracking import MlflowClient
     # MLflow draws a "Downloading artifacts" bar per download; resume and reference transfer download a

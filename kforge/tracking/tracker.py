@@ -42,7 +42,7 @@ from .schema import (
     iteration_values,
     level_prefix,
 )
-from .store import default_uri, import_mlflow, open_client, sqlite_path
+from .store import import_mlflow, open_client, sqlite_path, tracking_uri
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ class Tracker:
 
     def __init__(self, uri: str | None = None, experiment: str = "kforge", artifact_root: str | None = None):
         self.mlflow = import_mlflow()
-        self.uri = uri or default_uri()
+        self.uri = tracking_uri(uri)  # a bad one refused in one line, before MLflow is asked
         self._lock = threading.RLock()
         self.experiment = experiment
         self.client = open_client(self.uri)

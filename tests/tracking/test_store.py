@@ -124,6 +124,7 @@ def test_a_uri_that_is_no_store_is_refused_before_mlflow_opens_it(tmp_path):
     with pytest.raises(ConfigError, match="is not an SQLite database"):
         open_client(f"sqlite:///{notes}")
     assert not (tmp_path / "notes.txt.lock").exists() and notes.read_text() == "not a database\n"
-    for fine in (f"sqlite:///{tmp_path / 'new.db'}", str(tmp_path / "runs"), "http://localhost:5000",
-                 "postgresql+psycopg2://u@h/db"):
+    for fine in (f"sqlite:///{tmp_path / 'new.db'}", "http://localhost:5000", "postgresql+psycopg2://u@h/db"):
         assert store_problem(fine) is None, fine
+    # MLflow's file store (a folder): it refuses to open one, so kforge does, saying what to use instead.
+    assert "use sqlite:///PATH/mlflow.db" in store_problem(str(tmp_path / "runs"))
