@@ -52,7 +52,7 @@ def test_oracle_dry_run_of_one_sweep_writes_tables(tmp_path):
     table = oracle_dry_run(tmp_path, "single_vs_iterative")
     assert "| Iterative | 1/1 [100–100%] |" in table and "| Single shot | 1/1 [100–100%] |" in table
     # One oracle kernel timed in both arms (three timings): the caption says how much its timings varied.
-    assert "oracle† on cpu, level 1, n = 1" in table and "† Not an LLM: kforge's hand-written solutions" in table
+    assert "oracle† on cpu at FP32, level 1, n = 1" in table and "† Not an LLM: kforge's hand-written solutions" in table
     assert "(1 kernel timed repeatedly varied by a median of" in table
     assert (tmp_path / "results" / "single_vs_iterative_fast_p.png").is_file()
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")

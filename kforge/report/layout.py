@@ -1,7 +1,7 @@
 """What an ablation table shows a reader, and how: its columns and cells, and the caption and notes beside it.
 
-A paper prints the table as it is, so what every row shares (one model, one backend, one level, the same n,
-no degenerate problem) is said once in the caption instead of in a column of repeats; the two rule sets
+A paper prints the table as it is, so what every row shares (one model, one backend, one precision, one level,
+the same n, no degenerate problem) is said once in the caption instead of in a column of repeats; the two rule sets
 read the same way in every heading (``Correct (kforge)``, ``fast_1 (KB)``); rates show as k/n with their
 interval in percent; and the notes are three sentences. In LaTeX the results split into two tables that fit
 a page at the document's type size: correctness (the rates, under both rule sets) and speed (the geomean,
@@ -21,8 +21,9 @@ from .tables import COLUMNS, Context, Estimate, TimingRange
 
 #: What a speedup's baseline is, in a caption.
 BASELINES = {"eager": "PyTorch eager", "compile": "torch.compile of the reference"}
-#: The columns that say what a row is; each moves to the caption when every row has the same value.
-KEYS = ("model", "backend", "level")
+#: The columns that say what a row is; each moves to the caption when every row has the same value (so a table of
+#: one precision says which there), unless it is the ablation's factor.
+KEYS = ("model", "backend", "precision", "level")
 #: Columns that describe the problems rather than measure an arm: also moved to the caption when constant.
 CONTEXT = ("n", "degenerate")
 #: Headings by column key (a column not named here shows its own header): the rule set in parentheses, alike.
@@ -83,14 +84,15 @@ def _model(model: str, not_llms: dict[str, str]) -> str:
 def layout(table: pd.DataFrame, factor: str, not_llms: dict[str, str]) -> Layout:
     """The table's headings and cells, less the columns whose value every row shares (those go to `fixed`)."""
     texts = {"model": [_model(m, not_llms) for m in table["model"]], "backend": [str(b) for b in table["backend"]],
+             "precision": [value_name("precision", v) for v in table["precision"]],
              "level": [str(v) for v in table["level"]], factor: [value_name(factor, v) for v in table[factor]]}
     cells = {k: [(t, "") for t in v] for k, v in texts.items()}
     cells.update({c.key: [cell(c.key, v) for v in table[c.key]] for c in COLUMNS})
-    order = [*KEYS, factor, *(c.key for c in COLUMNS)]
+    order = [*row_keys(factor), factor, *(c.key for c in COLUMNS)]
     several = len(table) > 1
     fixed, keys = [], []
     for key in order:
-        if key in (*KEYS, *CONTEXT) and (not several or len(set(cells[key])) == 1):
+        if key in (*row_keys(factor), *CONTEXT) and (not several or len(set(cells[key])) == 1):
             fixed.append((key, cells[key][0][0]))
         else:
             keys.append(key)
@@ -99,18 +101,25 @@ def layout(table: pd.DataFrame, factor: str, not_llms: dict[str, str]) -> Layout
     return Layout(heads, rows, keys, fixed, "all" in texts["level"])
 
 
+def row_keys(factor: str) -> list[str]:
+    """`KEYS` less the factor (the precision ablation's is the precision: a column however many it has)."""
+    return [k for k in KEYS if k != factor]
+
+
 def _header(key: str) -> str:
     return next(c.header for c in COLUMNS if c.key == key)
 
 
 def _fixed_phrase(fixed: list[tuple[str, str]]) -> str:
-    """``oracle† on cpu at level 1, n = 6 problems, none degenerate``: what every row shares."""
+    """``oracle† on cpu at FP32, level 1, n = 6 problems, none degenerate``: what every row shares."""
     got = dict(fixed)
     parts = []
     if "model" in got:
         parts.append(got["model"])
     if "backend" in got:
         parts.append(f"on {got['backend']}")
+    if "precision" in got:
+        parts.append(f"at {got['precision']}")
     head = " ".join(parts)
     if "level" in got:
         head = ", ".join(p for p in (head, f"level {got['level']}") if p)
@@ -142,7 +151,7 @@ def caption(name: str, factor: str, ctx: Context, not_llms: dict[str, str], lay:
             shows: str | None = None) -> str:
     """A sentence or two, as a paper's caption: what is compared by what, over what, what every row shares, what
     the brackets are, and the rows that are not LLMs."""
-    by = [factor_name(k).lower() for k in (factor, *KEYS) if k in lay.keys]
+    by = [factor_name(k).lower() for k in (factor, *row_keys(factor)) if k in lay.keys]
     what = (shows or "correctness and speedup over {baseline}").format(baseline=BASELINES[ctx.baseline])
     text = (f"{title_of(name)}: {what}, by {', '.join(by[:-1]) + ' and ' if len(by) > 1 else ''}{by[-1]}"
             + (" (level all pools the levels)" if lay.pooled else ""))

@@ -13,6 +13,8 @@ from pathlib import Path
 import pandas as pd
 
 from ..figure import BASELINE_NAMES, integer_ticks, pyplot
+from .runs import with_precision
+from .tables import arm_keys
 
 #: What a factor is called in a heading or an axis.
 FACTOR_NAMES = {"loop_mode": "Loop", "reference": "Reference", "analysis": "Analysis", "profiler": "Profiler",
@@ -44,8 +46,20 @@ def value_name(factor: str, value) -> str:
     return text[:1].upper() + text[1:].replace("_", " ") if factor in FACTOR_NAMES and factor != "model" else text
 
 
-def _label(keys, factor: str, n: int) -> str:
-    return f"{value_name(factor, keys[2])} · {keys[0]} · {keys[1]} (n={n})"
+def _arms(frame: pd.DataFrame, factor: str) -> tuple[list, bool]:
+    """The arms (`arm_keys`) of a plot's frame, and whether their precisions differ (then each legend says its own)."""
+    frame = with_precision(frame)
+    return list(frame.groupby(arm_keys(factor), dropna=False)), frame["precision"].nunique() > 1
+
+
+def _label(keys, factor: str, n: int, precisions: bool, bound: str = "=") -> str:
+    """An arm (its `arm_keys` values) in a legend: ``Single shot · oracle · cpu (n=6)``, ``· BF16`` after the
+    backend where the plot holds several precisions."""
+    arm = dict(zip(arm_keys(factor), keys))
+    said = [value_name(factor, arm[factor]), str(arm["model"]), str(arm["backend"])]
+    if precisions and factor != "precision":
+        said.append(value_name("precision", arm["precision"]))
+    return f"{' · '.join(said)} (n{bound}{n})"
 
 
 def title_of(name: str) -> str:
@@ -57,10 +71,11 @@ def plot_fast_p(curve: pd.DataFrame, factor: str, path: Path, title: str, baseli
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
     ns = set()
-    for keys, g in curve.groupby(["model", "backend", factor], dropna=False):
+    arms, precisions = _arms(curve, factor)
+    for keys, g in arms:
         n = int(g["n"].iloc[0])
         ns.add(n)
-        ax.plot(g["p"], g["fast_p"], drawstyle="steps-post", label=_label(keys, factor, n))  # a count: steps
+        ax.plot(g["p"], g["fast_p"], drawstyle="steps-post", label=_label(keys, factor, n, precisions))  # a count: steps
     ax.set_xlabel(f"speedup threshold p (over {BASELINE_NAMES[baseline]})")
     ax.set_ylabel("fast_p: share correct and > p times faster")
     ax.set_ylim(0, 1.02)
@@ -79,9 +94,10 @@ def plot_iterations(hist: pd.DataFrame, factor: str, path: Path, title: str, bas
     plt = pyplot()
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=110)
     top = 1.0
-    for keys, g in hist.groupby(["model", "backend", factor], dropna=False):
+    arms, precisions = _arms(hist, factor)
+    for keys, g in arms:
         g = g.sort_values("iteration")
-        label = _label(keys, factor, int(g["n"].iloc[0]))
+        label = _label(keys, factor, int(g["n"].iloc[0]), precisions)
         a1.plot(g["iteration"], g["correct_rate"], marker="o", label=label)
         a2.plot(g["iteration"], g["geomean_speedup"], marker="o", label=label)
         top = max(top, float(g["geomean_speedup"].max(skipna=True) or 0.0))
@@ -108,13 +124,13 @@ def plot_speedups(points: pd.DataFrame, factor: str, path: Path, title: str, bas
     (the band: the geomean under each best kernel's slowest and fastest recorded timing, so arms whose
     bands overlap may differ by timing noise alone).
 
-    ``points``: one row per table row with ``model``, ``backend``, ``level``, ``factor``, ``n``, ``geomean``,
+    ``points``: one row per table row with ``model``, ``backend``, ``precision``, ``level``, ``factor``, ``n``, ``geomean``,
     ``ci_lo``, ``ci_hi``, ``range_lo``, ``range_hi`` (None where there is none).
     """
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
     levels = sorted({str(v) for v in points["level"]}, key=lambda v: (v == "all", v))
-    arms = list(points.groupby(["model", "backend", factor], dropna=False))
+    arms, precisions = _arms(points, factor)
     width = 0.7 / max(len(arms), 1)
     top = 1.0
     for i, (keys, g) in enumerate(arms):
@@ -129,7 +145,7 @@ def plot_speedups(points: pd.DataFrame, factor: str, path: Path, title: str, bas
                [hi - v if pd.notna(hi) else 0 for v, hi in zip(g["geomean"], g["ci_hi"])]]
         n = int(g["n"].max()) if len(g) else 0
         ax.errorbar(x, g["geomean"], yerr=err, fmt="o", color=colour, lw=0.8, capsize=3,
-                    label=f"{value_name(factor, keys[2])} · {keys[0]} · {keys[1]} (n≤{n})")
+                    label=_label(keys, factor, n, precisions, "≤"))
         top = max([top, *g["geomean"], *[v for v in (*g["ci_hi"], *g["range_hi"]) if pd.notna(v)]])
     ax.set_xticks(range(len(levels)), [f"level {v}" if v != "all" else "all levels" for v in levels])
     ax.set_ylim(0, top * 1.15)

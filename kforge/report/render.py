@@ -11,10 +11,10 @@ from typing import Any
 
 import pandas as pd
 
-from .layout import KEYS, PARTS, Cell, caption, layout, notes, part_keys
+from .layout import PARTS, Cell, caption, layout, notes, part_keys, row_keys
 from .plots import title_of
 from .runs import dedupe, kernel_timings, load_runs, timings_frame
-from .tables import ABLATIONS, COLUMNS, Context, ablation_table, by_iteration, fast_p_curve, not_llms
+from .tables import ABLATIONS, COLUMNS, Context, ablation_table, arm_keys, by_iteration, fast_p_curve, not_llms
 from .transfer import transfer_markdown, transfer_matrix
 
 #: LaTeX for characters that are special to it or outside what pdflatex reads by default.
@@ -111,7 +111,7 @@ def to_csv_frame(table: pd.DataFrame, factor: str) -> pd.DataFrame:
     """Numbers, not text: each column's value, interval bounds and counts."""
     rows = []
     for _, r in table.iterrows():
-        row: dict[str, Any] = {k: r[k] for k in ("model", "backend", "level", factor)}
+        row: dict[str, Any] = {k: r[k] for k in (*arm_keys(factor)[:-1], "level", factor)}
         for c in COLUMNS:
             v = r[c.key]
             row.update(v.flat(c.key) if hasattr(v, "flat") else {c.key: v})
@@ -133,7 +133,8 @@ def write_table(table: pd.DataFrame, factor: str, out_dir: Path, name: str, ctx:
     for i, (part, shows, columns) in enumerate(PARTS):  # correctness, then speed: each fits a page
         sub = lay.columns(part_keys(lay, factor, columns, first=i == 0))
         tables.append(to_latex(sub.heads, sub.rows, caption(name, factor, ctx, not_llms, sub, shows),
-                               f"{label}-{part}", paths["notes"].name, lead=sum(k in KEYS for k in sub.keys)))
+                               f"{label}-{part}", paths["notes"].name,
+                               lead=sum(k in row_keys(factor) for k in sub.keys)))
     paths["tex"].write_text("\n".join(tables))
     paths["notes"].write_text(f"% notes to Tables~\\ref{{tab:{label}-{PARTS[0][0]}}} and~\\ref{{tab:{label}-{PARTS[1][0]}}} "
                               f"(kforge)\n{latex_prose(more)}\n")
@@ -149,12 +150,12 @@ def timing_columns(baseline: str) -> dict[str, str]:
 
 def speedup_points(table: pd.DataFrame, factor: str) -> pd.DataFrame:
     """The table's geomeans with their intervals and timing ranges, as plain numbers for the speedup plot."""
-    return pd.DataFrame([{"model": r["model"], "backend": r["backend"], "level": r["level"], factor: r[factor],
-                          "n": r["n"], "geomean": r["geomean_speedup"].value, "ci_lo": r["geomean_speedup"].lo,
-                          "ci_hi": r["geomean_speedup"].hi, "range_lo": r["timing_range"].lo,
-                          "range_hi": r["timing_range"].hi} for _, r in table.iterrows()],
-                        columns=["model", "backend", "level", factor, "n", "geomean", "ci_lo", "ci_hi", "range_lo",
-                                 "range_hi"])
+    keys = [*arm_keys(factor)[:-1], "level", factor]
+    return pd.DataFrame([{**{k: r[k] for k in keys}, "n": r["n"], "geomean": r["geomean_speedup"].value,
+                          "ci_lo": r["geomean_speedup"].lo, "ci_hi": r["geomean_speedup"].hi,
+                          "range_lo": r["timing_range"].lo, "range_hi": r["timing_range"].hi}
+                         for _, r in table.iterrows()],
+                        columns=[*keys, "n", "geomean", "ci_lo", "ci_hi", "range_lo", "range_hi"])
 
 
 def build_all(client, out_dir: str | Path, ablations: list[str] | None = None, baseline: str = "eager",

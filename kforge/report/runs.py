@@ -16,8 +16,19 @@ import pandas as pd
 from ..metrics import SPEEDUP_FIELD
 from ..tracking.schema import CONFIG_TAGS, Kind, Metrics, Tags, metric, metric_history, speedup_metric, tag_is
 
-#: Where a timing of one kernel can be compared with another timing of it.
-TIMING_KEYS = ("backend", "device", "size", "problem")
+#: Where a timing of one kernel can be compared with another timing of it (at bf16 it is another program's time).
+TIMING_KEYS = ("backend", "device", "size", "precision", "problem")
+#: The precision of a run logged before runs were tagged with theirs: every job verified at fp32 then.
+UNTAGGED_PRECISION = "fp32"
+
+
+def with_precision(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with a ``precision`` in every row (`UNTAGGED_PRECISION` where a run has none), so that runs at fp32
+    and at bf16 are never pooled, and an untagged run is fp32's."""
+    if df.empty:
+        return df
+    tagged = df["precision"] if "precision" in df else pd.Series("", index=df.index)
+    return df.assign(precision=tagged.fillna("").replace("", UNTAGGED_PRECISION))
 
 
 def _history(client, run_id: str, name: str) -> dict[int, float]:
@@ -52,7 +63,7 @@ def load_runs(client, experiment: str, baseline: str = "eager", iterations: bool
             correct = _history(client, r.info.run_id, Metrics.CORRECT)
             row["steps"] = [(s, bool(correct[s]), speed.get(s), t.get(Tags.kernel_at(s), "")) for s in sorted(correct)]
         rows.append(row)
-    return pd.DataFrame(rows)
+    return with_precision(pd.DataFrame(rows))
 
 
 def _kernelbench_best(correct: dict[int, float], speed: dict[int, float]) -> dict[str, Any]:
@@ -76,7 +87,7 @@ def dedupe(df: pd.DataFrame) -> pd.DataFrame:
 def kernel_timings(runs: pd.DataFrame) -> dict[tuple, list[float]]:
     """Every recorded speedup of each kernel (correct iterations with a kernel hash), any run's."""
     out: dict[tuple, list[float]] = {}
-    for _, row in runs.iterrows():
+    for _, row in with_precision(runs).iterrows():
         seen = set()  # a kernel met again in a run repeats its one timing (kforge.loop.finalists): counted once
         for _, ok, speed, kernel in row.get("steps") or []:
             if ok and kernel and speed and (kernel, speed) not in seen:

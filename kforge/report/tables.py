@@ -1,6 +1,7 @@
 """The paper's ablation tables, from MLflow runs, with pandas.
 
-One row per (model, backend, level, factor), plus an ``all`` level per (model, backend, factor) over several; its
+One row per (model, backend, precision, level, factor), plus an ``all`` level per arm (`arm_keys`) over several;
+runs at another precision are another arm, never pooled (the precision ablation's factor is the precision). Its
 columns are `COLUMNS`, the one list to extend: problems n, correctness rate, fast_1 and fast_1.5 (k/n with a
 bootstrap interval over problems), the kernel share, the problems the audit flags degenerate, the geomean
 speedup of correct kernels, the problems whose speedup is within noise, and the geomean's timing range (the
@@ -21,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from ..metrics import SPEEDUP_FIELD, geomean
-from .runs import TIMING_KEYS
+from .runs import TIMING_KEYS, with_precision
 
 #: Ablation name -> (MLflow experiment, the tag that holds its factor).
 ABLATIONS: dict[str, tuple[str, str]] = {
@@ -248,56 +249,64 @@ COLUMNS: list[Column] = [
 ]
 
 
+def arm_keys(factor: str) -> list[str]:
+    """What keeps one arm's runs apart from another's: the model, the backend, the precision (a bf16 kernel's
+    correctness and speed are not fp32's), then the factor (the precision itself in the precision ablation)."""
+    return [*(k for k in ("model", "backend", "precision") if k != factor), factor]
+
+
 def summarise(group: pd.DataFrame, ctx: Context) -> dict[str, Any]:
     return {c.key: c.value(group, ctx) for c in COLUMNS}
 
 
 def ablation_table(df: pd.DataFrame, factor: str, ctx: Context | None = None) -> pd.DataFrame:
-    """Rows by model x backend x level x factor, plus an ``all`` level row per model x backend x factor that
+    """Rows by model x backend x precision x level x factor, plus an ``all`` level row per arm (`arm_keys`) that
     spans several levels (with one level, that row would repeat the level's).
 
     Each `COLUMNS` entry is a column of values (`Estimate`, `TimingRange`, ...) with ``text()``.
     """
     ctx = ctx or Context()
-    keys = ["model", "backend", "level", factor]
+    arm = arm_keys(factor)
+    keys = [*arm[:-1], "level", factor]
     if df.empty:
         return pd.DataFrame(columns=[*keys, *(c.key for c in COLUMNS)])
+    df = with_precision(df)
     rows = []
     for values, group in df.groupby(keys, dropna=False):
         rows.append(dict(zip(keys, values), **summarise(group, ctx)))
-    for values, group in df.groupby(["model", "backend", factor], dropna=False):
+    for values, group in df.groupby(arm, dropna=False):
         if group["level"].nunique(dropna=False) > 1:
-            rows.append(dict(zip(["model", "backend", factor], values), level="all", **summarise(group, ctx)))
+            rows.append(dict(zip(arm, values), level="all", **summarise(group, ctx)))
     out = pd.DataFrame(rows)
     out["level"] = out["level"].astype(str)
     return out.sort_values(keys, key=lambda s: s.map(str)).reset_index(drop=True)
 
 
 def fast_p_curve(df: pd.DataFrame, factor: str, ps=None, baseline: str = "eager") -> pd.DataFrame:
-    """fast_p for p in [0, 3] per configuration (model, backend, factor), with its n."""
+    """fast_p for p in [0, 3] per arm (`arm_keys`), with its n."""
     ps = ps if ps is not None else [round(0.1 * i, 2) for i in range(31)]
     ctx = Context(baseline)
+    arm = arm_keys(factor)
     rows = []
-    for keys, group in df.groupby(["model", "backend", factor], dropna=False):
+    for keys, group in with_precision(df).groupby(arm, dropna=False):
         group = _fair(group, ctx)
         speed, n = np.nan_to_num(_speed(group, ctx), nan=0.0), len(group)
         for p in ps:
             # fast_0 is the correctness rate (an untimed correct kernel counts there only)
             k = int(solved(group).sum()) if p == 0 else int((speed > p).sum())
-            rows.append({"model": keys[0], "backend": keys[1], factor: keys[2], "p": p, "fast_p": k / n if n else 0.0,
-                         "n": n})
+            rows.append({**dict(zip(arm, keys)), "p": p, "fast_p": k / n if n else 0.0, "n": n})
     return pd.DataFrame(rows)
 
 
 def by_iteration(df: pd.DataFrame, factor: str) -> pd.DataFrame:
-    """Correctness rate and geomean best-so-far speedup after each iteration, per configuration.
+    """Correctness rate and geomean best-so-far speedup after each iteration, per arm (`arm_keys`).
 
     ``iteration`` counts from 1. A problem that stopped early (its target reached) keeps its best
     through the configuration's last iteration, so n stays the number of problems.
     """
-    keys = ["model", "backend", factor]
+    keys = arm_keys(factor)
     agg = []
-    for values, g in df.groupby(keys, dropna=False):
+    for values, g in with_precision(df).groupby(keys, dropna=False):
         last = max((len(s) for s in g["steps"]), default=0)
         best_by_it: list[list[float | None]] = [[] for _ in range(last)]
         for steps in g["steps"]:

@@ -19,12 +19,13 @@ OLD = {"best": "best_speedup_eager", "step": "speedup_eager"}  # runs logged bef
 
 
 def make_run(client, exp_id, parent, problem, level, mode, correct, speedup, status="FINISHED", history=None,
-             model="m", names=NEW, best_kernel=None):
-    """``history``: (correct, speedup, kernel hash) per iteration."""
+             model="m", names=NEW, best_kernel=None, precision=None):
+    """``history``: (correct, speedup, kernel hash) per iteration; ``precision`` None: untagged (an older run)."""
     run = client.create_run(exp_id, run_name=problem, tags={
         "kforge.kind": "problem", "mlflow.parentRunId": parent, "problem": problem, "level": str(level),
         "model": model, "backend": "cpu", "loop_mode": mode, "reference": "none", "profiler": "none",
-        "analysis": "off", "size": "cpu", "problems_source": "builtin", "device": "cpu"})
+        "analysis": "off", "size": "cpu", "problems_source": "builtin", "device": "cpu",
+        **({"precision": precision} if precision else {})})
     rid = run.info.run_id
     history = history if history is not None else [(correct, speedup, best_kernel)]
     metrics = [Metric("best_correct", float(correct), 0, 0), Metric("iterations", float(len(history)), 0, 0)]
@@ -144,11 +145,42 @@ def test_identical_kernels_in_two_arms_show_their_timing_noise(tmp_path):
     files = build_all(client, tmp_path / "results", ["single_vs_iterative"])["single_vs_iterative"]["files"]
     md = files["md"].read_text()
     assert "| Single shot | 1/1 [100–100%] |" in md and "0.29–0.41 (1/1)" in md
-    assert "oracle† on cpu, level 1, n = 1, none degenerate" in md and "† Not an LLM: kforge's hand-written" in md
+    assert "oracle† on cpu at FP32, level 1, n = 1, none degenerate" in md and "† Not an LLM: kforge's hand-written" in md
     assert "Speedup is PyTorch eager's median time over the kernel's" in md and "a median of 41%" in md
     timings = pd.read_csv(files["timings"]).iloc[0]  # its columns say what they hold: speedups, not times
     assert timings["timings_n"] == 3 and timings["min_speedup_vs_eager"] == pytest.approx(0.29)  # 0.41, 0.30, 0.29
     assert timings["max_speedup_vs_eager"] == pytest.approx(0.41) and "min" not in timings.index
+
+
+def test_runs_at_another_precision_are_another_row_and_the_caption_says_which(tmp_path):
+    """One sweep at fp32 and again at bf16 into one store: the Single shot row pooled them (n = 12 for 6
+    problems), their timing ranges too, and nothing said which precision a table showed."""
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    exp = client.create_experiment("kforge-single_vs_iterative", artifact_location=(tmp_path / "art").as_uri())
+    parent = client.create_run(exp).info.run_id
+    for problem in ("level1/a", "level1/b"):  # the same kernel at both precisions: bf16 twice as fast
+        make_run(client, exp, parent, problem, 1, "single_shot", True, 0.5, best_kernel="k")  # untagged: fp32
+        make_run(client, exp, parent, problem, 1, "single_shot", True, 1.0, best_kernel="k", precision="bf16")
+    every = load_runs(client, "kforge-single_vs_iterative")
+    t = ablation_table(dedupe(every), "loop_mode", Context(timings=kernel_timings(every)))
+    assert sorted(zip(t.precision, t.n, (g.value for g in t.geomean_speedup))) == [("bf16", 2, 1.0), ("fp32", 2, 0.5)]
+    assert [(r.lo, r.hi) for r in t.timing_range] == [(1.0, 1.0), (0.5, 0.5)]  # no range across precisions
+    md = build_all(client, tmp_path / "both", ["single_vs_iterative"])["single_vs_iterative"]["files"]["md"].read_text()
+    assert "| Precision |" in md and "| BF16 |" in md and "by loop and precision; m on cpu, level 1, n = 2" in md
+    assert "at FP32" not in md
+
+
+def test_the_precision_ablation_keeps_precision_as_its_factor(tmp_path):
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    exp = client.create_experiment("kforge-precision_ablation", artifact_location=(tmp_path / "art").as_uri())
+    parent = client.create_run(exp).info.run_id
+    for precision, speedup in (("fp32", 0.5), ("bf16", 1.0)):
+        make_run(client, exp, parent, "level1/a", 1, "iterative", True, speedup, precision=precision)
+    res = build_all(client, tmp_path / "results", ["precision_ablation"])["precision_ablation"]
+    assert sorted(res["table"]["precision"]) == ["bf16", "fp32"] and list(res["table"]["n"]) == [1, 1]
+    md = res["files"]["md"].read_text()
+    assert md.count("| Precision |") == 1 and "by precision; m on cpu, level 1, n = 1" in md and " at " not in md
+    assert list(pd.read_csv(res["files"]["csv"]).columns[:4]) == ["model", "backend", "level", "precision"]
 
 
 def test_fast_p_curve(store):
@@ -176,10 +208,10 @@ def test_files_written(store, tmp_path):
     # What every row shares (model m, cpu, level 1, n = 3, no degenerate problem) is said once, in the caption.
     assert "| Iterative | 3/3 [100–100%] |" in md and "torch.compile of the reference" in md
     assert "| Loop | Correct (kforge) | fast_1 (kforge) | fast_1.5 (kforge) | Correct (KB) | fast_1 (KB) |" in md
-    assert "by loop; m on cpu, level 1, n = 3, none degenerate." in md and "loop_mode" not in md
+    assert "by loop; m on cpu at FP32, level 1, n = 3, none degenerate." in md and "loop_mode" not in md
     assert "not an LLM" not in md  # model "m" stands for an LLM here
     csv = pd.read_csv(files["csv"])
-    assert list(csv.columns[:7]) == ["model", "backend", "level", "loop_mode", "n", "correct_k", "correct"]
+    assert list(csv.columns[:8]) == ["model", "backend", "precision", "level", "loop_mode", "n", "correct_k", "correct"]
     assert set(csv["loop_mode"]) == {"single_shot", "iterative"}  # the CSV keeps the identifiers
     assert {"geomean_speedup_lo", "geomean_speedup_hi", "timing_range_retimed"} <= set(csv.columns)
     tex = files["tex"].read_text()
