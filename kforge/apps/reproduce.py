@@ -207,6 +207,10 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"kforge: {exc}", file=sys.stderr)
         return 2
+    from ..job.config import out_dir_problem
+    if problem := out_dir_problem(args.out, "--out"):  # the tables are written last: after every sweep
+        print(f"kforge: {problem}", file=sys.stderr)
+        return 2
     env = _env({"KERNELBENCH_DIR": str(Path(args.kernelbench).expanduser().resolve())} if args.kernelbench else None)
     started, stop = time.monotonic(), Stop()
     stop.install()

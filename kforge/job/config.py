@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..agents.analysis import ANALYSES
@@ -31,6 +32,19 @@ from ..workload.config import WorkloadConfig
 from .reference import ReferenceConfig
 
 SOURCES = ("builtin", "kernelbench", "huggingface")
+
+
+def out_dir_problem(out_dir: str, option: str) -> str | None:
+    """Why the tables cannot be written under ``out_dir`` (None: they can): it, or a folder above it, is a file.
+    Asked before any work, since the tables are written last (`kforge-reproduce`: after every sweep)."""
+    path = Path(out_dir).expanduser()
+    for folder in (path, *path.parents):
+        if folder.exists():
+            if folder.is_dir():
+                return None
+            said = "is a file" if folder == path else f"is under {folder}, a file"
+            return f"{option} {out_dir}: {said}; the tables and plots go into a folder, so name a folder"
+    return None
 
 
 def _store(uri: str | None) -> str | None:
@@ -229,6 +243,8 @@ class TablesConfig(StrictConfig):
         if not 0 < self.confidence < 1 or self.resamples < 1:
             raise ValueError(f"confidence must be between 0 and 1 (not {self.confidence}) and resamples at least 1 "
                              f"(not {self.resamples})")
+        if problem := out_dir_problem(self.out_dir, "out_dir"):
+            raise ValueError(problem)
 
     @classmethod
     def from_hydra(cls, cfg: Any) -> "TablesConfig":
