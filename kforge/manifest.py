@@ -17,7 +17,7 @@ def manifest_rows(path: Path, error: type[Exception], columns: str) -> list[tupl
     """``(line number, row)`` for every row of ``path``, values as stripped strings. A row must have a
     ``problem`` and a ``candidate`` column; ``columns`` names every column in the error messages
     (``problem,candidate[,backend]``)."""
-    text = path.read_text(errors="replace")
+    text = path.read_text(encoding="utf-8-sig", errors="replace")  # utf-8-sig: Excel's CSVs start with a BOM
     if path.suffix in JSON_SUFFIXES:
         out = []
         for n, line in enumerate(text.splitlines(), 1):

@@ -1,0 +1,16 @@
+"""`kforge eval`'s inputs as people write them: a manifest saved by Excel, a mistyped --level or --ids."""
+
+import json
+
+from kforge.evaluate import read_manifest
+
+
+def test_a_manifest_with_a_byte_order_mark_reads_as_without(tmp_path):
+    """Excel's "CSV UTF-8" starts the file with a BOM: "the CSV header lacks problem"."""
+    (tmp_path / "m.csv").write_bytes("problem,candidate\nlevel1/1_ReLU,a.py\n".encode("utf-8-sig"))
+    (tmp_path / "m.jsonl").write_bytes((json.dumps({"problem": "level1/1_ReLU", "candidate": "a.py"}) + "\n")
+                                       .encode("utf-8-sig"))
+    for name in ("m.csv", "m.jsonl"):
+        jobs = read_manifest(tmp_path / name, "cpu")
+        assert [(j.problem, j.candidate.name) for j in jobs] == [("level1/1_ReLU", "a.py")], name
+
