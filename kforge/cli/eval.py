@@ -140,6 +140,7 @@ def _inputs(args: argparse.Namespace) -> tuple[list, str, Path]:
         if not (args.problems_dir and args.generations_dir):
             raise UsageError("name PROBLEMS_DIR and GENERATIONS_DIR (KernelBench's layout), or --manifest FILE; "
                              "see kforge eval --help")
+        _check_selection(args)
         found = discover(args.problems_dir, args.generations_dir, args.backend, args.level, args.ids)
     except EvalInputError as exc:
         raise UsageError(str(exc)) from None
@@ -147,6 +148,16 @@ def _inputs(args: argparse.Namespace) -> tuple[list, str, Path]:
         log.warning("ignoring %d .py file(s) not named level_L_problem_ID_sample_S_kernel.py: %s",
                     len(found.ignored), ", ".join(found.ignored[:5]) + (" ..." if len(found.ignored) > 5 else ""))
     return found.jobs, args.generations_dir, Path(args.out or Path(args.generations_dir) / "kforge_eval.jsonl")
+
+
+def _check_selection(args: argparse.Namespace) -> None:
+    """A --level or --ids that is not numbers and ranges, named by its flag (`parse_ids` says "problem id")."""
+    from ..problems import ProblemError, parse_ids
+    for flag, value in (("--level", args.level), ("--ids", args.ids)):
+        try:
+            parse_ids(value, flag)
+        except ProblemError as exc:
+            raise UsageError(str(exc)) from None
 
 
 def _start_tracking(args: argparse.Namespace, source: str, out: Path, backends: dict):

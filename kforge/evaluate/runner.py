@@ -106,7 +106,10 @@ def discover(problems_dir: str | Path, generations_dir: str | Path, backend: str
         problems = index_problems(problems_dir)
     except ProblemError as exc:
         raise EvalInputError(str(exc)) from None
-    want_levels, want_ids = parse_ids(levels), parse_ids(ids)
+    try:
+        want_levels, want_ids = parse_ids(levels, "level"), parse_ids(ids)
+    except ProblemError as exc:
+        raise EvalInputError(str(exc)) from None
     jobs, ignored, seen = [], [], {}
     for f in sorted(gen.iterdir(), key=_kernelbench_named_first):
         parsed = parse_generation_name(f.name)
