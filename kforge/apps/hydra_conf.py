@@ -13,6 +13,7 @@ and `discard_run_dir` takes back the folder Hydra made for a job that was refuse
 from __future__ import annotations
 
 import difflib
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -113,6 +114,21 @@ def check_choices(overrides: list[str], conf_dir: Path = CONF_DIR) -> None:
 
 #: What Hydra writes into a job's folder before the job itself runs.
 _HYDRA_OWN = (".hydra",)
+
+
+#: What to set for a value a config group leaves open (``???``), by its key.
+UNSET_HINTS = {"model.name": "model=litellm takes any litellm model string: set model.name=PROVIDER/MODEL "
+                             "(e.g. model.name=anthropic/claude-opus-4-5)"}
+
+
+def unset_value(exc: Exception) -> str:
+    """OmegaConf's error in one line a user can act on: a value left unset (``???``) says what to set, not
+    "MissingMandatoryValue while resolving interpolation: Missing mandatory value: model.name"."""
+    m = re.search(r"Missing mandatory value: ?([\w.]+)", str(exc))
+    if not m:
+        return str(exc).splitlines()[0]
+    key = m.group(1)
+    return f"{key} is not set: {UNSET_HINTS.get(key, f'set {key}=VALUE')}"
 
 
 def discard_run_dir(output_dir: str | Path, stop: str | Path) -> None:

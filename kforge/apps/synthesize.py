@@ -19,7 +19,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig
 
-from .hydra_conf import CONF_DIR, check_choices, discard_run_dir, register_model_strings
+from .hydra_conf import CONF_DIR, check_choices, discard_run_dir, register_model_strings, unset_value
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="synthesize", version_base="1.3")
@@ -51,8 +51,8 @@ def _job(cfg: DictConfig) -> float:
         pool = sweep_pool(cfg.workers, light) if hc.mode.name == "MULTIRUN" else None
         result = run(cfg, tags=tags, pool=pool)
     except (LLMError, ConfigError, ProblemError, OmegaConfBaseException) as exc:
-        # OmegaConf's: a mandatory value left unset (model=litellm without model.name), in one line
-        said = str(exc).splitlines()[0] if isinstance(exc, OmegaConfBaseException) else exc
+        # OmegaConf's: a mandatory value left unset (model=litellm without model.name), as what to set
+        said = unset_value(exc) if isinstance(exc, OmegaConfBaseException) else exc
         print(f"kforge: {said}", file=sys.stderr)
         discard_run_dir(hc.runtime.output_dir, Path.cwd())  # refused before it ran: no outputs/DATE/TIME/ left
         sys.exit(2)

@@ -1,4 +1,4 @@
-"""``kforge-synthesize``: what the jobs of one sweep process share."""
+"""``kforge-synthesize``: what the jobs of one sweep process share, and a config it refuses in one line."""
 
 
 def test_the_jobs_of_a_sweep_share_one_worker_pool():
@@ -36,3 +36,18 @@ def test_a_job_preloads_the_compiler_stack_only_where_it_uses_it():
         assert sweep_pool(workers, light=True) is light
     finally:
         sweep_pool(workers, light=True).close()
+
+
+def test_model_litellm_without_its_name_says_what_to_set(tmp_path):
+    """It printed OmegaConf's "MissingMandatoryValue while resolving interpolation: Missing mandatory value:
+    model.name"."""
+    import os
+    import subprocess
+    import sys
+    res = subprocess.run([sys.executable, "-m", "kforge.apps.synthesize", "model=litellm", "backend=cpu"],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                         env=dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True"))
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(lines) == 1, res.stderr[-2000:]
+    assert lines[0].startswith("kforge: model.name is not set") and "set model.name=PROVIDER/MODEL" in lines[0]
+    assert "Mandatory" not in res.stderr and list(tmp_path.iterdir()) == []  # refused: no outputs/ left
