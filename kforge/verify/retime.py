@@ -4,8 +4,8 @@ already-verified kernels of one problem interleaved.
 Picking the best of several noisy timings is a winner's curse: the same kernel, timed five times on a busy
 machine, measured 0.14x to 5.98x, and the largest was kept. So a figure is the median of a kernel's timings
 (`measured`), and its interval the range of those timings (timed once: that timing's ratio of medians
-widened by two standard errors of itself); a speedup whose interval spans 1.0 is not known to be faster or
-slower than the baseline. Where kernels compete, `retime` times them again in rounds, every kernel
+widened by two standard errors of itself, on the log scale, so it is s/k to s*k and never reaches 0); a speedup
+whose interval spans 1.0 is not known to be faster or slower than the baseline. Where kernels compete, `retime` times them again in rounds, every kernel
 once a round in turn, so that drift in the machine's load reaches each alike.
 """
 
@@ -20,7 +20,7 @@ from .verdict import TimingStats, Verdict
 
 #: Rounds `retime` times each kernel: the median of three survives one timing that noise threw far off.
 ROUNDS = 3
-#: Standard errors each timing's interval reaches to either side (about 95% for one timing).
+#: Standard errors each timing's interval reaches to either side, on the log scale (about 95% for one timing).
 WIDTH = 2.0
 
 
@@ -56,14 +56,18 @@ def _rel(stats: TimingStats) -> float:
 
 
 def one_timing(verdict: Verdict, baseline: str) -> Speedup | None:
-    """One verification's speedup over ``baseline`` (``eager``, ``compile``) with its own interval; None untimed."""
+    """One verification's speedup over ``baseline`` (``eager``, ``compile``) with its own interval; None untimed.
+
+    A median's relative standard error is the standard error of its logarithm, so log(s) = log(base) - log(run)
+    has their errors added in quadrature, and the interval is s·exp(±WIDTH·that): a ratio's interval is symmetric
+    in log space. s·(1±e) was not: past e = 1 (a noisy timing) its lower end was clipped to 0, "0.00" in tables."""
     base = verdict.ref if baseline == "eager" else verdict.compile_ref
     run = verdict.runtime
     if run is None or base is None or run.median_ms <= 0 or base.median_ms <= 0:
         return None
     s = base.median_ms / run.median_ms
-    e = WIDTH * math.sqrt(_rel(run) ** 2 + _rel(base) ** 2)
-    return Speedup(s, max(0.0, s * (1 - e)), s * (1 + e), 1)
+    k = math.exp(WIDTH * math.sqrt(_rel(run) ** 2 + _rel(base) ** 2))
+    return Speedup(s, s / k, s * k, 1)
 
 
 def measured(verdicts: list[Verdict], baseline: str) -> Speedup | None:

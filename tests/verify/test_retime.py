@@ -1,5 +1,7 @@
 """A kernel's speedup as noise leaves it: the median of its timings with an interval, and re-timing interleaved."""
 
+import math
+
 import pytest
 
 from kforge.verify.config import VerifyConfig
@@ -16,11 +18,19 @@ def timed(cand_ms: float, eager_ms: float, rel: float = 0.01, compile_ms: float 
 
 def test_one_timing_is_its_ratio_of_medians_widened_by_two_standard_errors():
     s = one_timing(timed(2.0, 3.0, rel=0.03), "eager")
-    e = 2 * (2 * 0.03 ** 2) ** 0.5  # the two medians' relative errors, added in quadrature, twice
-    assert (s.value, s.lo, s.hi, s.timings) == (pytest.approx(1.5), pytest.approx(1.5 * (1 - e)),
-                                                pytest.approx(1.5 * (1 + e)), 1)
+    e = 2 * (2 * 0.03 ** 2) ** 0.5  # the two medians' relative errors (of their logs), in quadrature, twice
+    assert (s.value, s.lo, s.hi, s.timings) == (pytest.approx(1.5), pytest.approx(1.5 / math.exp(e)),
+                                                pytest.approx(1.5 * math.exp(e)), 1)
+    assert s.lo * s.hi == pytest.approx(s.value ** 2)  # symmetric on the log scale, as a ratio's interval is
     assert one_timing(timed(2.0, 3.0), "compile") is None  # torch.compile not timed
     assert one_timing(Verdict(State.NUMERICAL_MISMATCH, "no"), "eager") is None
+
+
+def test_a_noisy_timings_interval_never_reaches_zero():
+    """s·(1-e) was clipped at 0 once e passed 1: tables printed a lower bound of 0.00 for a kernel that ran."""
+    s = one_timing(timed(2.0, 3.0, rel=0.6), "eager")  # e = 2·sqrt(2·0.36) ≈ 1.7
+    assert s.lo == pytest.approx(1.5 / math.exp(2 * math.sqrt(0.72))) and 0.2 < s.lo < 1.0 < s.hi and s.spans_one
+    assert f"{s.lo:.2f}" != "0.00"
 
 
 def test_the_same_kernel_timed_five_times_is_their_median_not_their_largest():
