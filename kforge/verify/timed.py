@@ -182,6 +182,9 @@ class TimedRounds:
         """A timed call's output against the reference (the kforge view's: KernelBench judges its trials alone).
         Wrong where the inputs are unchanged since a call whose output storage it returns again, NaN throughout as
         kforge left it: that result was kept from the earlier call, and its timing is a lookup's."""
+        def kept() -> bool:
+            return bool(earlier and _storages(self.torch, out) & earlier) and _all_nan(self.torch, out)
+
         failed_before = "kforge" in self.views.failed
         try:  # a mismatch here is the kforge view's, recorded; the run goes on while the other view passes
             self._check(self.recheck_outputs(out, snapshot, rng_seed, where), expected, inputs, snapshot, where,
@@ -189,9 +192,9 @@ class TimedRounds:
             stale = not failed_before and "kforge" in self.views.failed
         except HarnessVerdict as v:
             stale = v.state == "numerical_mismatch"
-            if not (stale and earlier and _storages(self.torch, out) & earlier and _all_nan(self.torch, out)):
+            if not (stale and kept()):
                 raise
-        if stale and earlier and _storages(self.torch, out) & earlier and _all_nan(self.torch, out):
+        if stale and kept():
             raise HarnessVerdict("cheat_detected", f"on inputs it had seen before, unchanged, the candidate returned "
                                  f"the output of its earlier call again ({where}), which kforge had NaN-filled "
                                  "since: a result kept by the inputs' address, not computed, and timed as a "
