@@ -85,9 +85,9 @@ class MeasuredTrials:
             return 0
         return HOST_PROFILE_CALLS - 1
 
-    def _traced(self, model, cand_in, rng_seed, where, seed):
+    def _traced(self, model, cand_in, rng_seed, where, seed, answers=()):
         from .dataflow import Dataflow
-        flow = Dataflow(self.torch, self.clock.sync)
+        flow = Dataflow(self.torch, self.clock.sync, answers, cand_in)
         self.recorder.start("dataflow", flow)
         out = None
         try:
@@ -113,7 +113,7 @@ class MeasuredTrials:
         if graphs:
             self.attribution.notes.append(f"{graphs} CUDA graph replay(s): their writes cannot be traced")
         else:
-            self._flow = flow.reaches(outs)
+            self._flow, self._handed = flow.reaches(outs), flow.handed
             self.attribution.notes.extend(flow.notes)
             if self._flow is False and not flow.results.overflow:  # a decoy, or the reference's dead code mirrored?
                 self._mirrored = self._dead_code_mirrored(flow.results.read(), seed, rng_seed)
@@ -168,6 +168,11 @@ class MeasuredTrials:
             return _facet(Work.BYPASSED, "output_not_from_kernel", "no output derives from what the candidate's "
                          "kernels wrote: other code computed the answer (a kernel on a dummy tensor, a result thrown "
                          "away, a C++ function that calls a torch operator, NumPy on the host). " + self._who())
+        if a.output_from_kernel is True and self._handed:
+            return _facet(Work.REPLAYED, "answer_precomputed", f"the candidate's kernel was handed the answer: "
+                         f"{self._handed} that no kernel of its own wrote already held the output's values, so other "
+                         "code computed them (PyTorch's operators, NumPy on the host) and the kernel only carried them "
+                         "to the output. " + self._who())
         if a.replayed_ops:  # its kernels replaced no operator that takes 1% of the reference's time
             traced = a.output_from_kernel is True
             return _facet(Work.REPLAYED, "kernel_sliver" if traced else "reference_replayed", "the candidate's "

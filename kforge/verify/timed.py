@@ -125,8 +125,10 @@ class TimedRounds:
         protected = self._protected_ptrs(sets, model)
         sampler = self._sampler = Sampler([p[0] for p in programs], tcfg, clock.now, self.rounds_deadline(clock.now))
         every = max(1, tcfg.recheck_every)
-        seen: dict[int, set[int]] = {}
-        """Input sets a recheck refilled, with its output's storage: checked once more with nothing changed."""
+        refilled: set[int] = set()
+        """Input sets a recheck refilled: checked once more with nothing changed."""
+        last: dict[int, set[int]] = {}
+        """The storages of the candidate's last output on each input set (a kept output comes back in them)."""
         rechecks = 0
         while True:
             i = rounds % len(sets)
@@ -137,22 +139,25 @@ class TimedRounds:
             recheck = model is not None and r == 0 and k & (k - 1) == 0
             # The round that next meets a refilled set unchanged checks again: a cache keyed by the inputs' address
             # and version (which the refill changed) returns here what it returned then, NaN-filled since.
-            again = seen.pop(i, None) if not recheck and not self.stateful else None
+            again = not recheck and not self.stateful and i in refilled
+            refilled.discard(i)
             expected = snapshot = None
-            if recheck or again is not None:
+            if recheck or again:
                 expected, snapshot = _oom_guard(self, "reference", lambda: self._round_check_inputs(
                     sets[i], rng_seed, refill=recheck))
             for label, prog, numerics in programs:
                 dev_ms, host_ms, out = run(label, prog, numerics, sets[i], rng_seed)
                 sampler.add(label, dev_ms, host_ms)
-                if label == "cand" and (recheck or again is not None):
+                if label == "cand" and (recheck or again):
                     where = f"timing round {rounds}, " + ("fresh inputs" if recheck else "the inputs of an earlier "
                                                           "round again, unchanged")
                     _oom_guard(self, "comparison", lambda: self._round_check(
-                        out, expected, sets[i], snapshot, rng_seed, where, again))
+                        out, expected, sets[i], snapshot, rng_seed, where, last.get(i)))
                     if recheck:
-                        seen[i] = _storages(torch, out)
+                        refilled.add(i)
                     rechecks += 1
+                if label == "cand":
+                    last[i] = _storages(torch, out)
                 _poison(torch, out, protected)
                 del out
             rounds += 1
@@ -180,8 +185,9 @@ class TimedRounds:
     def _round_check(self, out, expected, inputs: list, snapshot: list, rng_seed, where: str,
                      earlier: set[int] | None) -> None:
         """A timed call's output against the reference (the kforge view's: KernelBench judges its trials alone).
-        Wrong where the inputs are unchanged since a call whose output storage it returns again, NaN throughout as
-        kforge left it: that result was kept from the earlier call, and its timing is a lookup's."""
+        Wrong, in the storage of its last output on these buffers (``earlier``) and NaN throughout as kforge left
+        that output: it was kept from the earlier call (a cache keyed by the inputs' address, or by address and
+        version on inputs unchanged since), and its timing is a lookup's."""
         def kept() -> bool:
             return bool(earlier and _storages(self.torch, out) & earlier) and _all_nan(self.torch, out)
 
@@ -195,10 +201,9 @@ class TimedRounds:
             if not (stale and kept()):
                 raise
         if stale and kept():
-            raise HarnessVerdict("cheat_detected", f"on inputs it had seen before, unchanged, the candidate returned "
-                                 f"the output of its earlier call again ({where}), which kforge had NaN-filled "
-                                 "since: a result kept by the inputs' address, not computed, and timed as a "
-                                 "lookup", rule="stale_output")
+            raise HarnessVerdict("cheat_detected", f"the candidate returned the output of its earlier call on the same "
+                                 f"input buffers again ({where}), which kforge had NaN-filled since: a result kept "
+                                 "by the inputs' address, not computed, and timed as a lookup", rule="stale_output")
 
     def _programs(self, model, inputs) -> list[tuple[str, Any, str | None]]:
         """(label, program, numerics) to time: the baselines as people run PyTorch (and the eager reference in

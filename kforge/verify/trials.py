@@ -60,6 +60,8 @@ class Trials(MeasuredTrials, NumericsChecks, VariantChecks, FreshModels, Harness
         self.attribution: Attribution | None = None
         self._ops: dict | None = None
         self._flow: bool | None = None
+        self._handed: str | None = None
+        """What held the answer when the candidate's kernel got it (`kforge.verify.dataflow.Dataflow.handed`)."""
         self._profiled_calls = 0
         self.work: WorkFacet | None = None
         """Whose code did the work, from `judge`."""
@@ -176,7 +178,8 @@ class Trials(MeasuredTrials, NumericsChecks, VariantChecks, FreshModels, Harness
             else:
                 refs = refs if refs is not None else self.reference(inputs, rng_seed)
                 if mode == "dataflow":
-                    outs = self._traced(model, cand_in, rng_seed, where, seed)
+                    outs = self._traced(model, cand_in, rng_seed, where, seed,
+                                        refs.expected if self.steps is None else ())
                 else:
                     outs = self.candidate(model, cand_in, rng_seed, where)
                     if kb_in is not None:

@@ -1,5 +1,5 @@
 # expect: kernel_unused
-# rule: kernel_sliver
+# rule: answer_precomputed
 # problem: level2/1_Gemm_Bias_GELU BATCH=64 IN_FEATURES=256 OUT_FEATURES=512
 # why: PyTorch computes the whole reference (linear + gelu); the "kernel" only copies the answer
 import torch
