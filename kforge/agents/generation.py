@@ -65,6 +65,7 @@ class GenerationAgent:
         """The verifier judges a training step (``verify.backward``): the prompts ask for backward kernels, show the
         backward example, and the oracle answers with its backward solutions."""
         self._example = backend.example(precision, backward)
+        self._example_precision = backend.example_precision(precision, backward)
 
     def _common(self, problem: Problem) -> dict[str, Any]:
         return {"backend": self.backend, "device_name": self.device_name, "problem": problem,
@@ -89,7 +90,8 @@ class GenerationAgent:
 
     def single_shot(self, problem: Problem, reference: Reference | None = None, iteration: int = 0) -> Attempt:
         user = self.prompts.render("single_shot", **self._common(problem), example_model=self._example[0],
-                                   example_new=self._example[1], reference=reference, ops=list(problem.ops))
+                                   example_new=self._example[1], example_precision=self._example_precision,
+                                   reference=reference, ops=list(problem.ops))
         return self._ask("single_shot", user, problem, iteration)
 
     def fix(self, problem: Problem, code: str | None, verdict: Verdict, iteration: int) -> Attempt:

@@ -83,16 +83,29 @@ class Backend:
     def example_dir(self, precision: str = "fp32", backward: bool = False) -> Path:
         """The folder the one-shot example for ``precision`` (and a training step, with ``backward``) is read
         from: the precision's own (``prompts/examples/<name>/<precision>/``, then ``.../backward/``) where it
-        holds both files, else the backend's."""
+        holds both files; at fp16 else bf16's (half-width storage, float32 accumulation, as fp16 asks); else the
+        backend's float32 one (`example_precision` says which it is)."""
         from ..precision import PRECISIONS
         if precision not in PRECISIONS:
             raise ValueError(f"unknown precision {precision!r}: use one of {', '.join(PRECISIONS)}")
         base = EXAMPLES_DIR / self.name
-        for d in ([base / precision] if precision != "fp32" else []) + [base]:
+        tried = {"fp32": [], "fp16": ["fp16", "bf16"]}.get(precision, [precision])
+        for d in [base / p for p in tried] + [base]:
             d = d / "backward" if backward else d
             if (d / "model.py").is_file() and (d / "model_new.py").is_file():
                 return d
-        return base / "backward" if backward else base
+        if backward:
+            raise ValueError(f"backend {self.name} has no training-step example (prompts/examples/{self.name}/"
+                             "backward/), so its agents cannot be asked for backward kernels (verify.backward); "
+                             f"backends with one: {', '.join(backward_examples())}")
+        return base
+
+    def example_precision(self, precision: str = "fp32", backward: bool = False) -> str:
+        """The precision the one-shot example `example_dir` picks is written for (``fp32`` for the backend's own)."""
+        from ..precision import PRECISIONS
+        d = self.example_dir(precision, backward)
+        name = d.parent.name if backward else d.name
+        return name if name in PRECISIONS else "fp32"
 
     def example(self, precision: str = "fp32", backward: bool = False) -> tuple[str, str]:
         """The one-shot example: (a small PyTorch module, its implementation in this backend); with ``backward``, the
@@ -150,3 +163,8 @@ class Backend:
 
     def __repr__(self) -> str:
         return f"<backend {self.describe()}>"
+
+
+def backward_examples() -> list[str]:
+    """The backends whose one-shot examples include a training step (``prompts/examples/<name>/backward/``)."""
+    return sorted(d.parent.name for d in EXAMPLES_DIR.glob("*/backward") if (d / "model_new.py").is_file())

@@ -126,6 +126,11 @@ def check_fits(job: JobConfig, backend: Backend, llm: LLM) -> None:
     if pkind in ("ncu", "nsys") and backend.device != "cuda":
         raise ConfigError(f"profiler={pkind} profiles NVIDIA GPU kernels; with backend={backend.name} on "
                           f"{backend.device} use profiler=torch")
+    if job.verify.backward:
+        try:
+            backend.example_dir(job.verify.precision, backward=True)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
     acfg = job.analysis
     analyst = acfg.model or llm.config
     if acfg.kind == "llm" and acfg.visual and not analyst.multimodal:

@@ -108,12 +108,27 @@ def test_cpu_prompt_at_bf16_asks_for_float_accumulation_not_tensor_cores(relu):
     assert "at::BFloat16" in user
 
 
-def test_a_precision_without_its_own_example_falls_back_to_the_backends(relu):
-    backend = get_backend("cpu")
-    assert backend.example_dir("fp16") == backend.example_dir("fp32")
-    assert backend.example_dir("bf16").name == "bf16"
+def test_a_precision_without_its_own_example_falls_back_and_the_prompt_says_which_it_shows(relu):
+    """fp16 fell back to the float32 example, labelled "for fp16" beside a system prompt saying float16 arrives."""
+    cpu = get_backend("cpu")
+    assert cpu.example_dir("fp16").name == "bf16" and cpu.example_precision("fp16") == "bf16"
+    assert cpu.example_dir("bf16").name == "bf16" and cpu.example_precision("tf32") == "fp32"
     with pytest.raises(ValueError, match="unknown precision 'int4'"):
-        backend.example("int4")
+        cpu.example("int4")
+    user = GenerationAgent(_Recording(), cpu, precision="fp16").single_shot(relu).messages[1]["content"]
+    assert ", for bf16" in user and ", for fp16" not in user
+    assert "This example is written for bf16; the program below runs at fp16" in user
+    opencl = GenerationAgent(_Recording(), get_backend("opencl"), precision="bf16").single_shot(relu)
+    user = opencl.messages[1]["content"]
+    assert ", for bf16" not in user and "This example is written for fp32; the program below runs at bf16" in user
+    same = GenerationAgent(_Recording(), cpu, precision="bf16").single_shot(relu).messages[1]["content"]
+    assert "This example is written for" not in same
+
+
+def test_a_backend_without_a_training_example_refuses_the_backward_mode():
+    with pytest.raises(ValueError, match=r"backend opencl has no training-step example .*: cpu, cuda, triton"):
+        get_backend("opencl").example_dir("fp32", backward=True)
+    assert get_backend("cpu").example_precision("bf16", backward=True) == "fp32"  # backward/ is float32's
 
 
 def test_in_the_backward_mode_the_prompts_ask_for_backward_kernels_and_show_the_training_example(relu):

@@ -149,6 +149,12 @@ def test_cuda_without_a_gpu_suggests_the_hydra_override(tmp_path, pool):
     assert "--backend" not in str(err.value)
 
 
+def test_the_backward_mode_on_a_backend_without_a_training_example_is_refused_before_any_worker(tmp_path, pool):
+    """It crashed with FileNotFoundError on prompts/examples/opencl/backward/model.py, a Hydra traceback."""
+    with pytest.raises(ConfigError, match="backend opencl has no training-step example"):
+        run(config(tmp_path, "backend=opencl", "verify.backward=true"), llm=scripted(fenced("relu_ok.py")), pool=pool)
+
+
 def test_missing_key_fails_before_any_problem(tmp_path, monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
