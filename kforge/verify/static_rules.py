@@ -177,7 +177,8 @@ def _forbidden_op(tree: ast.Module, source: str, backend: Backend, problem: Prob
                 found.append(Finding("forbidden_op", f"forward calls self.{f.attr}, a {op_modules[f.attr]}: the "
                                      "reference's own operator, not a kernel", _line(node)))
             elif f.attr in ops:
-                root = (base or "").split(".")[0]
+                parts = (base or "").split(".")
+                root = parts[1] if parts[0] == "self" and len(parts) > 1 else parts[0]  # self.prg: its own program
                 if root in kernels or (base or "").startswith(_NOT_TORCH) or root in _NOT_TORCH:
                     continue  # the candidate's own kernel module, or math/numpy/triton functions
                 found.append(Finding("forbidden_op", f"calls `{f.attr}` ({base + '.' + f.attr if base else 'a method'}),"

@@ -166,3 +166,28 @@ def test_library_configuration_is_no_patch():
     patched = "import torch\ntorch._dynamo.optimize = lambda *a, **k: (lambda f: f)\n"  # torch itself, not its config
     assert any(f.severity == "deny" for f in check(patched, get_backend("cpu"), None,
                                                      StaticConfig(require_kernel=False)) if f.rule == "monkey_patch")
+
+
+def test_a_kernel_program_bound_to_self_is_no_forbidden_operator():
+    """``self.prg.matmul(...)`` (an OpenCL program built in __init__) read as a call of torch's ``matmul``."""
+    matmul = resolve_problem("level1/4_Matmul")
+    src = '''import numpy as np
+import pyopencl as cl
+import torch
+
+
+class ModelNew(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ctx = cl.create_some_context()
+        self.prg = cl.Program(self.ctx, "__kernel void matmul(__global float* c) {}").build()
+        self.ext = torch.utils.cpp_extension.load_inline(name="m", cpp_sources="", functions=["matmul"])
+
+    def forward(self, a, b):
+        self.ext.matmul(a, b)
+        return self.prg.matmul(a, b)
+'''
+    found = [(f.rule, f.severity) for f in check(src, get_backend("opencl"), matmul, StaticConfig())]
+    assert ("forbidden_op", "warn") not in found and ("forbidden_op", "deny") not in found, found
+    torch_call = src.replace("return self.prg.matmul(a, b)", "return self.ctx.matmul(a, b)")
+    assert "forbidden_op" in [f.rule for f in check(torch_call, get_backend("opencl"), matmul, StaticConfig())]
