@@ -22,6 +22,7 @@ library's (`kforge.sandbox.opencl_hooks`).
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from .base import Backend, WorkerContext
@@ -84,3 +85,16 @@ class OpenClBackend(Backend):
         if type(exc).__module__.startswith("pyopencl") and any(s in text for s in _BUILD_FAILED):
             return "compilation_failure"
         return None
+
+    def quoted(self, exc: BaseException) -> BaseException:
+        """A failed build's first compiler error, not pyopencl's "clBuildProgram failed: BUILD_PROGRAM_FAILURE"
+        said three times (the log follows it in the exception's text)."""
+        first = re.search(r"^error: (?:\S+?\.cl:)?(\d+:\d+: )?(.+)$", str(exc), re.MULTILINE)
+        if self.classify(exc) != "compilation_failure" or first is None:
+            return exc
+        said = f"{first.group(2)} (line:column {first.group(1).strip(': ')} of the kernel source)" if first.group(1) \
+            else first.group(2)
+        if "cl_khr_fp16" in str(exc) or re.search(r"\bhalf\b.*not allowed", said):  # PoCL on a CPU lacks it
+            said += ("; this OpenCL device has no cl_khr_fp16, so `half` is for storage only: load with vload_half, "
+                     "compute in float, store with vstore_half")
+        return RuntimeError(said)

@@ -123,6 +123,15 @@ def test_a_kernel_that_does_not_build_is_a_compilation_failure(verifier):
     broken = HELD_OUT.replace("const float v = input[idx];", "const float v = input[idx]")
     v = verifier.verify(relu(), broken, "opencl")
     assert v.state is State.COMPILATION_FAILURE, v.summary()
+    # The compiler's first error, not pyopencl's "BUILD_PROGRAM_FAILURE" three times over.
+    assert "expected ';'" in v.message and "BUILD_PROGRAM_FAILURE" not in v.message, v.message
+    assert "of the kernel source" in v.message, v.message
+
+
+def test_half_arithmetic_on_a_device_without_cl_khr_fp16_says_how_to_store_half(verifier):
+    half = HELD_OUT.replace("const float v = input[idx];", "const half v = (half)input[idx];")
+    v = verifier.verify(relu(), half, "opencl")
+    assert v.state is State.COMPILATION_FAILURE and "vload_half" in v.message, v.summary()
 
 
 def test_static_rules_know_opencl_kernels():
