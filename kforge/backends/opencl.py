@@ -86,6 +86,13 @@ class OpenClBackend(Backend):
             return "compilation_failure"
         return None
 
+    def hint(self, kind: str, source: str, message: str, precision: str) -> str:
+        if kind == "runtime" and "INVALID_WORK_GROUP_SIZE" in message:
+            return (" (OpenCL 1.2 needs the global size to be a multiple of the work-group size given: round the "
+                    "global size up to a multiple and guard the tail in the kernel, `if (i < n)`, or pass None as the "
+                    "local size)")
+        return ""
+
     def quoted(self, exc: BaseException) -> BaseException:
         """A failed build's first compiler error, not pyopencl's "clBuildProgram failed: BUILD_PROGRAM_FAILURE"
         said three times (the log follows it in the exception's text)."""

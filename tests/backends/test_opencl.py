@@ -152,3 +152,16 @@ def test_the_backend_is_cpu_tensors_whatever_runs_the_kernels():
     with pytest.raises(ValueError, match="options.platform"):
         get_backend("opencl", device="cuda")
     assert get_backend("opencl", platform="nvidia").describe().startswith("opencl (OpenCL C on platform 'nvidia'")
+
+
+def test_a_work_group_the_global_size_is_no_multiple_of_is_told_how_to_round(verifier):
+    fixed = HELD_OUT.replace("host_in.shape, None,", "host_in.shape, (256,),")
+    v = verifier.verify(relu("BATCH=3 DIM=100"), fixed, "opencl")
+    assert v.state is State.RUNTIME_ERROR and "INVALID_WORK_GROUP_SIZE" in v.message, v.summary()
+    assert "round the global size up to a multiple" in v.message, v.message
+
+
+def test_numpy_on_a_bf16_tensor_is_told_that_numpy_has_no_bfloat16(pool):
+    v = Verifier(fast_config(trials=3, skip_timing=True, precision="bf16", variants=False), pool=pool).verify(
+        relu(), HELD_OUT.replace(".numpy().astype(np.float32)", ".numpy()"), "opencl")
+    assert v.state is State.RUNTIME_ERROR and "NumPy has no bfloat16: take `.float()`" in v.message, v.summary()
