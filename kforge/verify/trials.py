@@ -24,7 +24,7 @@ from ..sandbox.harness import PROBLEM_ERROR, Harness, HarnessVerdict, first_line
 from ..sandbox.protocol import ProgramRequest
 from . import gradients
 from .backward import Backward
-from .compare import as_outputs
+from .compare import as_outputs, rms
 from .config import VerifyConfig
 from .measured import MeasuredTrials
 from .numerics import NumericsChecks, Refs
@@ -61,6 +61,8 @@ class Trials(MeasuredTrials, NumericsChecks, VariantChecks, FreshModels, Harness
         self._ops: dict | None = None
         self._flow: bool | None = None
         self._handed: str | None = None
+        self.input_scale: float | None = None
+        """The RMS of the largest floating input last drawn (`kforge.verify.numerics` scales the fp32 tolerance)."""
         """What held the answer when the candidate's kernel got it (`kforge.verify.dataflow.Dataflow.handed`)."""
         self._profiled_calls = 0
         self.work: WorkFacet | None = None
@@ -118,7 +120,10 @@ class Trials(MeasuredTrials, NumericsChecks, VariantChecks, FreshModels, Harness
     def inputs(self, seed: int) -> list:
         if self.steps is not None:  # the upstream gradient belongs to the input set, and is drawn with it
             self.steps.upstream.reseed(seed)
-        return super().inputs(seed)
+        drawn = super().inputs(seed)
+        self.input_scale = max((rms(x) for x in drawn if isinstance(x, self.torch.Tensor) and x.is_floating_point()
+                                and x.numel()), default=None)
+        return drawn
 
     def _fail_exception(self, exc: BaseException, where: str) -> HarnessVerdict:
         return super()._fail_exception(exc, self.steps.where(where) if self.steps is not None else where)

@@ -87,7 +87,9 @@ class ModelNew(nn.Module):
 def test_a_float32_mismatch_seen_once_is_labelled_for_both_rule_sets(pool):
     problem = problem_from_source(PROBLEM.replace("dropout_p = 0.2", "dropout_p = 0.0"),
                                   where="66_Matmul_Dropout_Softmax.py", name="66_Matmul_Dropout_Softmax")
-    v = Verifier(fast_config(require_kernel=False), pool=pool).verify(problem, HALF_GEMM, "cpu")
+    # The tolerance both views share (the kforge view would hold these softmax outputs, each under 0.1, to an
+    # absolute tolerance of their own size: then each view compares on its own)
+    v = Verifier(fast_config(require_kernel=False, atol=1e-4, rtol=1e-4), pool=pool).verify(problem, HALF_GEMM, "cpu")
     assert v.state is State.NUMERICAL_MISMATCH, v.summary()
     assert v.states["kernelbench"] == "numerical_mismatch", v.summary()
     assert v.evidence.mismatch["numerics"] == "kforge, kernelbench", v.summary()

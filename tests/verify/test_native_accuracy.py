@@ -459,3 +459,56 @@ def test_at_tf32_only_matrix_products_may_round_as_tf32_does(pool):
     assert v.state is State.CORRECT, v.summary()
     v = _verify(pool, MATMUL, MATMUL_IN_TF32, precision="fp32")
     assert v.state is State.NUMERICAL_MISMATCH, v.summary()
+
+
+WIDE_SOFTMAX = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.softmax(x, dim=1)
+
+
+batch_size = 4
+dim = 98304
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+# "Normalise by the running sum" with the sum taken 5% high: every value near 1e-5, far under the fixed 1e-4.
+SOFTMAX_5PCT = '''
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        e = torch.exp(x - x.max(dim=1, keepdim=True).values)
+        return e / (e.sum(dim=1, keepdim=True) * 1.05)
+'''
+
+SOFTMAX_OWN_WAY = '''
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        shifted = x - x.amax(dim=1, keepdim=True)
+        return torch.exp(shifted - torch.logsumexp(shifted, dim=1, keepdim=True))
+'''
+
+
+def test_at_fp32_outputs_far_under_the_absolute_tolerance_are_judged_at_their_own_size(pool):
+    v = _verify(pool, WIDE_SOFTMAX, SOFTMAX_5PCT, precision="fp32")
+    assert v.state is State.NUMERICAL_MISMATCH and v.states["kernelbench"] == "correct", v.summary()
+    v = _verify(pool, WIDE_SOFTMAX, SOFTMAX_OWN_WAY, precision="fp32")
+    assert v.state is State.CORRECT, v.summary()  # another order of the same float32 arithmetic
