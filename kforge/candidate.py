@@ -40,9 +40,9 @@ class Candidate:
         return cls(source)
 
     @classmethod
-    def from_reply(cls, reply: str | None) -> "Candidate":
+    def from_reply(cls, reply: str | None, complete_only: bool = False) -> "Candidate":
         """Extract the program from a model reply (see `extract_code`)."""
-        source, error = extract_code(reply or "")
+        source, error = extract_code(reply or "", complete_only)
         return cls(source, reply=reply, error=error)
 
 
@@ -183,22 +183,29 @@ def _dedent(body: str, n: int) -> str:
     return "".join(line[min(n, len(line) - len(line.lstrip(" \t"))):] for line in body.splitlines(keepends=True))
 
 
-def extract_code(reply: str) -> tuple[str | None, str | None]:
+def extract_code(reply: str, complete_only: bool = False) -> tuple[str | None, str | None]:
     """Pick the program from a reply: the last fenced Python block that binds ``ModelNew`` (`binds_model_new`)
     other than by an import alone (a usage example after the program imports it).
 
     The whole reply when it is itself a Python program binding ``ModelNew`` (fences in its docstrings or comments
     are examples, not the program).
+    ``complete_only`` (a reply cut off at the token limit): only a closed fenced block counts, since an unclosed
+    one, or the whole reply, may stop mid-program.
     Returns (source, None) or (None, reason) — the reason becomes a ``generation_failure`` message.
     """
     if not reply or not reply.strip():
         return None, "the reply is empty"
+    if complete_only:
+        return _from_blocks([b for b in code_blocks(reply) if b[2]])
     try:  # a whole program, its docstrings' fenced usage examples and all (a reply that is prose does not parse)
         if module_bindings(ast.parse(reply)):
             return reply, None
     except (SyntaxError, ValueError):
         pass
-    blocks = code_blocks(reply)
+    return _from_blocks(code_blocks(reply))
+
+
+def _from_blocks(blocks: list[tuple[str, str, bool]]) -> tuple[str | None, str | None]:
     with_model = [(lang, code, closed) for lang, code, closed in blocks if binds_model_new(code)]
     python_like = [b for b in with_model if b[0] in _PY_LANGS]
     # A usage example after the program (``from model_new import ModelNew``) imports the name; the program defines it.

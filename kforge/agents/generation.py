@@ -50,6 +50,15 @@ def _tail(text: str | None, lines: int = TAIL_LINES) -> str | None:
     return "\n".join(kept)
 
 
+def cut_off(max_tokens: int | None) -> str:
+    """The generation_failure message for a reply the token limit cut off before its program was complete: it
+    reaches the model in the fix prompt and the user on the console."""
+    limit = f" ({max_tokens} tokens)" if max_tokens else ""
+    return (f"the reply was cut off at the model's token limit{limit} before its program was complete: answer more "
+            "briefly, with the whole program in one ```python block and little prose around it (or raise "
+            "model.max_tokens)")
+
+
 class GenerationAgent:
     """Writes programs for one backend with one model, for candidates judged at one precision."""
 
@@ -85,7 +94,10 @@ class GenerationAgent:
         if resp.note:
             candidate = Candidate(None, reply=resp.text, error=resp.note)
         else:
-            candidate = Candidate.from_reply(resp.text)
+            # A reply cut off at the token limit counts only for a program it closed before the cut.
+            candidate = Candidate.from_reply(resp.text, complete_only=resp.truncated)
+            if resp.truncated and candidate.source is None:
+                candidate = Candidate(None, reply=resp.text, error=cut_off(self.llm.config.max_tokens))
         return Attempt(phase, messages, candidate, resp)
 
     def single_shot(self, problem: Problem, reference: Reference | None = None, iteration: int = 0) -> Attempt:

@@ -83,6 +83,8 @@ class LLMResponse:
     """Replayed from the on-disk cache (no call made)."""
     note: str | None = None
     """For offline models: why there is no code (e.g. the oracle has no solution for this backend)."""
+    truncated: bool = False
+    """The reply stopped at the token limit (``finish_reason=length``), not where the model ended it."""
 
 
 @dataclass

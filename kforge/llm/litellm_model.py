@@ -150,13 +150,15 @@ class LiteLLMModel:
         self.calls += 1
         usage = getattr(resp, "usage", None)
         text = resp.choices[0].message.content or ""
+        # "length": the reply hit max_tokens (litellm maps every provider's own word for it to this one).
+        truncated = getattr(resp.choices[0], "finish_reason", None) == "length"
         try:
             cost = float(litellm.completion_cost(completion_response=resp))
         except Exception:  # noqa: BLE001 - litellm has no price for this model (local servers, new models)
             cost = None
         out = LLMResponse(text=text, model=c.model, prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
                           completion_tokens=getattr(usage, "completion_tokens", 0) or 0, cost_usd=cost,
-                          latency_s=time.monotonic() - start)
+                          latency_s=time.monotonic() - start, truncated=truncated)
         if key:
             self.cache.put(key, out)
         return out

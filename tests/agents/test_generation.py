@@ -160,3 +160,29 @@ def test_the_oracle_answers_the_backward_mode_with_its_backward_solution(backend
     none = GenerationAgent(oracle, get_backend(backend), backward=True).single_shot(
         resolve_problem("level1/6_Conv2d", size="cpu"))
     assert none.candidate.source is None and "no backward solution" in none.candidate.error
+
+
+def test_a_reply_cut_off_at_max_tokens_says_so(relu, tmp_path):
+    """``finish_reason=length`` was never read: a reply cut before ModelNew was "none binds ModelNew", one cut
+    inside forward a Python syntax error. A real litellm call to a local server that cuts its replies off."""
+    from tests.llm.stub_server import StubServer
+    head = "```python\nimport torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x."
+    replies = [{"content": "```python\nimport torch\ncpp = '''\nint f(", "finish_reason": "length"},
+               {"content": head, "finish_reason": "length"},
+               {"content": f"```python\n{PROGRAM}```\n\nWhy it is fast: the", "finish_reason": "length"}]
+    with StubServer(replies) as server:
+        cfg = ModelConfig(name="local", model="hosted_vllm/m", api_base=server.api_base, max_tokens=777, retries=0)
+
+        def ask(n):
+            llm = make_model(cfg, cache_root=tmp_path / f"llm{n}")  # one prompt: a cache of its own for each reply
+            return GenerationAgent(llm, get_backend("cpu")).single_shot(relu, iteration=n).candidate
+        cut_before, cut_inside, complete = ask(0), ask(1), ask(2)
+        replayed = ask(0)  # the same request again: from the response cache, no call
+        assert len(server.requests) == 3
+    for c in (cut_before, cut_inside, replayed):
+        assert c.source is None and c.error.startswith("the reply was cut off at the model's token limit (777 tokens)")
+        assert "answer more briefly" in c.error and "model.max_tokens" in c.error
+    assert complete.source == PROGRAM and complete.error is None  # the program closed before the cut: used
+    v = Verdict(State.GENERATION_FAILURE, cut_inside.error)
+    user = agent(["x"]).fix(relu, None, v, iteration=1).messages[1]["content"]
+    assert "cut off at the model's token limit" in user
