@@ -18,8 +18,10 @@ class MissingAPIKey(LLMError):
 
 
 class ModelUnreachable(LLMError):
-    """The model's server could not be reached at all (connection refused, no such host), after retries: no verdict
-    on any problem, so the job stops rather than record the outage as the model's failure."""
+    """The model cannot answer any call: its server could not be reached (connection refused, no such host), it
+    refused the key (401/403) or knows no such model (404), or it kept failing or timing out after the retries
+    (`kforge.llm.failures`). No verdict on any problem, so the job stops rather than record the outage as the
+    model's failure; the message says what to check."""
 
 
 @dataclass

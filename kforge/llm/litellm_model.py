@@ -10,8 +10,9 @@ import os
 import time
 from typing import Any
 
-from .base import CallContext, LLMError, LLMResponse, MissingAPIKey, ModelConfig, ModelUnreachable
+from .base import CallContext, LLMError, LLMResponse, MissingAPIKey, ModelConfig
 from .cache import ResponseCache
+from .failures import failure, retryable
 
 #: The one variable litellm reads for each of these providers' keys (``litellm.validate_environment``), so a
 #: missing key is answered without importing litellm (seconds of CPU, half a minute on a busy machine);
@@ -20,32 +21,6 @@ PROVIDER_KEYS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "
                  "groq": "GROQ_API_KEY", "deepseek": "DEEPSEEK_API_KEY", "xai": "XAI_API_KEY",
                  "openrouter": "OPENROUTER_API_KEY", "together_ai": "TOGETHERAI_API_KEY",
                  "fireworks_ai": "FIREWORKS_AI_API_KEY", "cohere": "COHERE_API_KEY"}
-
-# Worth retrying: the next attempt may well succeed.
-_TRANSIENT = ("RateLimitError", "InternalServerError", "ServiceUnavailableError", "BadGatewayError",
-              "APIConnectionError", "Timeout", "APIError")
-
-
-_UNREACHABLE = ("Connection refused", "Errno 111", "Name or service not known", "nodename nor servname",
-                "Temporary failure in name resolution", "No route to host", "Failed to establish a new connection",
-                "Cannot connect to host", "ConnectError")
-
-
-def _unreachable(exc: BaseException) -> bool:
-    """Whether a call failed because nothing answered at the server's address (not a reply it gave)."""
-    seen, e = 0, exc
-    while e is not None and seen < 8:
-        if any(s in f"{type(e).__name__}: {e}" for s in _UNREACHABLE):
-            return True
-        e, seen = e.__cause__ or e.__context__, seen + 1
-    return False
-
-
-def _cause(exc: BaseException) -> str:
-    text = str(exc)
-    found = next((s for s in _UNREACHABLE if s in text), None)
-    return found.lower() if found else type(exc).__name__
-
 
 def _litellm():
     """litellm, imported once and quietened: no help banners on errors, and no INFO line per call (kforge
@@ -137,14 +112,8 @@ class LiteLLMModel:
                 resp = litellm.completion(**kwargs)
                 break
             except Exception as exc:  # noqa: BLE001 - classify by name: litellm maps every provider's errors
-                name = type(exc).__name__
-                transient = any(t in name for t in _TRANSIENT) and "Authentication" not in name
-                if not transient or attempt == c.retries:
-                    if _unreachable(exc):
-                        where = c.api_base or f"{c.model}'s provider"
-                        raise ModelUnreachable(f"cannot reach {where} for model {c.name}: {_cause(exc)} (start the "
-                                               "server, or set model.api_base)") from exc
-                    raise LLMError(f"{c.name} ({c.model}): {name}: {str(exc)[:500]}") from exc
+                if not retryable(exc) or attempt == c.retries:
+                    raise failure(exc, c, c.api_key_env or PROVIDER_KEYS.get(c.model.partition("/")[0])) from exc
                 time.sleep(delay)
                 delay *= 2
         self.calls += 1

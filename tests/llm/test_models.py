@@ -189,7 +189,45 @@ def test_a_server_nothing_answers_at_is_unreachable_not_a_failed_reply(tmp_path)
                       cache=False, timeout_s=20)
     with pytest.raises(ModelUnreachable, match=r"cannot reach http://127.0.0.1:9/v1 for model local"):
         make_model(cfg).complete(MESSAGES)
-    m = mock_model(tmp_path, reply="litellm.RateLimitError", retries=0, cache=False)
-    with pytest.raises(LLMError) as err:  # a reply the server gave is the model's own failure
-        m.complete(MESSAGES)
+
+
+@pytest.mark.parametrize("answer, calls, why", [
+    ({"status": 401, "message": "Incorrect API key provided"}, 1,
+     "refused model local (hosted_vllm/m): AuthenticationError 401: Incorrect API key provided (check the API key"),
+    ({"status": 403}, 1, "refused model local (hosted_vllm/m): APIError 403: stub error 403"),
+    ({"status": 404, "message": "The model `m` does not exist."}, 1,
+     "has no model 'hosted_vllm/m': NotFoundError 404: The model `m` does not exist. (check model.name"),
+    ({"status": 500}, 3, "kept failing for model local (hosted_vllm/m) in 3 attempt(s): InternalServerError 500: "
+                         "stub error 500 (check the server"),
+    ({"status": 429}, 3, "kept failing for model local (hosted_vllm/m) in 3 attempt(s): RateLimitError 429"),
+    ({"sleep": 3, "content": "late"}, 3, "did not answer model local (hosted_vllm/m) within model.timeout_s=0.5 s "
+                                         "in 3 attempt(s) (check the server, or raise model.timeout_s)"),
+], ids=["401", "403", "404", "500", "429", "hang"])
+def test_a_model_no_call_can_get_an_answer_from_stops_the_job(answer, calls, why):
+    """A refused key, an unknown model, and 5xx errors, rate limits or timeouts that outlast the retries were
+    each problem's `generation_failure`, and a rerun skipped those problems: now `ModelUnreachable` (the job stops),
+    after the retries only where a retry may help. A real litellm call to a local server."""
+    from kforge.llm import ModelUnreachable
+    from tests.llm.stub_server import StubServer
+    with StubServer([answer]) as server:
+        cfg = ModelConfig(name="local", model="hosted_vllm/m", api_base=server.api_base, retries=2, backoff_s=0.01,
+                          timeout_s=0.5, cache=False)
+        with pytest.raises(ModelUnreachable) as err:
+            make_model(cfg).complete(MESSAGES)
+        assert len(server.requests) == calls
+    assert why in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+def test_a_failure_of_one_request_stays_the_problems_failure():
+    """A prompt over the context window (a 400) fails that request alone: the problem's generation_failure."""
+    from kforge.llm import ModelUnreachable
+    from tests.llm.stub_server import StubServer
+    too_long = {"status": 400, "message": "This model's maximum context length is 8192 tokens. However, your "
+                                          "messages resulted in 9000 tokens"}
+    with StubServer([too_long]) as server:
+        cfg = ModelConfig(name="local", model="hosted_vllm/m", api_base=server.api_base, retries=2, backoff_s=0.01,
+                          cache=False)
+        with pytest.raises(LLMError, match="ContextWindowExceededError") as err:
+            make_model(cfg).complete(MESSAGES)
+        assert len(server.requests) == 1  # not retried: the same request fails the same way
     assert not isinstance(err.value, ModelUnreachable)

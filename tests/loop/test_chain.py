@@ -167,19 +167,30 @@ def test_a_job_tells_its_events_around_its_problems(relu):
     assert end.results[0].correct and end.stats["n"] == 1
 
 
-def test_a_model_server_nothing_answers_at_stops_the_job_and_cuts_its_problems_off(relu):
-    """The outage was each problem's `generation_failure`, the job FINISHED, and a rerun found nothing to do. A real
-    litellm call to a closed port: the job stops on its own, its problem cut off for a rerun to continue."""
+@pytest.mark.parametrize("answer, why", [
+    (None, "cannot reach http://127.0.0.1:9/v1"),
+    ({"status": 401, "message": "Incorrect API key provided"}, "refused model local (hosted_vllm/m): "
+                                                               "AuthenticationError 401: Incorrect API key provided"),
+    ({"status": 500}, "kept failing for model local (hosted_vllm/m) in 2 attempt(s): InternalServerError 500"),
+    ({"sleep": 3, "content": "late"}, "did not answer model local (hosted_vllm/m) within model.timeout_s=0.5 s"),
+], ids=["closed_port", "401", "500", "hang"])
+def test_a_model_that_cannot_answer_stops_the_job_and_cuts_its_problems_off(relu, answer, why):
+    """The outage was each problem's `generation_failure`, the job FINISHED, and a rerun found nothing to do. Real
+    litellm calls to a closed port, and to a local server refusing the key, failing with 500 after the retries, or
+    answering after model.timeout_s: the job stops on its own, its problem cut off for a rerun to continue."""
     from kforge.loop import Interrupted, run_problems
+    from tests.llm.stub_server import StubServer
     softmax = load_builtin(names=["level1/2_Softmax"], size="cpu", overrides={"BATCH": 8, "DIM": 4096})[0]
-    llm = make_model(ModelConfig(name="local", model="hosted_vllm/m", api_base="http://127.0.0.1:9/v1", retries=0,
-                                 cache=False, timeout_s=20))
-    recorder = Recorder()
-    loop = ProblemLoop(GenerationAgent(llm, get_backend("cpu"), None, "a cpu"), FakeVerifier(judge),
-                       LoopConfig(iterations=1, concurrency=1), observers=[recorder])
-    with pytest.raises(Interrupted) as stopped:
-        run_problems([relu, softmax], loop)
+    with StubServer([answer or "unused"]) as server:
+        api_base = server.api_base if answer else "http://127.0.0.1:9/v1"
+        llm = make_model(ModelConfig(name="local", model="hosted_vllm/m", api_base=api_base, retries=1,
+                                     backoff_s=0.01, cache=False, timeout_s=0.5 if answer else 20))
+        recorder = Recorder()
+        loop = ProblemLoop(GenerationAgent(llm, get_backend("cpu"), None, "a cpu"), FakeVerifier(judge),
+                           LoopConfig(iterations=1, concurrency=1), observers=[recorder])
+        with pytest.raises(Interrupted) as stopped:
+            run_problems([relu, softmax], loop)
     end = stopped.value.end
-    assert end.interrupted and "cannot reach http://127.0.0.1:9/v1" in end.why, end.why
+    assert end.interrupted and why in end.why and "\n" not in end.why, end.why
     assert [(r.problem.key, r.stopped, r.error) for r in end.ended] == [("level1/1_ReLU", True, None)]
     assert not end.results and ("ended", "level1/1_ReLU", True, None) in recorder.events  # cut off, not failed
