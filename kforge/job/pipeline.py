@@ -282,7 +282,7 @@ def execute(job: Job, tracker: Tracker) -> JobResult:
     earlier = take_over(tracker, labels[Tags.CONFIG_HASH], job.problems, cfg.resume)
     done, cut = earlier.done, earlier.cut
     todo = [p for p in job.problems if p.key not in done]
-    tracking = MlflowObserver(tracker, _job_run(job, labels, references, earlier.parent),
+    tracking = MlflowObserver(tracker, _job_run(job, labels, references, earlier),
                               continued={k: prev.run_id for k, prev in cut.items()})
     _announce(job, tracker, labels, earlier, todo, references)
     progress = Progress(len(todo), loop_cfg.budget, run_of=tracking.run_ids.get)
@@ -316,7 +316,8 @@ def job_run_name(job: Job) -> str:
                        "+".join(f"L{lv}" for lv in levels) or "no level"])
 
 
-def _job_run(job: Job, labels: dict[str, str], references: dict[str, Any], previous: str | None) -> JobRun:
+def _job_run(job: Job, labels: dict[str, str], references: dict[str, Any], previous: Any) -> JobRun:
+    """The parent run's description; ``previous`` (`Earlier`) names the earlier job's parent it continues."""
     from omegaconf import OmegaConf
     extra = {**job.tags, Tags.DEVICE_NAME: job.info.device}
     if job.backend.device == "cuda":
@@ -325,7 +326,7 @@ def _job_run(job: Job, labels: dict[str, str], references: dict[str, Any], previ
         have = sum(r is not None for r in references.values())
         extra[Tags.REFERENCES_AVAILABLE] = f"{have}/{len(job.problems)}"
     return JobRun(job_run_name(job), job.conf, OmegaConf.to_yaml(OmegaConf.create(job.conf)), labels, extra,
-                  job.config.loop.speedup_vs, previous)
+                  job.config.loop.speedup_vs, previous.parent, previous.parent_open)
 
 
 def _announce(job: Job, tracker: Any, labels: dict[str, str], earlier: Any, todo: list[Problem],
@@ -337,8 +338,10 @@ def _announce(job: Job, tracker: Any, labels: dict[str, str], earlier: Any, todo
         print(f"kforge: {earlier.stale} run(s) of this configuration were left RUNNING by a job that was killed; "
               "marked KILLED", flush=True)
     if not todo and earlier.done:
+        closed = "; its parent run, left open by an interrupted job, is closed FINISHED with their figures" \
+            if earlier.parent_open else ""
         print(f"kforge: this job is complete: its {len(earlier.done)} problem(s) finished earlier (parent run "
-              f"{earlier.parent}); nothing to run, no run added", flush=True)
+              f"{earlier.parent}); nothing to run, no run added{closed}", flush=True)
     elif earlier.problems:
         cut = earlier.cut
         print(f"kforge: resuming (parent run {earlier.parent}): {len(earlier.done)} problem(s) finished earlier "

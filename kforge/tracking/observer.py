@@ -3,7 +3,7 @@ starts (or, for a rerun of its configuration, the earlier job's parent is contin
 opens when its loop starts, gets a step per iteration and closes the moment the problem ends, so a job
 killed later loses none of it; the parent closes with the job's figures, and a whole-model job's outcome
 (``workload_done``, told before the job's end) is on it by then. A job with nothing to run (every problem
-finished earlier) opens no run."""
+finished earlier) opens no run; it closes the earlier parent if an interrupted job left that open."""
 
 from __future__ import annotations
 
@@ -48,6 +48,9 @@ class JobRun:
     speedup_vs: str = "eager"
     previous: str | None = None
     """The parent run of an earlier job with this configuration: continued instead of a new one."""
+    previous_open: bool = False
+    """``previous`` was left KILLED or RUNNING: a job with nothing left to run closes it (FINISHED, with the
+    figures of every problem), as a rerun with something to run does."""
 
     def params(self, problem: Problem | None = None) -> dict[str, str]:
         """The parameters MLflow groups runs by (`schema.Params`): the job's, and the problem's own."""
@@ -72,13 +75,18 @@ class MlflowObserver(LoopObserver):
         self.run_ids: dict[str, str] = {}
         """Problem key -> its run, for every problem started."""
         self._open: set[str] = set()
+        self._ran_nothing = False
         self._lock = threading.Lock()
 
     # -- the job -----------------------------------------------------------------------------------------
     def job_started(self, start: JobStart) -> None:
-        if not start.todo:
-            return  # nothing to run: no run to leave empty
         job = self.job
+        if not start.todo:
+            # Nothing to run: no run to leave empty, but an earlier parent an interrupted job left open is closed.
+            if job.previous is not None and job.previous_open:
+                self.tracker.reopen_parent(job.previous, {**job.labels, **job.tags})
+                self.parent_id, self._ran_nothing = job.previous, True
+            return
         if job.previous is not None:
             self.tracker.reopen_parent(job.previous, {**job.labels, **job.tags})
             self.parent_id = job.previous
@@ -92,6 +100,8 @@ class MlflowObserver(LoopObserver):
         self._kill_open()
         counts = {Metrics.VERIFICATIONS: end.verifications, Metrics.PROBLEMS_SKIPPED: end.done_before,
                   Metrics.PROBLEM_ERRORS: len(end.skipped)}
+        if self._ran_nothing:  # the earlier job's count stands: this one verified nothing
+            del counts[Metrics.VERIFICATIONS]
         self.tracker.end_parent(self.parent_id, end.results, end.stats,
                                 status="KILLED" if end.interrupted else "FINISHED", speedup_vs=self.job.speedup_vs,
                                 counts=counts)

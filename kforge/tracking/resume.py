@@ -151,6 +151,8 @@ class Earlier:
     """The newest job's parent run, which a rerun continues (None with ``resume`` off)."""
     stale: int
     """Runs they left RUNNING that nothing continues, now marked KILLED."""
+    parent_open: bool = False
+    """``parent`` was not closed FINISHED (its job was interrupted, or killed, after its problems ended)."""
 
     @property
     def done(self) -> dict[str, Previous]:
@@ -171,4 +173,5 @@ def take_over(tracker, chash: str, problems: list[Problem], resume: bool = True)
     stale = [r for r in stale_runs(client, eid, chash) if r.info.run_id not in continued]
     for r in stale:
         tracker.kill(r.info.run_id)
-    return Earlier(previous, parent, len(stale))
+    parent_open = parent is not None and client.get_run(parent).info.status != "FINISHED"
+    return Earlier(previous, parent, len(stale), parent_open)

@@ -52,6 +52,27 @@ def test_a_rerun_of_a_finished_job_adds_no_run_and_says_so(tmp_path, pool, capsy
     assert [r.problem.key for r in again.results] == ["level1/1_ReLU"]  # the finished problem still counts
 
 
+def test_a_rerun_of_a_job_interrupted_after_its_problems_ended_closes_its_parent(tmp_path, pool, capsys):
+    """A job interrupted after every problem had ended (in its summary, say) left its parent KILLED for good: the
+    rerun said "this job is complete ... no run added" and closed nothing. It still adds no run, and closes the
+    earlier parent FINISHED with the job's figures, as docs/tracking.md (Resume) promises."""
+    first = run(config(tmp_path, "loop=single_shot"), llm=scripted(fenced("relu_ok.py")), pool=pool)
+    client, (job,), _ = runs(tmp_path)
+    verifications = job.data.metrics["verifications"]
+    client.log_metric(job.info.run_id, "fast_0", 0.0)  # what an interrupted job's figures may have said
+    client.set_terminated(job.info.run_id, status="KILLED")
+    capsys.readouterr()
+    again = run(config(tmp_path, "loop=single_shot"), llm=scripted(fenced("relu_ok.py")), pool=pool)
+    out = capsys.readouterr().out
+    assert "this job is complete" in out and "no run added" in out and "closed FINISHED" in out
+    _, (job,), problems = runs(tmp_path)
+    assert job.info.status == "FINISHED" and len(problems) == 1 and again.parent_run_id == first.parent_run_id
+    assert job.data.metrics["fast_0"] == 1.0 and job.data.metrics["problems"] == 1
+    assert job.data.metrics["verifications"] == verifications  # the earlier job's count, not this one's 0
+    run(config(tmp_path, "loop=single_shot"), llm=scripted(fenced("relu_ok.py")), pool=pool)
+    assert "closed FINISHED" not in capsys.readouterr().out  # a parent closed already is left alone
+
+
 def test_a_broken_problem_is_skipped_with_its_traceback_and_the_sweep_goes_on(tmp_path, pool, capsys):
     """A KernelBench folder with a problem whose inputs cannot be made: the verifier says the problem itself
     fails; that problem's run ends with its traceback and state problem_error, the next problem runs."""
