@@ -17,8 +17,10 @@ GENERATION_FAILURE = State.GENERATION_FAILURE.value
 
 
 def status_line(problem: Problem, record: IterationRecord, budget: int) -> str:
-    sp = f"{record.speedup_eager:.2f}x eager" if record.speedup_eager else ""
-    if record.speedup_compile:
+    # A failed verdict may carry a timing (a kernel timed at the main shape, then failing a shape variant): a
+    # speedup beside it would read as the failed kernel's merit.
+    sp = f"{record.speedup_eager:.2f}x eager" if record.correct and record.speedup_eager else ""
+    if record.correct and record.speedup_compile:
         sp += f", {record.speedup_compile:.2f}x compile"
     best = " *best*" if record.is_best else ""
     # A reply without code says why only in its message (the oracle without a solution, a refusal).

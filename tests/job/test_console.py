@@ -94,6 +94,17 @@ def test_the_oracle_says_why_it_has_no_kernel_on_the_iteration_line(tmp_path):
 
 
 
+def test_an_iteration_line_shows_a_speedup_only_for_a_correct_kernel():
+    """A kernel timed at the main shape that then failed a shape variant printed "runtime_error 1.12x eager"."""
+    failed = IterationRecord(iteration=1, phase="fix", state="runtime_error", correct=False,
+                             message="shape variant 1: CUDA error", speedup_eager=1.12, speedup_compile=0.9)
+    line = status_line(RELU, failed, budget=3)
+    assert "runtime_error" in line and "x eager" not in line and "x compile" not in line
+    ok = IterationRecord(iteration=2, phase="optimise", state="correct", correct=True, message="",
+                         speedup_eager=1.12, speedup_compile=0.9)
+    assert "1.12x eager, 0.90x compile" in status_line(RELU, ok, budget=3)
+
+
 def test_a_speedup_whose_interval_spans_one_is_flagged():
     """1.06x over eager with a timing this noisy is not known to be faster: the row and the line say so."""
     noisy = ProblemResult(RELU)
