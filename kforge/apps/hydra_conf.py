@@ -76,8 +76,21 @@ def register_model_strings(overrides: list[str]) -> list[str]:
     return found
 
 
-def _group_choices(conf_dir: Path, group: str) -> list[str]:
-    return sorted(p.stem for p in (conf_dir / group).glob("*.yaml"))
+def user_config_dirs(argv: list[str]) -> list[Path]:
+    """The config folders a command line adds to kforge's own: ``--config-dir``/``-cd DIR`` (or ``=DIR``), and the
+    ``file://`` (or plain) entries of ``hydra.searchpath=[...]``; a ``pkg://`` entry is not a folder, so not read."""
+    dirs: list[str] = []
+    for i, arg in enumerate(argv):
+        flag, eq, value = arg.partition("=")
+        if flag in ("--config-dir", "-cd"):
+            dirs += [value] if eq else argv[i + 1:i + 2]
+        elif flag.lstrip("+") == "hydra.searchpath" and eq:
+            dirs += [e.strip().strip("'\"") for e in value.strip("[]").split(",") if e.strip()]
+    return [Path(d.removeprefix("file://")) for d in dirs if d and "://" not in d.removeprefix("file://")]
+
+
+def _group_choices(conf_dir: Path, group: str, extra: list[Path] = ()) -> list[str]:
+    return sorted({p.stem for d in [conf_dir, *extra] for p in (d / group).glob("*.yaml")})
 
 
 def _free_form(group: str, value: str) -> bool:
@@ -91,8 +104,10 @@ def check_choices(overrides: list[str], conf_dir: Path = CONF_DIR) -> None:
     """Answer an unknown choice of a config group among Hydra command-line ``overrides`` (``backend=metal``,
     ``problems=builtin_l9``, ``experiment=nope``, one value of a sweep) with `ConfigError` naming the group's
     choices, before Hydra composes (it would print its config search path and exit 1). A bare model name must be
-    a file of ``conf/model``; one with a ``/`` is a litellm model string."""
+    a file of ``conf/model`` or of a config folder the command line adds (`user_config_dirs`: a user's own
+    ``model=myscript``); one with a ``/`` is a litellm model string."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
+    extra = user_config_dirs(overrides)
     groups = {p.name for p in conf_dir.iterdir() if p.is_dir() and p.name not in HYDRA_GROUPS}
     given = [o for o in overrides if "=" in o and not o.startswith("-") and o.split("=", 1)[0].lstrip("+~")
              .split("@", 1)[0] in groups]
@@ -102,9 +117,10 @@ def check_choices(overrides: list[str], conf_dir: Path = CONF_DIR) -> None:
         group, value = override.key_or_group, override.value()
         values = list(getattr(value, "list", None) or []) if override.is_sweep_override() else [value]
         for v in values:
-            if v is None or not isinstance(v, str) or (conf_dir / group / f"{v}.yaml").is_file() or _free_form(group, v):
+            if v is None or not isinstance(v, str) or _free_form(group, v) or \
+                    any((d / group / f"{v}.yaml").is_file() for d in [conf_dir, *extra]):
                 continue
-            choices = _group_choices(conf_dir, group)
+            choices = _group_choices(conf_dir, group, extra)
             near = difflib.get_close_matches(v, choices, n=1)
             also = ", or any litellm model string with its provider (openai/gpt-5, anthropic/claude-opus-4-5)" \
                 if group == "model" else ", or a model file (workload=my_model.py)" if group == "workload" else ""

@@ -63,3 +63,18 @@ def test_a_sweep_over_models_checks_every_models_key_before_its_first_job(monkey
     check_swept_models(["-m", "model=oracle,vllm"])  # no key to set: a local server
     check_swept_models(["model=gpt-5"])  # one job: its own start says so
     check_swept_models(["-m", "model=oracle,gpt-5", "model.api_key_env=MY_KEY"])  # set per job
+
+
+@pytest.mark.parametrize("how", [["--config-dir", "{d}"], ["--config-dir={d}"], ["-cd", "{d}"],
+                                 ["hydra.searchpath=[file://{d}]"], ["hydra.searchpath=[pkg://x.y,'{d}']"]])
+def test_a_choice_from_a_config_folder_the_user_adds_passes(tmp_path, how):
+    """``--config-dir myconf model=myscript`` (myconf/model/myscript.yaml) was refused as an unknown choice: only
+    kforge's own conf/ was looked at, though Hydra itself finds the file."""
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "myscript.yaml").write_text("name: myscript\nkind: scripted\n")
+    flags = [a.format(d=tmp_path) for a in how]
+    check_choices([*flags, "model=myscript"])
+    with pytest.raises(ConfigError, match="valid model choices: claude-opus, gpt-5, litellm, myscript, ollama"):
+        check_choices([*flags, "model=myscrip"])
+    with pytest.raises(ConfigError, match="unknown choice model=myscript"):
+        check_choices(["model=myscript"])  # without the folder, Hydra would not find it either
