@@ -120,7 +120,7 @@ def check_swept_models(argv: list[str]) -> None:
 
 def main() -> None:
     from ..errors import ConfigError
-    from ..job.config import check_overrides
+    from ..job.config import check_overrides, free_mapping_overrides
     try:  # a misspelt key or choice gets kforge's answer (the valid ones), not Hydra's "not in struct" or search path
         check_overrides(sys.argv[1:])
         check_choices(sys.argv[1:])
@@ -129,6 +129,7 @@ def main() -> None:
         print(f"kforge: {exc}", file=sys.stderr)
         sys.exit(2)
     register_model_strings(sys.argv[1:])
+    sys.argv[1:] = free_mapping_overrides(sys.argv[1:])  # model.extra.top_p=0.9 without Hydra's "+" (Hydra reads argv)
     _job()
 
 

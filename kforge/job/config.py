@@ -289,6 +289,31 @@ def check_overrides(overrides: list[str], root: type = JobConfig) -> None:
             cls, where = sub, f"{where}.{part}" if where else part
 
 
+def _sets_a_mapping(key: str, root: type) -> bool:
+    """Whether ``key`` is a mapping field of ``root`` (``model.extra``) or a key under one (``model.extra.top_p``)."""
+    import typing
+
+    from ..strict import _dataclass_in, field_names
+    cls: type | None = root
+    for part in key.split("."):
+        hint = typing.get_type_hints(cls).get(part) if part in field_names(cls) else None
+        if hint is None:
+            return False
+        cls, _ = _dataclass_in(hint)
+        if cls is None:  # a value, or a mapping (``dict[str, Any]``, ``dict[str, Any] | None``) whose keys are free
+            return dict in (typing.get_origin(hint), *(typing.get_origin(a) for a in typing.get_args(hint)))
+    return False
+
+
+def free_mapping_overrides(overrides: list[str], root: type = JobConfig) -> list[str]:
+    """``overrides`` with each one that sets a mapping field or a key under it (``model.extra.top_p=0.9``,
+    ``model.extra={top_p: 0.9}``, ``backend.options.gpu=1``) made ``++`` (set, or add if new): Hydra locks the
+    composed config, so a key a mapping does not hold yet was refused ("Key 'top_p' is not in struct") unless the
+    user wrote ``+``, which in turn is refused where a config file already sets that key."""
+    return [f"++{o}" if "=" in o and not o.startswith(("-", "+", "~")) and _sets_a_mapping(o.split("=", 1)[0], root)
+            else o for o in overrides]
+
+
 def plain(cfg: Any) -> Any:
     """A DictConfig/ListConfig as plain dicts and lists, interpolations resolved; anything else as is."""
     from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -297,5 +322,5 @@ def plain(cfg: Any) -> Any:
     return cfg
 
 
-__all__ = ["AnalysisConfig", "BackendConfig", "JobConfig", "check_overrides", "ProblemsConfig", "ProfilerConfig", "TablesConfig",
+__all__ = ["AnalysisConfig", "BackendConfig", "JobConfig", "check_overrides", "free_mapping_overrides", "ProblemsConfig", "ProfilerConfig", "TablesConfig",
            "TrackingConfig", "WorkersConfig", "plain"]

@@ -51,3 +51,25 @@ def test_model_litellm_without_its_name_says_what_to_set(tmp_path):
     assert res.returncode == 2 and len(lines) == 1, res.stderr[-2000:]
     assert lines[0].startswith("kforge: model.name is not set") and "set model.name=PROVIDER/MODEL" in lines[0]
     assert "Mandatory" not in res.stderr and list(tmp_path.iterdir()) == []  # refused: no outputs/ left
+
+
+def test_a_new_key_under_a_mapping_needs_no_plus(tmp_path):
+    """``model.extra.top_p=0.9`` or ``model.extra={...}`` failed with Hydra's multi-line "Key 'top_p' is not in
+    struct" and exit 1; only ``+model.extra.top_p=0.9`` worked."""
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+
+    from kforge.job.config import free_mapping_overrides
+    argv = ["model.extra.top_p=0.9", "model.extra={seed: 7}", "+model.extra.n=1", "model.cache=false", "-m"]
+    assert free_mapping_overrides(argv) == ["++model.extra.top_p=0.9", "++model.extra={seed: 7}", "+model.extra.n=1",
+                                            "model.cache=false", "-m"]
+    res = subprocess.run([sys.executable, "-m", "kforge.apps.synthesize", "model=oracle", "model.extra.top_p=0.9",
+                          "model.extra={seed: 7}", "backend.options.threads=2", "--cfg", "job"],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                         env=dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True"))
+    assert res.returncode == 0, res.stderr[-2000:]
+    cfg = yaml.safe_load(res.stdout)
+    assert cfg["model"]["extra"] == {"top_p": 0.9, "seed": 7} and cfg["backend"]["options"] == {"threads": 2}
