@@ -22,7 +22,7 @@ from ..backends import WorkerContext, from_spec
 from ..backends.clocks import l2_flush_bytes
 from ..precision import get_precision
 from .budget import BudgetSpent
-from .imports import import_candidate, import_file
+from .imports import import_candidate, import_file, problem_frames
 from .memory import DeviceBusy, busy_after
 from .progress import candidate_code, phase
 from .protocol import ProgramRequest
@@ -378,23 +378,6 @@ def cpu_name() -> str:
     import os
     import platform
     return f"cpu ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
-
-
-def problem_frames(exc: BaseException, shown_as: str, copy: str = "problem.py") -> str:
-    """``exc``'s traceback from its first frame in the worker's ``copy`` of the problem on, that file named
-    ``shown_as``; the whole traceback where no frame is in it (a syntax error, say, names the file itself)."""
-    te = traceback.TracebackException.from_exception(exc)
-    here = os.path.abspath(copy)
-    frames = list(te.stack)
-    first = next((i for i, f in enumerate(frames) if os.path.abspath(f.filename) == here), None)
-    if first is not None:
-        te.stack = traceback.StackSummary.from_list(frames[first:])
-    for f in te.stack:
-        if os.path.abspath(f.filename) == here:
-            f.filename = shown_as
-    if isinstance(exc, SyntaxError) and te.filename and os.path.abspath(te.filename) == here:
-        te.filename = shown_as
-    return "".join(te.format())
 
 
 def first_line(exc: BaseException) -> str:

@@ -1,10 +1,13 @@
 """Importing the trusted problem and the untrusted candidate inside a worker's child, as KernelBench's harness
-does: the candidate's code runs in a fresh copy of the problem's namespace."""
+does: the candidate's code runs in a fresh copy of the problem's namespace; and the problem's own traceback, told
+under its own path."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
+import traceback
 from pathlib import Path
 
 
@@ -31,3 +34,20 @@ def import_candidate(path: str | Path = "candidate.py", problem: str | Path = "p
     harness built is never within the candidate's reach. ``shown``: see `import_file`."""
     return import_file(path, "kforge_candidate", namespace_of=problem if Path(problem).exists() else None,
                        shown=shown)
+
+
+def problem_frames(exc: BaseException, shown_as: str, copy: str = "problem.py") -> str:
+    """``exc``'s traceback from its first frame in the worker's ``copy`` of the problem on, that file named
+    ``shown_as``; the whole traceback where no frame is in it (a syntax error, say, names the file itself)."""
+    te = traceback.TracebackException.from_exception(exc)
+    here = os.path.abspath(copy)
+    frames = list(te.stack)
+    first = next((i for i, f in enumerate(frames) if os.path.abspath(f.filename) == here), None)
+    if first is not None:
+        te.stack = traceback.StackSummary.from_list(frames[first:])
+    for f in te.stack:
+        if os.path.abspath(f.filename) == here:
+            f.filename = shown_as
+    if isinstance(exc, SyntaxError) and te.filename and os.path.abspath(te.filename) == here:
+        te.filename = shown_as
+    return "".join(te.format())
