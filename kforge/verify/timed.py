@@ -125,8 +125,6 @@ class TimedRounds:
         protected = self._protected_ptrs(sets, model)
         sampler = self._sampler = Sampler([p[0] for p in programs], tcfg, clock.now, self.rounds_deadline(clock.now))
         every = max(1, tcfg.recheck_every)
-        refilled: set[int] = set()
-        """Input sets a recheck refilled: checked once more with nothing changed."""
         last: dict[int, set[int]] = {}
         """The storages of the candidate's last output on each input set (a kept output comes back in them)."""
         rechecks = 0
@@ -137,29 +135,33 @@ class TimedRounds:
             # refilling inputs costs more than a timed call, and the first one already catches a cache.
             k, r = divmod(rounds + 1, every)
             recheck = model is not None and r == 0 and k & (k - 1) == 0
-            # The round that next meets a refilled set unchanged checks again: a cache keyed by the inputs' address
-            # and version (which the refill changed) returns here what it returned then, NaN-filled since.
-            again = not recheck and not self.stateful and i in refilled
-            refilled.discard(i)
             expected = snapshot = None
-            if recheck or again:
+            if recheck:
                 expected, snapshot = _oom_guard(self, "reference", lambda: self._round_check_inputs(
-                    sets[i], rng_seed, refill=recheck))
+                    sets[i], rng_seed))
             for label, prog, numerics in programs:
                 dev_ms, host_ms, out = run(label, prog, numerics, sets[i], rng_seed)
                 sampler.add(label, dev_ms, host_ms)
-                if label == "cand" and (recheck or again):
-                    where = f"timing round {rounds}, " + ("fresh inputs" if recheck else "the inputs of an earlier "
-                                                          "round again, unchanged")
+                if label == "cand" and recheck:
+                    where = f"timing round {rounds}, fresh inputs"
                     _oom_guard(self, "comparison", lambda: self._round_check(
                         out, expected, sets[i], snapshot, rng_seed, where, last.get(i)))
-                    if recheck:
-                        refilled.add(i)
                     rechecks += 1
                 if label == "cand":
                     last[i] = _storages(torch, out)
                 _poison(torch, out, protected)
                 del out
+                if label == "cand" and recheck and not self.stateful:
+                    # Called once more (untimed) on the same inputs, unchanged: a cache keyed by their address and
+                    # version (which the refill changed) returns the output just checked, NaN-filled since.
+                    _, _, out = run(label, prog, numerics, sets[i], rng_seed)
+                    where = f"timing round {rounds}, the same inputs again, unchanged"
+                    _oom_guard(self, "comparison", lambda: self._round_check(
+                        out, expected, sets[i], snapshot, rng_seed, where, last[i]))
+                    rechecks += 1
+                    last[i] = _storages(torch, out)
+                    _poison(torch, out, protected)
+                    del out
             rounds += 1
             if recheck:
                 self.trip(f"timing round {rounds - 1}")
@@ -173,13 +175,12 @@ class TimedRounds:
                       timings={"runtime": sampler.stats("cand"), "ref": sampler.stats("ref"),
                                "compile_ref": sampler.stats("compile"), "ref_strict": sampler.stats("ref_strict")})
 
-    def _round_check_inputs(self, inputs: list, rng_seed, refill: bool) -> tuple[Any, list]:
-        """A checked round's expected outputs and a copy of its inputs; ``refill``: the same buffers get new values
-        first, so a cache keyed by pointer or shape returns stale results."""
-        if refill:
-            for dst, src in zip(inputs, self.inputs(self.draw())):
-                if isinstance(dst, self.torch.Tensor):
-                    dst.copy_(src)
+    def _round_check_inputs(self, inputs: list, rng_seed) -> tuple[Any, list]:
+        """A recheck's expected outputs and a copy of its inputs, after the same buffers got new values, so a cache
+        keyed by pointer or shape returns stale results."""
+        for dst, src in zip(inputs, self.inputs(self.draw())):
+            if isinstance(dst, self.torch.Tensor):
+                dst.copy_(src)
         return self.recheck_reference(self._clone(inputs), rng_seed), self._clone(inputs)
 
     def _round_check(self, out, expected, inputs: list, snapshot: list, rng_seed, where: str,
