@@ -18,7 +18,7 @@ from ..sandbox.harness import HarnessVerdict, first_line
 from ..sandbox.imports import import_candidate, import_file
 from ..sandbox.progress import phase
 from .protocol import Outcome, ShapeVariant, VariantsResult
-from .variant_constants import model_reads, restated_take_the_variant, shown_and_followed
+from .variant_constants import derived_from, model_reads, restated_take_the_variant, shown_and_followed
 from .variants import describe
 
 
@@ -137,6 +137,16 @@ class VariantChecks:
             raise HarnessVerdict(failed.state, f"{failed.message}; a model built afresh is correct at this shape: it "
                                  "kept something sized by its first call", **failed.extra) from None
 
+    def _derived_values(self, followed: dict) -> dict:
+        """The variant's values of the constants the problem's model reads that are computed from ``followed``
+        (``scale = dim ** -0.5``): a candidate that restates them with the problem's values takes the variant's,
+        as it does for ``dim`` itself."""
+        if not followed:
+            return {}
+        names = derived_from(self.problem.source, set(followed)) & model_reads(self.problem.source)
+        variant = vars(self.ref_mod)
+        return {n: variant[n] for n in names if n in variant and n in self.problem.constants}
+
     def _variant_call(self, path: Path, shown: dict, followed: dict, inputs: list, reference: tuple, rng_seed,
                       where: str, seen: list | None) -> None:
         """One model of the candidate, built in the variant's namespace, at the variant (after a call on ``seen``,
@@ -144,7 +154,8 @@ class VariantChecks:
         refs, ref_in = reference
         try:
             module = import_candidate("candidate.py", path, shown=shown)
-            restated_take_the_variant(vars(module), followed, self.problem.constants)
+            restated_take_the_variant(vars(module), {**followed, **self._derived_values(followed)},
+                                      self.problem.constants)
             model = self._construct(module.ModelNew)
         except BaseException as exc:  # noqa: BLE001 - its own failure at this size
             raise self._fail_exception(exc, "while building ModelNew") from None

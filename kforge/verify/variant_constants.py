@@ -54,24 +54,62 @@ def _free_reads(scope: ast.AST, bound: frozenset[str]) -> set[str]:
     return reads - bound
 
 
-def model_reads(source: str) -> set[str]:
-    """The module-level names the problem's own code reads when it runs: in its functions and classes other than
-    ``get_inputs`` and ``get_init_inputs`` (where a parameter or local of the same name does not shadow them,
-    `_free_reads`), and, through them, the module-level assignments those names come from (``input_shape =
-    (batch_size, dim)`` read by the model makes ``batch_size`` and ``dim`` its too)."""
-    tree = ast.parse(source)
-    reads: set[str] = set()
-    defs: dict[str, set[str]] = {}  # module-level name -> the names its assignment reads
+INPUT_FUNCTIONS = ("get_inputs", "get_init_inputs")
+
+
+def _scopes(tree: ast.Module) -> dict[str, ast.AST]:
+    return {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+
+
+def _reached(roots: set[str], reads: dict[str, set[str]]) -> set[str]:
+    """``roots`` and every top-level function or class they read, and those read, on."""
+    out, todo = set(roots), list(roots)
+    while todo:
+        for name in reads.get(todo.pop(), ()):
+            if name in reads and name not in out:
+                out.add(name)
+                todo.append(name)
+    return out
+
+
+def input_helpers(tree: ast.Module) -> set[str]:
+    """``get_inputs``, ``get_init_inputs`` and the top-level functions only they call (``_make_input()``, which
+    draws ``torch.randn(batch_size, dim)`` for ``get_inputs``): the test configuration, not the problem's model."""
+    scopes = _scopes(tree)
+    reads = {name: _free_reads(node, frozenset()) for name, node in scopes.items()}
+    inputs = _reached({f for f in INPUT_FUNCTIONS if f in scopes}, reads)
+    top = {n.id for node in tree.body if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+           for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    model = _reached((set(scopes) - inputs) | (top & set(scopes)), reads)
+    return (inputs - model) | {f for f in INPUT_FUNCTIONS if f in scopes}
+
+
+def _assignments(tree: ast.Module) -> dict[str, set[str]]:
+    """Module-level name -> the names its assignment reads."""
+    defs: dict[str, set[str]] = {}
     for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            if node.name not in ("get_inputs", "get_init_inputs"):
-                reads |= _free_reads(node, frozenset())
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
             used = {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)}
             for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
                 for n in ast.walk(target):
                     if isinstance(n, ast.Name):
                         defs.setdefault(n.id, set()).update(used)
+    return defs
+
+
+def model_reads(source: str) -> set[str]:
+    """The module-level names the problem's own code reads when it runs: in its functions and classes other than
+    ``get_inputs``, ``get_init_inputs`` and the helpers only they call (`input_helpers`; where a parameter or local
+    of the same name does not shadow them, `_free_reads`), and, through them, the module-level assignments those
+    names come from (``input_shape = (batch_size, dim)`` read by the model makes ``batch_size`` and ``dim`` its
+    too)."""
+    tree = ast.parse(source)
+    test = input_helpers(tree)
+    reads: set[str] = set()
+    for name, node in _scopes(tree).items():
+        if name not in test:
+            reads |= _free_reads(node, frozenset())
+    defs = _assignments(tree)
     todo = list(reads)
     while todo:
         for name in defs.get(todo.pop(), ()):
@@ -79,6 +117,19 @@ def model_reads(source: str) -> set[str]:
                 reads.add(name)
                 todo.append(name)
     return reads
+
+
+def derived_from(source: str, names: set[str]) -> set[str]:
+    """The module-level names whose assignments read one of ``names``, directly or through another such name
+    (``scale = dim ** -0.5`` of ``dim``)."""
+    defs = _assignments(ast.parse(source))
+    out: set[str] = set()
+    grew = True
+    while grew:
+        new = {k for k, used in defs.items() if k not in out and k not in names and used & (names | out)}
+        out |= new
+        grew = bool(new)
+    return out
 
 
 def shown_and_followed(overrides: dict, problem: dict, reads: set[str]) -> tuple[dict, dict]:

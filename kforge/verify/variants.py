@@ -10,8 +10,10 @@ sixteenth larger, where a loop bounded by the sizes it was shown, guarded so tha
 size, leaves rows or columns unwritten (it needs about a sixteenth more memory per size, more where the
 fallback below rounds a small size up). A file with no size constants at all (``torch.randn(16, 1024)`` in
 ``get_inputs``) gets the same variants from the integer literals its ``get_inputs`` and ``get_init_inputs`` write
-(`literal_sizes`), each value changed wherever those two functions write it; a file with constants varies the
-literal sizes it writes beside them too. Where the reference itself fails
+(`literal_sizes`: not randint's bounds or a tensor's scale; a helper only they call and a top-level shape mixing a
+constant with a number count too), each value changed wherever those functions write it (the first side of a square
+``torch.randn(1024, 1024)`` alone in the halved variant); a file with constants varies the literal sizes it writes
+beside them too. Where the reference itself fails
 at a derived variant (a width its head count must divide, say), the same sizes rounded to odd multiples of 24
 (of 48 with 16 heads: the file's head and group counts divide them), down, or up for the larger variant, are
 tried instead (literals under the step, which may be head counts, keep their values there and join the step);
@@ -26,27 +28,20 @@ The candidate's side of the check is `kforge.verify.variant_checks`.
 
 from __future__ import annotations
 
-import ast
 import math
 import re
 
 from ..problems import Problem, ProblemError, problem_from_source
 from .protocol import ShapeVariant
-
-#: Names of constants that are sizes (case-insensitive, anywhere in the name).
-#: Single letters are sizes (``B, S, D``, ``M, N, K``) but ``G``, a group count.
-SIZE_NAME = re.compile(r"batch|size|dim|feature|channel|depth|height|width|length|len\b|seq|token|hidden|embed|"
-                       r"vocab|^[a-fh-z]$|^c_?(in|out)$|^d_|(^|_)ch(_|$)|planes|classes|^n_|_n$|"
-                       r"num_(?!head|group|layer)|rows|cols|elements|units|points|total|numel|spatial|^hw$|vec|samples|items|"
-                       r"nodes|pixels|voxels", re.I)
-#: Names that look like sizes but are not free to change (axes, kernel geometry, divisors). A bare ``dim`` is
-#: both in KernelBench: the axis (``dim = 1``, under `MIN_SIZE`) or the row length (``dim = 393216``, a size).
-NOT_A_SIZE = re.compile(r"kernel|stride|pad|dilation|group|head|axis|window|pool|scale|eps|prob|rate", re.I)
-MIN_SIZE = 8
-"""Constants below this are left alone: too small to shrink, and often an axis or a count of something."""
-#: Tuple constants that are shapes (KernelBench's scans and losses: ``input_shape = (32768,)``, the row length of
-#: ``torch.rand(batch_size, *input_shape)``): their elements of `MIN_SIZE` or more are sizes.
-SHAPE_NAME = re.compile(r"shape|size|dims", re.I)
+from .variant_sizes import (
+    is_literal,
+    is_shape,
+    is_size,
+    literal_sizes,
+    literal_value,
+    rewrite_literals,
+    size_constants,
+)
 
 
 def _smaller(n: int, fraction: float) -> int:
@@ -101,84 +96,17 @@ def _fallback(overrides: dict, original: dict, step: int, unit: int = 1) -> dict
     counts (``unit``) where its value in the problem is one (a channel count 8 groups divide: 11 -> 8), else
     stays. None where nothing changes."""
     def rounded(v, was):
-        if isinstance(v, tuple):
-            return tuple(rounded(e, o) for e, o in zip(v, was))
+        if is_shape(v):
+            return type(v)(rounded(e, o) for e, o in zip(v, was))
         return _divisible(v, step, up=v > was, unit=unit if was % unit == 0 else 1)
 
     out = {k: rounded(v, original[k]) for k, v in overrides.items()}
     return None if out == overrides else out
 
 
-def _is_size(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= MIN_SIZE
-
-
-def size_constants(problem: Problem) -> dict[str, int | tuple]:
-    """The problem's module-level constants that look like sizes, in file order: integers, and shapes written as
-    tuples of numbers (``input_shape = (32768,)``); a tuple written with names (``bias_shape = (out_channels, 1,
-    1)``) follows the sizes it names, and is left to them."""
-    shapes = _number_tuples(problem.source)
-    return {k: v for k, v in problem.constants.items() if not NOT_A_SIZE.search(k) and (
-        (_is_size(v) and SIZE_NAME.search(k))
-        or (k in shapes and isinstance(v, tuple) and SHAPE_NAME.search(k) and any(_is_size(e) for e in v)))}
-
-
-def _number_tuples(source: str) -> set[str]:
-    """Names the file's top level binds, alone, to a tuple written without names (``(8192 * 2,)`` counts)."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return set()
-    return {n.targets[0].id for n in tree.body
-            if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
-            and isinstance(n.value, ast.Tuple) and not any(isinstance(x, ast.Name) for x in ast.walk(n.value))}
-
-
 def _each(v, fn):
     """``fn`` of a size, or of each size in a shape (its elements under `MIN_SIZE` kept)."""
-    return tuple(fn(e) if _is_size(e) else e for e in v) if isinstance(v, tuple) else fn(v)
-
-
-#: The functions whose integer literals are the sizes of a file that names none as constants.
-INPUT_FUNCTIONS = ("get_inputs", "get_init_inputs")
-#: Keyword arguments whose literals are not sizes (``dim=``, ``high=``, a seed, kernel geometry).
-NOT_A_SIZE_ARG = re.compile(NOT_A_SIZE.pattern + r"|^dim$|seed|low|high|dtype|device", re.I)
-
-
-def literal_sizes(source: str) -> list[ast.Constant]:
-    """The integer literals of 8 or more that the file's ``get_inputs`` and ``get_init_inputs`` write
-    (``torch.randn(16, 1024)``, ``return [1024, 512]``), ``get_inputs``'s first: not those passed as a keyword
-    that is not a size (``dim=``, ``high=``) or to a seeding call (``torch.manual_seed(42)``)."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return []
-    functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in INPUT_FUNCTIONS}
-    found: list[ast.Constant] = []
-    for name in INPUT_FUNCTIONS:
-        fn = functions.get(name)
-        if fn is None:
-            continue
-        skip: set[int] = set()
-        for node in ast.walk(fn):
-            if isinstance(node, ast.keyword) and node.arg and NOT_A_SIZE_ARG.search(node.arg):
-                skip.update(id(n) for n in ast.walk(node.value))
-            elif isinstance(node, ast.Call) and "seed" in ast.unparse(node.func).lower():
-                skip.update(id(n) for n in ast.walk(node))
-        found += sorted((n for n in ast.walk(fn) if isinstance(n, ast.Constant) and type(n.value) is int
-                         and n.value >= MIN_SIZE and id(n) not in skip), key=lambda n: (n.lineno, n.col_offset))
-    return found
-
-
-def rewrite_literals(source: str, literals: list[ast.Constant], values: dict[str, int]) -> str:
-    """``source`` with each of ``literals`` whose value is a key of ``values`` written as that key's value."""
-    lines = source.splitlines(keepends=True)
-    for n in sorted(literals, key=lambda n: (n.lineno, n.col_offset), reverse=True):  # later edits first
-        new = values.get(str(n.value))
-        if new is not None:
-            line = lines[n.lineno - 1]
-            lines[n.lineno - 1] = line[:n.col_offset] + str(new) + line[n.end_col_offset:]
-    return "".join(lines)
+    return type(v)(fn(e) if is_size(e) else e for e in v) if is_shape(v) else fn(v)
 
 
 def _larger(n: int) -> int:
@@ -197,9 +125,9 @@ def _derived(sizes: dict) -> list[dict]:
     out = [{k: _each(v, lambda n: _smaller(n, 0.75)) for k, v in sizes.items()}]
     if len(sizes) > 1:
         out.append({first: _each(sizes[first], lambda n: _smaller(n, 0.5))})
-    elif isinstance(shape := sizes[first], tuple) and sum(map(_is_size, shape)) > 1:
-        lead = next(i for i, e in enumerate(shape) if _is_size(e))
-        out.append({first: tuple(_smaller(e, 0.5) if i == lead else e for i, e in enumerate(shape))})
+    elif is_shape(shape := sizes[first]) and sum(map(is_size, shape)) > 1:
+        lead = next(i for i, e in enumerate(shape) if is_size(e))
+        out.append({first: type(shape)(_smaller(e, 0.5) if i == lead else e for i, e in enumerate(shape))})
     out.append({k: _each(v, _larger) for k, v in sizes.items()})
     return out
 
@@ -219,7 +147,7 @@ def shape_variants(problem: Problem, declared: list[dict] | None = None) -> list
                                           if n.value not in named}})
     out, step = [], _step(problem)
     for o in overrides:
-        constants = {k: v for k, v in o.items() if not k.isdigit()}
+        constants = {k: v for k, v in o.items() if not is_literal(k)}
         try:
             source = _with(problem, o)
         except ProblemError:
@@ -229,7 +157,7 @@ def shape_variants(problem: Problem, declared: list[dict] | None = None) -> list
         if len(constants) < len(o):  # the literals changed too: the constants' change alone first (a model that
             # fixes a literal's size in its layers, VGG's classifier for 224 x 224, runs there), then each
             # fallback with the literals' change and without
-            changed = {k: v for k, v in o.items() if k.isdigit()}
+            changed = {k: v for k, v in o.items() if is_literal(k)}
             fallbacks = [constants] * bool(constants) + [{**f, **changed} for f in fallbacks] + fallbacks
         out.append(ShapeVariant(overrides=o, source=source, fallbacks=fallbacks,
                                 fallback_sources=[_with(problem, f) for f in fallbacks]))
@@ -239,10 +167,10 @@ def shape_variants(problem: Problem, declared: list[dict] | None = None) -> list
 def _with(problem: Problem, overrides: dict) -> str:
     """The problem's source at ``overrides``: its constants' (by name) through `problem_from_source`, then its
     literal sizes' (by value, ``{"1024": 767}``) in ``get_inputs`` and ``get_init_inputs``."""
-    constants = {k: v for k, v in overrides.items() if not k.isdigit()}
+    constants = {k: v for k, v in overrides.items() if not is_literal(k)}
     source = problem_from_source(problem.source, where=problem.path or problem.key, name=problem.name,
                                  overrides=constants).source if constants else problem.source
-    literals = {k: v for k, v in overrides.items() if k.isdigit()}
+    literals = {k: v for k, v in overrides.items() if is_literal(k)}
     return rewrite_literals(source, literal_sizes(source), literals) if literals else source
 
 
@@ -272,9 +200,9 @@ def _aligned(overrides: dict, original: dict) -> dict | None:
     four times asks for multiples of 16 (KernelBench's UNet concatenates each level with the one below it), which
     odd multiples of the step never are. None where nothing changes."""
     def rounded(v, was):
-        if isinstance(v, tuple):
-            return tuple(rounded(e, o) for e, o in zip(v, was))
-        if v == was or not _is_size(was) or not isinstance(v, int):
+        if is_shape(v):
+            return type(v)(rounded(e, o) for e, o in zip(v, was))
+        if v == was or not is_size(was) or not isinstance(v, int):
             return v  # a tuple's element the variant left alone (an axis, 0, a float)
         a = min(ALIGN, was & -was)
         if was < 4 * a:
@@ -302,7 +230,7 @@ def _proportional(overrides: dict, original: dict, sizes: dict) -> dict | None:
     a sequence its block length: KernelBench's level 3 asserts both), which rounding to a step cannot keep where
     the divisor is itself a size. The largest such divisor counts, smaller sizes first, so chains hold (a patch of
     16, an image of 224, an embedding of 512: 11, 154, 352). None where nothing changes."""
-    ints = {k: v for k, v in sizes.items() if _is_size(v)}
+    ints = {k: v for k, v in sizes.items() if is_size(v)}
     out = dict(overrides)
     for b in sorted((k for k in overrides if k in ints), key=lambda k: ints[k]):
         divisors = [a for a in ints if a != b and ints[a] < ints[b] and ints[b] % ints[a] == 0]
@@ -324,27 +252,35 @@ def _literal_variants(problem: Problem) -> list[ShapeVariant]:
     if not literals:
         return []
     sizes = {str(n.value): n.value for n in literals}  # first seen first: get_inputs's leading size
+    derived = _derived(sizes)
+    lead = literals[0].value
+    if sum(n.value == lead for n in literals) > 1:  # ``torch.randn(1024, 1024)``: its first side alone, halved, so
+        # that a kernel that takes its input for square fails (keyed by value, the two sides would move together)
+        alone = {f"{lead}@0": _smaller(lead, 0.5)}
+        derived = [derived[0], alone, derived[-1]]
     out, step = [], _step(problem)
-    for o in _derived(sizes):
-        fallback = _literal_fallback(o, step)
-        out.append(ShapeVariant(overrides=o, source=rewrite_literals(problem.source, literals, o),
-                                fallbacks=[fallback] if fallback else [],
-                                fallback_sources=[rewrite_literals(problem.source, literals, fallback)] if fallback else []))
+    for o in derived:
+        # rounded to the step; then each literal back at its value while the others change (a Linear the model
+        # sizes with the literal itself, ``nn.Linear(1024, 512)``, leaves the batch's change checked)
+        fallbacks = [f for f in [_literal_fallback(o, step), *_reverted(o, {k: literal_value(k) for k in o})] if f]
+        out.append(ShapeVariant(overrides=o, source=rewrite_literals(problem.source, literals, o), fallbacks=fallbacks,
+                                fallback_sources=[rewrite_literals(problem.source, literals, f) for f in fallbacks]))
     return out
 
 
 def _literal_fallback(overrides: dict[str, int], step: int) -> dict[str, int] | None:
     """`_fallback` for literals, which have no names to tell a head count by: values under the step (8 heads,
     12 groups) keep theirs and join the step, which the other sizes become multiples of."""
-    counts = {k: int(k) for k in overrides if int(k) < step}
+    counts = {k: literal_value(k) for k in overrides if literal_value(k) < step}
     step = math.lcm(step, *counts.values())
-    rest = _fallback({k: v for k, v in overrides.items() if k not in counts}, {k: int(k) for k in overrides}, step)
+    rest = _fallback({k: v for k, v in overrides.items() if k not in counts}, {k: literal_value(k) for k in overrides}, step)
     out = {k: counts.get(k, (rest or overrides).get(k)) for k in overrides}
     return None if out == overrides else out
 
 
 def describe(overrides: dict) -> str:
     """``batch_size=47, dim=767``; a literal's change as ``16->11``, the file's literal sizes named as such."""
-    text = ", ".join(f"{k}->{v}" if k.isdigit() else f"{k}={tuple(v) if isinstance(v, list) else v}"  # JSON made it a list
-                     for k, v in overrides.items() if not k.isdigit() or str(v) != k)  # a kept literal is no change
-    return f"{text} (literal sizes)" if overrides and all(k.isdigit() for k in overrides) else text
+    text = ", ".join(f"{literal_value(k)}->{v}{' (its first)' * ('@' in k)}" if is_literal(k)
+                     else f"{k}={tuple(v) if isinstance(v, list) else v}"  # JSON made it a list
+                     for k, v in overrides.items() if not is_literal(k) or v != literal_value(k))  # a kept literal: no change
+    return f"{text} (literal sizes)" if overrides and all(is_literal(k) for k in overrides) else text

@@ -62,6 +62,12 @@ class ProblemFails(ProblemError):
         self.traceback = traceback
 
 
+#: Said where the kforge rules found no other shape to check: a correct verdict there says nothing about other sizes.
+NO_VARIANTS = ("no shape variants: the problem names no size constants (batch_size, dim, ...) and writes no literal "
+               "sizes in get_inputs or get_init_inputs, so the candidate was checked at this shape alone "
+               "(KFORGE = {\"variants\": [{...}]} in the problem lists some)")
+
+
 class Verifier:
     """Verifies candidates; owns a `WorkerPool` unless given one. Thread-safe."""
 
@@ -251,6 +257,8 @@ class Verifier:
             clock("variants")
         else:
             clock("after")
+            if cfg.variants and problem.variants is None and facts.facets.outcome == State.CORRECT.value:
+                facts = replace(facts, evidence=replace(facts.evidence, notes=facts.evidence.notes + [NO_VARIANTS]))
         return facts
 
     def _on_variants(self, facts: Facts, request: VariantsRequest, kinds: list[str], files: dict[str, str],

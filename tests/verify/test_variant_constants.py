@@ -171,3 +171,64 @@ def test_constants_only_the_init_inputs_read_are_the_test_configuration_it_was_s
         ".view(-1, out_features)", "")
     fine = verifier.verify(p, generic, "cpu")
     assert fine.state is State.CORRECT, fine.summary()
+
+
+def test_a_helper_only_get_inputs_calls_is_test_configuration():
+    """``_make_input()`` draws ``torch.randn(batch_size, dim)`` for ``get_inputs``: its reads are the test
+    configuration, not the model's, so a candidate that sizes its output by ``batch_size`` has baked it in."""
+    helper = PROBLEM.replace("def get_inputs():\n    return [torch.randn(*input_shape)]",
+                             "def _make_input():\n    return torch.randn(batch_size, dim)\n\n\n"
+                             "def get_inputs():\n    return [_make_input()]")
+    assert model_reads(helper) & {"batch_size", "dim", "_make_input"} == set()
+    # the same helper called by the model is the model's
+    called = helper.replace("return torch.relu(x) * self.scale", "return torch.relu(x + 0 * _make_input()) * self.scale")
+    assert {"batch_size", "dim"} <= model_reads(called)
+
+
+# The scale derives from a size the model reads; a generation restates the whole header, the derived constant too.
+DERIVED = '''import torch
+import torch.nn as nn
+
+batch_size = 16
+dim = 1024
+scale = dim ** -0.5
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.softmax(x * scale, dim=-1)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim) * 8]
+
+
+def get_init_inputs():
+    return []
+'''
+
+DERIVED_RESTATED = '''import torch
+import torch.nn as nn
+
+batch_size = 16
+dim = 1024
+scale = dim ** -0.5
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        y = x * scale
+        y = y - y.amax(dim=1, keepdim=True)
+        e = y.exp()
+        return e / e.sum(dim=1, keepdim=True)
+'''
+
+
+def test_a_restated_constant_derived_from_a_followed_size_takes_the_variant_value(pool):
+    """``scale = dim ** -0.5`` restated with the header: the variant's ``dim`` counts, so its ``scale`` must too,
+    or a candidate that computes exactly as the model does fails at every variant that changes ``dim``."""
+    p = problem_from_source(DERIVED, where="scaled_softmax.py", name="scaled_softmax")
+    v = Verifier(fast_config(variants=True, require_kernel=False, skip_timing=True), pool=pool).verify(
+        p, DERIVED_RESTATED, "cpu")
+    assert v.state is State.CORRECT, v.summary()
+    assert any("correct on shape variant(s) batch_size=11, dim=767" in n for n in v.evidence.notes), v.evidence.notes

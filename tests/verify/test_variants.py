@@ -492,3 +492,70 @@ def test_a_kernel_for_the_shown_shape_alone_with_a_pytorch_fallback_is_kernel_un
     assert v.states["kernelbench"] == "correct", v.summary()
     lenient = Verifier(fast_config(variants=True, require_kernel=False), pool=pool).verify(p, FAST_PATH_ONLY, "cpu")
     assert lenient.state is State.CORRECT, lenient.summary()
+
+
+def test_the_names_and_shapes_models_write_are_sizes_and_settings_are_not():
+    head = "import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def forward(self, x):\n        return x\n\n\n"
+    tail = "\n\ndef get_inputs():\n    return [torch.randn(8, 8)]\n\n\ndef get_init_inputs():\n    return []\n"
+    src = head + ("timesteps = 512\nbsz = 32\nnfeat = 1024\nnum_bits = 8\nlayer_norm_eps = 16\nn_iters = 10\n"
+                  "input_shape = [128, 4096]\npadded_len = 96\n") + tail
+    sizes = size_constants(problem_from_source(src, where="t.py", name="t"))
+    assert set(sizes) == {"timesteps", "bsz", "nfeat", "input_shape", "padded_len"}
+    first, half, larger = shape_variants(problem_from_source(src, where="t.py", name="t"))
+    assert first.overrides["input_shape"] == [95, 3071] and "input_shape = [95, 3071]" in first.source
+
+
+def test_values_are_not_literal_sizes_and_sizes_outside_get_inputs_are():
+    """randint's bounds and a tensor's scale are values (a bound equal to a size follows it: it indexes that
+    size); a helper only ``get_inputs`` calls and a shape that mixes a constant with a number write sizes."""
+    src = LITERAL.replace("return [torch.randn(16, 1024)]",
+                          "idx = torch.randint(0, 1024, (16, 8))\n    q = torch.randint(0, 256, (16, 64), "
+                          "dtype=torch.uint8)\n    return [torch.randn(16, 1024) * 8, idx, q, _more()]")
+    src += "\n\ndef _more():\n    return torch.full((16, 48), 10)\n"
+    found = [n.value for n in literal_sizes(src)]
+    assert sorted(found) == sorted([16, 8, 16, 64, 16, 1024, 16, 48, 1024, 512, 1024])  # not 256, the 8 or 10
+    p = problem_from_source(src, where="v.py", name="v")
+    first = shape_variants(p)[0]
+    assert "torch.randint(0, 767, (11, 5))" in first.source and "torch.randint(0, 256, (11, 47)" in first.source
+    assert "torch.randn(11, 767) * 8" in first.source and "torch.full((11, 35), 10)" in first.source
+    mixed = LITERAL.replace("return [torch.randn(16, 1024)]", "return [torch.randn(*input_shape)]") + \
+        "\nbatch_size = 64\ninput_shape = (batch_size, 1024)\n"
+    first = shape_variants(problem_from_source(mixed, where="m.py", name="m"))[0]
+    assert first.overrides == {"batch_size": 47, "1024": 767, "512": 383}
+    assert "input_shape = (batch_size, 767)" in first.source
+
+
+def test_a_square_written_as_literals_is_varied_in_its_first_side_alone():
+    """``torch.randn(1024, 1024)``: keyed by value, both sides moved together, and a kernel that takes its input
+    for square passed; the first side alone is halved too."""
+    src = LITERAL.replace("torch.randn(16, 1024)", "torch.randn(1024, 1024)").replace("return [1024, 512]",
+                                                                                     "return [1024, 1024]")
+    first, alone, larger = shape_variants(problem_from_source(src, where="sq.py", name="sq"))
+    assert first.overrides == {"1024": 767} and alone.overrides == {"1024@0": 511}
+    assert "torch.randn(511, 1024)" in alone.source and "return [1024, 1024]" in alone.source
+    assert describe(alone.overrides) == "1024->511 (its first) (literal sizes)"
+
+
+def test_a_literal_the_model_fixes_leaves_the_others_varied(pool):
+    """``nn.Linear(1024, 512)`` in the model: the variants that change 1024 fail in the reference, and each falls
+    back to the batch's change alone rather than being skipped, so the larger batch is still checked."""
+    fixed = LITERAL.replace("def __init__(self, in_features, out_features):", "def __init__(self):").replace(
+        "nn.Linear(in_features, out_features)", "nn.Linear(1024, 512)").replace("return [1024, 512]", "return []")
+    p = problem_from_source(fixed, where="fixed.py", name="fixed")
+    assert describe(shape_variants(p)[2].fallbacks[-1]) == "16->17 (literal sizes)"
+    baked = fixed.replace("class Model(", "class ModelNew(").split("\n\n\ndef get_inputs")[0].replace(
+        "return torch.softmax(self.fc(x), dim=-1)", "return torch.softmax(self.fc(x[:16]), dim=-1)") + "\n"
+    v = Verifier(fast_config(variants=True, require_kernel=False, skip_timing=True), pool=pool).verify(p, baked, "cpu")
+    assert v.states["kernelbench"] == "correct" and v.state is State.SHAPE_MISMATCH, v.summary()
+    assert "on shape variant 16->17 (literal sizes)" in v.message or "16->17 (literal sizes) (for" in v.message, v.message
+
+
+def test_a_correct_verdict_says_when_no_other_shape_was_checked(pool):
+    """Sizes under the minimum alone (a batch of 4 rows of 6): nothing to vary, and the note says so, so that
+    `correct` is not read as checked at other shapes."""
+    tiny = LITERAL.replace("torch.randn(16, 1024)", "torch.randn(4, 6)").replace("return [1024, 512]", "return [6, 5]")
+    p = problem_from_source(tiny, where="tiny.py", name="tiny")
+    assert shape_variants(p) == []
+    generic = tiny.replace("class Model(", "class ModelNew(").split("\n\n\ndef get_inputs")[0] + "\n"
+    v = Verifier(fast_config(variants=True, require_kernel=False, skip_timing=True), pool=pool).verify(p, generic, "cpu")
+    assert v.state is State.CORRECT and any(n.startswith("no shape variants:") for n in v.evidence.notes), v.summary()

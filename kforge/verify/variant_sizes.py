@@ -1,0 +1,151 @@
+"""Which numbers of a problem are sizes: the size constants its names give (`size_constants`) and the literal sizes
+its input functions write (`literal_sizes`), as `kforge.verify.variants` varies them."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from ..problems import Problem
+from .variant_constants import input_helpers
+
+#: Names of constants that are sizes (case-insensitive, anywhere in the name).
+#: Single letters are sizes (``B, S, D``, ``M, N, K``) but ``G``, a group count.
+SIZE_NAME = re.compile(r"batch|bsz|^bs$|size|dim|feat|channel|depth|height|width|length|len\b|seq|token|hidden|"
+                       r"embed|vocab|time_?steps?|^[a-fh-z]$|^n[xyz]$|^res$|resolution|^c_?(in|out)$|^d_|(^|_)ch(_|$)|planes|"
+                       r"classes|^n_|_n$|"
+                       r"num_(?!head|group|layer)|rows|cols|elements|units|points|total|numel|spatial|^hw$|vec|samples|items|"
+                       r"nodes|pixels|voxels", re.I)
+#: Names that look like sizes but are not free to change (axes, kernel geometry, divisors, a quantizer's bits, an
+#: iteration count). A bare ``dim`` is both in KernelBench: the axis (``dim = 1``, under `MIN_SIZE`) or the row length
+#: (``dim = 393216``, a size). The short words count only as words of the name: ``timesteps`` is a length, not an
+#: ``eps``; ``num_bits`` a quantizer's setting, not a count of things an input holds.
+NOT_A_SIZE = re.compile(r"kernel|stride|dilation|group|head|axis|window|pool|"
+                        r"(^|_)(pad|padding|scale|eps|epsilon|prob|probs|rate|bits|iters?|iterations)(_|$)", re.I)
+MIN_SIZE = 8
+"""Constants below this are left alone: too small to shrink, and often an axis or a count of something."""
+#: Tuple constants that are shapes (KernelBench's scans and losses: ``input_shape = (32768,)``, the row length of
+#: ``torch.rand(batch_size, *input_shape)``): their elements of `MIN_SIZE` or more are sizes.
+SHAPE_NAME = re.compile(r"shape|size|dims", re.I)
+
+def is_size(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= MIN_SIZE
+
+
+def is_shape(v) -> bool:
+    """A shape constant's value: a tuple, or a list (``input_shape = [128, 4096]``), of numbers."""
+    return isinstance(v, (tuple, list))
+
+
+def size_constants(problem: Problem) -> dict[str, int | tuple]:
+    """The problem's module-level constants that look like sizes, in file order: integers, and shapes written as
+    tuples or lists of numbers (``input_shape = (32768,)``); a tuple written with names (``bias_shape =
+    (out_channels, 1, 1)``) follows the sizes it names, and is left to them (its literals are `literal_sizes`)."""
+    shapes = _number_tuples(problem.source)
+    return {k: v for k, v in problem.constants.items() if not NOT_A_SIZE.search(k) and (
+        (is_size(v) and SIZE_NAME.search(k))
+        or (k in shapes and is_shape(v) and SHAPE_NAME.search(k) and any(is_size(e) for e in v)))}
+
+
+def _number_tuples(source: str) -> set[str]:
+    """Names the file's top level binds, alone, to a tuple or list written without names (``(8192 * 2,)``
+    counts)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    return {n.targets[0].id for n in tree.body
+            if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
+            and isinstance(n.value, (ast.Tuple, ast.List)) and not any(isinstance(x, ast.Name) for x in ast.walk(n.value))}
+
+
+#: The functions whose integer literals are the sizes of a file that names none as constants.
+INPUT_FUNCTIONS = ("get_inputs", "get_init_inputs")
+#: Keyword arguments whose literals are not sizes (``dim=``, ``high=``, a seed, kernel geometry).
+NOT_A_SIZE_ARG = re.compile(NOT_A_SIZE.pattern + r"|^dim$|seed|low|high|dtype|device", re.I)
+#: Calls whose positional numbers (other than a shape written as a tuple or list) are values, not sizes: the bounds
+#: of ``torch.randint(0, 256, (64, 4096))``, the fill of ``torch.full((64, 64), 10)``, a clamp's range.
+VALUE_CALL = re.compile(r"(^|\.)(randint|randint_like|full|full_like|fill_|clamp|clamp_|clip|random_)$")
+
+
+def _bounds(fn: ast.AST) -> list[ast.Constant]:
+    """The numbers ``fn`` passes positionally to a `VALUE_CALL` (randint's bounds, a fill)."""
+    return [n for node in ast.walk(fn) if isinstance(node, ast.Call) and VALUE_CALL.search(ast.unparse(node.func))
+            for a in [*node.args, *(k.value for k in node.keywords if k.arg in ("low", "high"))]
+            if not isinstance(a, (ast.Tuple, ast.List))
+            for n in ast.walk(a) if isinstance(n, ast.Constant) and type(n.value) is int]
+
+
+def _values(fn: ast.AST) -> set[int]:
+    """The ids of the nodes under ``fn`` that are values rather than sizes: a keyword that is not a size (``dim=``,
+    ``high=``), a seeding call's argument, a bound or fill (`VALUE_CALL`), and a number that scales or shifts a
+    tensor (``torch.randn(16, 1024) * 8``, ``x + 128``)."""
+    skip = {id(n) for n in _bounds(fn)}
+    for node in ast.walk(fn):
+        if isinstance(node, ast.keyword) and node.arg and NOT_A_SIZE_ARG.search(node.arg):
+            skip.update(id(n) for n in ast.walk(node.value))
+        elif isinstance(node, ast.Call) and "seed" in ast.unparse(node.func).lower():
+            skip.update(id(n) for n in ast.walk(node))
+        elif isinstance(node, ast.BinOp) and any(isinstance(o, ast.Call) for o in (node.left, node.right)):
+            skip.update(id(o) for o in (node.left, node.right) if isinstance(o, ast.Constant))
+    return skip
+
+
+def _shape_assignments(tree: ast.Module) -> list[ast.Assign]:
+    """Top-level shapes written with names and numbers (``input_shape = (batch_size, 4096)``): their numbers are
+    literal sizes beside the constants (a shape of numbers alone is a size constant, `size_constants`)."""
+    return [n for n in tree.body if isinstance(n, ast.Assign) and len(n.targets) == 1
+            and isinstance(n.targets[0], ast.Name) and SHAPE_NAME.search(n.targets[0].id)
+            and isinstance(n.value, (ast.Tuple, ast.List)) and any(isinstance(x, ast.Name) for x in ast.walk(n.value))]
+
+
+def literal_sizes(source: str) -> list[ast.Constant]:
+    """The integer literals of 8 or more that the file's ``get_inputs`` and ``get_init_inputs`` write
+    (``torch.randn(16, 1024)``, ``return [1024, 512]``), with the helpers only they call (``_make_input()``), and
+    top-level shapes that mix names and numbers write (`_shape_assignments`), ``get_inputs``'s first: not values
+    (`_values`: ``dim=``, ``high=``, a seed, randint's bounds, a tensor's scale)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    helpers = sorted((n for n in input_helpers(tree) if n in functions and n not in INPUT_FUNCTIONS),
+                     key=lambda n: functions[n].lineno)
+    scopes = [functions[n] for n in (INPUT_FUNCTIONS[0], *helpers, *INPUT_FUNCTIONS[1:]) if n in functions]
+    scopes += _shape_assignments(tree)
+    found = [n for scope in scopes for n in _literals(scope)]
+    # a bound that equals a size is that size (``torch.randint(0, 1000, (64, 100))`` indexes a row of 1000)
+    sizes = {n.value for n in found}
+    return found + [n for scope in scopes for n in _bounds(scope) if n.value in sizes]
+
+
+def _literals(node: ast.AST) -> list[ast.Constant]:
+    """The size-like integer literals under ``node``, in source order."""
+    skip = _values(node)
+    return sorted((n for n in ast.walk(node) if isinstance(n, ast.Constant) and type(n.value) is int
+                   and n.value >= MIN_SIZE and id(n) not in skip), key=lambda n: (n.lineno, n.col_offset))
+
+
+def is_literal(key: str) -> bool:
+    """Whether an override's key names literal sizes: a value (``"1024"``: wherever it is written) or its first
+    occurrence alone (``"1024@0"``: the leading side of ``torch.randn(1024, 1024)``)."""
+    return re.fullmatch(r"\d+(@0)?", key) is not None
+
+
+def literal_value(key: str) -> int:
+    return int(key.split("@")[0])
+
+
+def rewrite_literals(source: str, literals: list[ast.Constant], values: dict[str, int]) -> str:
+    """``source`` with each of ``literals`` whose value is a key of ``values`` written as that key's value (the
+    first of them alone, for a key ``"1024@0"``)."""
+    lines = source.splitlines(keepends=True)
+    first = {}
+    for n in literals:
+        first.setdefault(n.value, n)
+    for n in sorted(literals, key=lambda n: (n.lineno, n.col_offset), reverse=True):  # later edits first
+        new = values.get(f"{n.value}@0") if first[n.value] is n and f"{n.value}@0" in values else values.get(str(n.value))
+        if new is not None:
+            line = lines[n.lineno - 1]
+            lines[n.lineno - 1] = line[:n.col_offset] + str(new) + line[n.end_col_offset:]
+    return "".join(lines)
