@@ -72,8 +72,10 @@ def tolerance(p: Precision, k: int, rms: float) -> tuple[float, float]:
 
     ``rtol = ROUNDINGS * u``: the output's rounding to the precision and up to three intermediates stored in
     it. ``atol = rtol * rms * sqrt(1 + log2 K)``: an element whose terms cancel to near zero carries the
-    rounding errors of those terms, whose size is the output's RMS; a blocked or pairwise sum of K terms
-    rounds on log2 K levels, which add up like a random walk (square root), so longer reductions get more.
+    rounding errors of those terms, whose size is the output's spread (``rms``: its RMS about its mean, which
+    the verifier passes; an output far from zero everywhere cancels nothing, and rtol covers it); a blocked or
+    pairwise sum of K terms rounds on log2 K levels, which add up like a random walk (square root), so longer
+    reductions get more.
     """
     rtol = ROUNDINGS * p.unit_roundoff
     atol = rtol * max(rms, 0.0) * math.sqrt(1.0 + math.log2(max(1, k)))

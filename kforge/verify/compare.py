@@ -218,6 +218,22 @@ def rms(t: torch.Tensor) -> float:
     return math.sqrt(total / n) if n else 0.0
 
 
+def spread(t: torch.Tensor) -> float:
+    """Root mean square of a real tensor's finite elements about their mean (`rms` for a complex one): how far its
+    values lie from a common level, which rounding relative to each value does not cover."""
+    flat = _flat(t.detach())
+    if flat.is_complex():
+        return rms(t)
+    total, square, n = 0.0, 0.0, 0
+    for s in range(0, flat.numel(), CHUNK):
+        c = flat[s:s + CHUNK].to(torch.float64)
+        c = torch.where(torch.isfinite(c), c, torch.nan)
+        total += float(c.nansum())
+        square += float(c.pow(2).nansum())
+        n += int((~torch.isnan(c)).sum())
+    return math.sqrt(max(0.0, square / n - (total / n) ** 2)) if n else 0.0
+
+
 def unresolved(native_rms_err: float, truth_rms: float) -> bool:
     """Whether the model's own result in a reduced precision is no closer to the float32 truth than the truth's own
     size (its RMS error at least the truth's RMS): the precision, as PyTorch computes in it, resolves nothing of the
