@@ -290,7 +290,7 @@ class Harness:
             return (" (the problem runs at bf16 and NumPy has no bfloat16: take `.float()` before `.numpy()`, or "
                     "`.view(torch.int16)` for the raw bits, and give the result back as `.to(torch.bfloat16)`)")
         return (f" (the problem runs at {self.precision.name}: its inputs, parameters and buffers are {dtype}; a "
-                f"kernel reading float needs them dispatched on their dtype or cast, and a tensor held as a plain "
+                f"kernel written for one dtype needs them dispatched on their dtype or cast, and a tensor held as a plain "
                 f"attribute, not a parameter or buffer, is not cast with the model)")
 
     def guard_candidate(self) -> None:

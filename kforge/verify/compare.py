@@ -45,7 +45,10 @@ def check_structure(outs: list[Any], refs: list[torch.Tensor], device: torch.dev
             raise Mismatch("shape", f"output {i} has shape {tuple(o.shape)}, expected {tuple(r.shape)}",
                            {"output": i, "got_shape": list(o.shape), "expected_shape": list(r.shape)})
         if o.dtype != r.dtype:
-            raise Mismatch("shape", f"output {i} has dtype {o.dtype}, expected {r.dtype}",
+            # a kernel that computes in float32 and forgets the cast back is the common cause at bf16 or fp16
+            fix = (f": give it back in the reference's dtype (`out.to({r.dtype})`, or the input's `.to(x.dtype)`)"
+                   if o.is_floating_point() and r.is_floating_point() else "")
+            raise Mismatch("shape", f"output {i} has dtype {o.dtype}, expected {r.dtype}{fix}",
                            {"output": i, "got_dtype": str(o.dtype), "expected_dtype": str(r.dtype)})
         if o.device.type != device.type:
             raise Mismatch("shape", f"output {i} is on {o.device}, expected {device.type}",

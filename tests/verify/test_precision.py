@@ -321,3 +321,16 @@ def test_a_float_kernel_at_bf16_is_told_what_the_precision_made_its_tensors(pool
     v = Verifier(fast_config(precision="bf16"), pool=pool).verify(problem, as_float, "cpu")
     assert v.state is State.RUNTIME_ERROR and "expected scalar type Float" in v.message, v.summary()
     assert "the problem runs at bf16: its inputs, parameters and buffers are bfloat16" in v.message, v.message
+
+
+def test_an_output_left_in_float32_at_bf16_is_told_to_cast_it_back(pool, problem):
+    """Upcast, computed in float32, and returned without the cast back: the output's dtype is wrong under both rule
+    sets (KernelBench's allclose raises on it), and the message says the fix."""
+    upcast = ("import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
+              "    def __init__(self, in_features, out_features):\n        super().__init__()\n"
+              "        self.proj = nn.Linear(in_features, out_features, bias=False)\n\n"
+              "    def forward(self, x):\n        return x.float() @ self.proj.weight.float().t()\n")
+    v = Verifier(fast_config(precision="bf16", require_kernel=False, skip_timing=True), pool=pool).verify(
+        problem, upcast, "cpu")
+    assert v.state is State.SHAPE_MISMATCH and v.states["kernelbench"] == "shape_mismatch", v.summary()
+    assert "has dtype torch.float32, expected torch.bfloat16: give it back" in v.message, v.message
