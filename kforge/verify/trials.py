@@ -163,7 +163,11 @@ class Trials(MeasuredTrials, NumericsChecks, VariantChecks, FreshModels, Harness
     def trial(self, model, trial: int, mode: str | None = None) -> None:
         # a stateful problem's models: fresh before the first trial, then called once a trial in lockstep
         label = f"trial {trial + 1} of {self._all_trials}"  # counted from one, as "5 trials" is
-        model = self.fresh_for_trial(model, label, lockstep=mode is None and trial > 0)
+        lockstep = mode is None and trial > 0
+        if self.stateful and trial > 0 and not lockstep:  # a mismatch here, after the lockstep calls matched, is
+            # state kept outside the model (a global, a C++ static) carried into the new one: say which call it was
+            label += ", the first call of a freshly built pair of models"
+        model = self.fresh_for_trial(model, label, lockstep=lockstep)
         first, self._first = self._first, None
         if first is not None and mode is None and not self.stateful:  # the references `reference_alone` ran
             seed, rng_seed, pristine, inputs, refs = first

@@ -159,6 +159,36 @@ def test_a_candidate_that_ignores_the_state_fails_from_the_second_trial_under_bo
     assert "correctness trial 2 of 5" in v.message, v.message
 
 
+# The running mean kept at module level, as a C++ extension keeps a `static`: it follows the calls, not the model.
+STATE_OUTSIDE_THE_MODEL = '''
+import torch
+import torch.nn as nn
+
+_running = {}
+
+
+class ModelNew(nn.Module):
+    def __init__(self, features: int, momentum: float = 0.1):
+        super().__init__()
+        self.momentum = momentum
+
+    def forward(self, x):
+        mean = _running.setdefault("mean", torch.zeros(x.shape[1], dtype=x.dtype, device=x.device))
+        mean.lerp_(x.mean(dim=0), self.momentum)
+        return torch.relu(x - mean)
+'''
+
+
+def test_state_kept_outside_the_model_is_told_at_a_fresh_models_first_call(pool):
+    """Right while one pair is called in lockstep; wrong on the measured trials' freshly built pair, where the
+    message said only "correctness trial 4 of 5", as if the fourth call had drifted."""
+    problem = problem_from_source(RUNNING_MEAN, where="running_mean.py", name="running_mean")
+    v = Verifier(fast_config(trials=5, require_kernel=False, skip_timing=True), pool=pool).verify(
+        problem, STATE_OUTSIDE_THE_MODEL, "cpu")
+    assert v.state.value == "numerical_mismatch", v.summary()
+    assert "trial 4 of 5, the first call of a freshly built pair of models" in v.message, v.message
+
+
 def test_at_tf32_the_native_reference_is_a_copy_so_each_model_is_called_once_a_trial(pool):
     """At TF32 (and on a GPU at fp32, where cuDNN's flags differ) a trial runs the exact reference and the native one:
     the same model called twice, whose second answer the kernelbench view took for the reference's, and a faithful
