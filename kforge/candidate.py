@@ -135,11 +135,11 @@ def bound_under_main_only(source: str) -> bool:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return False
-    outside = [n for n in tree.body if not _main_guard(n)]
+    outside = [n for n in tree.body if not is_main_guard(n)]
     return bool(module_bindings(tree)) and not module_bindings(ast.Module(body=outside, type_ignores=[]))
 
 
-def _main_guard(node: ast.stmt) -> bool:
+def is_main_guard(node: ast.stmt) -> bool:
     test = getattr(node, "test", None)
     return isinstance(node, ast.If) and isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) \
         and test.left.id == "__name__" and any(isinstance(c, ast.Constant) and c.value == "__main__"

@@ -11,6 +11,7 @@ import ast
 import re
 
 from ..backends import Backend
+from ..candidate import is_main_guard
 from ..problems import Problem
 from . import static_rules, static_surroundings  # noqa: F401 - register the rules, in the order they run
 from .config import StaticConfig  # noqa: F401 - its home is config.py; importable here as before
@@ -42,6 +43,7 @@ def check(source: str, backend: Backend, problem: Problem | None = None,
             findings.append(Finding("deny_pattern", f"matches the deny pattern {pattern!r}: {m.group(0)[:60]!r}", line))
     allow = [re.compile(p) for p in list(config.allow) + list(backend.static_allow)]
     lines = source.splitlines()
+    dead = _never_run(tree)
     kept = []
     for f in findings:
         where = lines[f.line - 1] if f.line and 0 < f.line <= len(lines) else f.message
@@ -49,5 +51,19 @@ def check(source: str, backend: Backend, problem: Problem | None = None,
             continue
         if f.rule in config.warn_only:
             f.severity = "warn"
+        if f.line in dead and f.severity == "deny":
+            f.severity = "warn"
+            f.message += ' (under `if __name__ == "__main__":`, which no harness enters: not held against it)'
         kept.append(f)
     return kept
+
+
+def _never_run(tree: ast.Module) -> set[int]:
+    """The lines of the program's ``if __name__ == "__main__":`` blocks, which a harness that executes or imports it
+    never enters (a self-test models write after their class), unless the program sets ``__name__`` itself or names
+    it in a string (``globals()["__name__"]``). Empty otherwise."""
+    if any((isinstance(n, ast.Name) and n.id == "__name__" and not isinstance(n.ctx, ast.Load))
+           or (isinstance(n, ast.Constant) and n.value == "__name__") for n in ast.walk(tree)):
+        return set()
+    return {line for node in tree.body if is_main_guard(node) for child in node.body
+            for line in range(child.lineno, (child.end_lineno or child.lineno) + 1)}

@@ -110,3 +110,16 @@ def test_runtime_settings_that_change_the_references_time_stay_denied(name):
 def test_a_neutral_setting_beside_a_denied_one_is_still_denied():
     found = rules(at_module_level('os.environ.update({"CUDA_MODULE_LOADING": "LAZY", "CUDA_LAUNCH_BLOCKING": "1"})'))
     assert ("environment", "deny") in found, found
+
+
+def test_a_self_test_under_the_main_guard_is_not_held_against_the_program():
+    """Models close with a self-test that no harness runs; one that checks ``"Model" in globals()`` was
+    `cheat_detected` under every rule set. It is a warning there now, unless the program sets ``__name__`` itself,
+    which would make the block run."""
+    selftest = HONEST + ('\n\nif __name__ == "__main__":\n    ref = Model() if "Model" in globals() else None\n'
+                         '    x = torch.randn(4, 4)\n    print(ModelNew()(x))\n')
+    assert rules(selftest) == [("introspection", "warn")]
+    entered = selftest.replace('\n\nif __name__ == "__main__":', '\n\n__name__ = "__main__"\nif __name__ == "__main__":')
+    assert rules(entered) == [("introspection", "deny")]
+    # the same call outside the block is denied as ever
+    assert rules(at_module_level('ref = "Model" in globals()')) == [("introspection", "deny")]
