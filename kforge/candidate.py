@@ -243,6 +243,26 @@ def split_program_hint(reply: str | None, program: str | None, message: str) -> 
     return ""
 
 
+def own_seed_hint(program: str | None, state: str) -> str:
+    """Where a program that seeds torch's generator itself (``torch.manual_seed(42)`` before it builds its layers)
+    gives wrong values, why: its weights come from its seed, not the one both models are built from; else ""."""
+    if state != "numerical_mismatch" or not program:
+        return ""
+    try:
+        tree = ast.parse(program)
+    except (SyntaxError, ValueError):
+        return ""
+    dead = {id(n) for node in tree.body if is_main_guard(node) for n in ast.walk(node)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and id(node) not in dead and isinstance(node.func, (ast.Name, ast.Attribute)) \
+                and (node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id) == "manual_seed":
+            return (f" (the program seeds torch's generator itself, line {node.lineno}: weights it draws after that "
+                    "come from its seed, not from the one the reference and ModelNew are built from, which kforge "
+                    "keeps secret (KernelBench's harness seeds 42); drop the call and create the parameters as Model "
+                    "does, in the same order)")
+    return ""
+
+
 def _top_level_names(tree: ast.Module) -> set[str]:
     names: set[str] = set()
     for node in module_level(tree.body):

@@ -1,4 +1,4 @@
-from kforge.candidate import Candidate, extract_code
+from kforge.candidate import Candidate, extract_code, own_seed_hint
 
 PROGRAM = "import torch\nclass ModelNew(torch.nn.Module):\n    pass\n"
 
@@ -132,3 +132,17 @@ def test_a_program_split_over_two_blocks_is_told_to_join_them():
     assert "`relu_ext` is defined in another code block" in split_program_hint(reply, candidate.source, failed)
     assert split_program_hint(reply, candidate.source, "NameError: name 'other' is not defined") == ""
     assert split_program_hint(None, model, failed) == ""
+
+
+def test_a_mismatch_of_a_program_that_seeds_torch_itself_says_why():
+    """KernelBench's harness seeds 42 before building each model, so a program that seeds 42 and builds its own
+    copy of Model gets the reference's weights there; kforge's seed is secret, and the mismatch said nothing."""
+    program = ("import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def __init__(self, n):\n"
+               "        super().__init__()\n        torch.manual_seed(42)\n        self.inner = Model(n)\n")
+    hint = own_seed_hint(program, "numerical_mismatch")
+    assert "seeds torch's generator itself, line 8" in hint and "drop the call" in hint
+    assert own_seed_hint(program, "correct") == "" and own_seed_hint(program.replace("manual_seed", "rand"),
+                                                                      "numerical_mismatch") == ""
+    selftest = program.replace("        torch.manual_seed(42)\n", "") + \
+        '\n\nif __name__ == "__main__":\n    torch.manual_seed(0)\n'
+    assert own_seed_hint(selftest, "numerical_mismatch") == ""  # a self-test no harness runs

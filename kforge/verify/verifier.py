@@ -15,7 +15,7 @@ from typing import Any
 
 from ..backends import Backend, get_backend
 from ..backends.diagnose import cause_in
-from ..candidate import Candidate, split_program_hint
+from ..candidate import Candidate, own_seed_hint, split_program_hint
 from ..errors import KforgeError
 from ..precision import get_precision
 from ..problems import Problem, ProblemError
@@ -126,7 +126,8 @@ class Verifier:
             candidate = Candidate.from_source(candidate)
         start = time.monotonic()
         facts = self._facts(problem, candidate, backend, cfg)
-        if hint := split_program_hint(candidate.reply, candidate.source, facts.message):
+        if hint := split_program_hint(candidate.reply, candidate.source, facts.message) or \
+                own_seed_hint(candidate.source, facts.facets.outcome):
             facts = replace(facts, message=facts.message + hint)
         return conclude(facts, cfg, Subject(problem.key, backend.name, candidate.hash, time.monotonic() - start))
 
