@@ -260,7 +260,8 @@ class NumericsChecks:
                 self.notes.append(note)
             return True
         m.message += (f"; PyTorch's own {p} result is at most {n_max:.3g} from the truth (RMS {n_rms:.3g}), this "
-                      f"one {c_max:.3g} (RMS {c_rms:.3g}): more than {NATIVE_SLACK:g}x")
+                      f"one {c_max:.3g} (RMS {c_rms:.3g}): more than {NATIVE_SLACK:g}x (a sum or an intermediate "
+                      f"kept in {p} rather than float32 would do that)")
         m.details.update(rms_err=c_rms, native_max_abs_err=n_max, native_rms_err=n_rms)
         return False
 

@@ -135,6 +135,7 @@ def test_a_program_further_from_the_truth_than_pytorchs_bf16_is_told_how_far_pyt
     v = _verify(pool, GEMM_SOFTMAX, COARSER)
     assert v.state is State.NUMERICAL_MISMATCH, v.summary()
     assert "PyTorch's own bf16 result is at most" in v.message and "more than 4x" in v.message, v.message
+    assert "a sum or an intermediate kept in bf16 rather than float32 would do that" in v.message, v.message
     m = v.evidence.mismatch
     assert m["max_abs_err"] > 4 * m["native_max_abs_err"] or m["rms_err"] > 4 * m["native_rms_err"], m
 
