@@ -13,7 +13,7 @@ import re
 from ..backends import Backend
 from ..candidate import is_main_guard
 from ..problems import Problem
-from . import static_rules, static_surroundings  # noqa: F401 - register the rules, in the order they run
+from . import static_bypass, static_rules, static_surroundings  # noqa: F401 - register the rules
 from .config import StaticConfig  # noqa: F401 - its home is config.py; importable here as before
 from .findings import RULES, Finding
 

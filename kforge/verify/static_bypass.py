@@ -1,0 +1,42 @@
+"""The ``dispatcher_bypass`` rule: C++ that calls PyTorch's own kernels past its dispatcher.
+
+``at::cpu::mm``, ``at::cuda::`` ops from their ``*_dispatch.h`` headers, ``at::compositeexplicitautograd::`` and
+``at::native::`` implementations run PyTorch's kernels without an ``aten::`` event: the profiler and the traced
+dispatch mode see the extension's own call and nothing inside it, so PyTorch's work counted as the candidate's
+(a GEMM returned by ``at::cpu::mm`` was `correct` with a 99.99% kernel share). ``torch::mm`` goes through the
+dispatcher, and the run measures it. Registered by `kforge.verify.static` after the other rules.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from ..backends import Backend
+from ..problems import Problem
+from .findings import Finding, rule
+from .static_ast import strings
+
+#: Headers that declare PyTorch's per-backend kernels as plain functions.
+BYPASS_HEADER = re.compile(r"#\s*include\s*[<\"]ATen/(?:ops/\w+_(?:cpu|cuda|meta|compositeexplicitautograd\w*|"
+                           r"compositeimplicitautograd\w*)_dispatch\.h|(?:CPU|CUDA|Meta|CompositeExplicitAutograd\w*|"
+                           r"CompositeImplicitAutograd\w*)Functions\.h|NativeFunctions\.h)[>\"]")
+#: Calls into those namespaces (``at::cuda::`` is left to its headers: its streams and guards are the CUDA backend's).
+BYPASS_CALL = re.compile(r"\bat::(?:cpu|meta|compositeexplicitautograd\w*|compositeimplicitautograd\w*)::\w+\s*\(")
+NATIVE_CALL = re.compile(r"\bat::native::(\w+)\s*\(")
+
+
+@rule("dispatcher_bypass")
+def _dispatcher_bypass(tree: ast.Module, source: str, backend: Backend, problem: Problem | None) -> list[Finding]:
+    ops = set(problem.ops) if problem else set()
+    for text in strings(tree):
+        found = BYPASS_HEADER.search(text) or BYPASS_CALL.search(text)
+        if found is None and ops:  # at::native's helpers (block reductions, loops) build kernels of one's own;
+            # its implementations of the problem's operators are PyTorch's
+            found = next((m for m in NATIVE_CALL.finditer(text) if any(op in m.group(1) for op in ops)), None)
+        if found is not None:
+            what = found.group(0).strip().rstrip("(").strip()
+            return [Finding("dispatcher_bypass", f"the C++ source uses `{what}`: PyTorch's own kernel called past its "
+                            "dispatcher, where no profiler can tell its work from the candidate's; write the "
+                            "kernel, or call the operator as torch::... so the run measures whose work it is")]
+    return []
