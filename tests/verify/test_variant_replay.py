@@ -1,0 +1,46 @@
+"""At the first shape variant the candidate's forward is profiled beside the reference's
+(`kforge.verify.variant_checks.VariantChecks._replayed_here`): a kernel kept for the shape it was shown, with PyTorch
+at every other shape and a call into a kernel of its own beside it, passed the call count alone."""
+
+from kforge.problems import problem_from_source
+from kforge.verify import State, Verifier
+from tests.helpers import candidate, fast_config
+
+RELU = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+
+batch_size = 16
+dim = 1024
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+HONEST = candidate("cpu", "relu_ok.py")
+# "Fast path for the benchmark shape; generic shapes use PyTorch (the kernel is warmed either way)."
+SHOWN_SHAPE_ONLY = HONEST.replace("        return ext.relu_fwd(x)",
+                                  "        if x.shape == (16, 1024):\n            return ext.relu_fwd(x)\n"
+                                  "        ext.relu_fwd(x[:1])  # keep the kernel warm\n        return torch.relu(x)")
+
+
+def test_pytorch_at_other_shapes_beside_a_kernel_call_is_kernel_unused(pool):
+    p = problem_from_source(RELU, where="relu.py", name="relu")
+    verifier = Verifier(fast_config(variants=True, skip_timing=True), pool=pool)
+    v = verifier.verify(p, SHOWN_SHAPE_ONLY, "cpu")
+    assert v.state is State.KERNEL_UNUSED and v.rule == "reference_replayed", v.summary()
+    assert v.message.startswith("on shape variant batch_size=11, dim=767: PyTorch ran every operator of the "
+                                "reference at this shape"), v.message
+    assert v.states["kernelbench"] == "correct", v.summary()
+    honest = verifier.verify(p, HONEST, "cpu")
+    assert honest.state is State.CORRECT, honest.summary()
