@@ -50,7 +50,9 @@ def no_result(reply: Reply, cfg: VerifyConfig) -> Facts:
     tail = reply.output_tail or None
     phase = reply.phase or "start-up"
     if reply.timed_out:
-        return Facts.ended(State.TIMEOUT, f"killed after {cfg.timeout_s:g} s (during {phase})",
+        hang = (": a hang at a size it was not shown, most often a loop or barrier bounded by the sizes it was shown, "
+                "or memory written past the data" if "shape variant" in phase else "")
+        return Facts.ended(State.TIMEOUT, f"killed after {cfg.timeout_s:g} s (during {phase}{hang})",
                            evidence=Evidence(output_tail=tail))
     if reply.forged:  # before the signal: a forger may well have killed its process afterwards
         return forged(reply)
@@ -59,11 +61,30 @@ def no_result(reply: Reply, cfg: VerifyConfig) -> Facts:
         # system's out-of-memory killer is the usual sender, and a user should look at memory first.
         hint = (" (SIGKILL from outside: most often the system's out-of-memory killer, when the reference and "
                 "the candidate together need more memory than the machine has)" if reply.signal == "SIGKILL"
-                else "")
+                else _crash_hint(phase, cfg.precision) if reply.signal in CRASHES else "")
         return Facts.ended(State.RUNTIME_ERROR, f"the candidate's process died with {reply.signal} during "
                            f"{phase}{hint}", evidence=Evidence(output_tail=tail))
     return Facts.ended(State.RUNTIME_ERROR, f"the worker failed during {phase}",
                        evidence=Evidence(traceback=reply.error, output_tail=tail))
+
+
+#: Signals of a program that touched memory it does not own (or asserted, or divided by zero).
+CRASHES = ("SIGSEGV", "SIGBUS", "SIGABRT", "SIGFPE")
+#: Bytes an element of each reduced precision's storage takes, for the hint below.
+ELEMENT_BYTES = {"bf16": 2, "fp16": 2}
+
+
+def _crash_hint(phase: str, precision: str) -> str:
+    """What a crash most often means where it happened: at a size the candidate was not shown, an access past the
+    data (sizes baked in, no bounds check or mask on the last block); at a reduced precision, a kernel that reads
+    its 2-byte inputs as float."""
+    if "shape variant" in phase:
+        return (" (a crash at a size it was not shown: most often an access past the data, from sizes baked in or "
+                "no bounds check or mask on the last block)")
+    if precision in ELEMENT_BYTES:
+        return (f" (the problem runs at {precision}: its inputs and parameters take {ELEMENT_BYTES[precision]} bytes "
+                "an element, and a kernel that reads them as float reads past them)")
+    return ""
 
 
 def forged(reply: Reply) -> Facts:
