@@ -209,12 +209,20 @@ def _section(event, where: dict[str, tuple[float, float]]) -> str | None:
 #: Allocations: every kernel needs its output, and on a CPU (no device timeline to leave them off) allocating a
 #: large one took a third of a small ReLU's time, enough to move the kernel share across `strict`'s minimum.
 _ALLOCATIONS = frozenset({"aten::empty", "aten::empty_like", "aten::empty_strided"})
+#: Operators whose own time is the dispatch of a view or a no-op (a copy they make is a child's: ``aten::clone``,
+#: ``aten::_to_copy``): on a small problem a candidate's ``.view`` and ``.to(dtype)`` of a tensor already in it took
+#: 14% of its forward on a CPU, and put a kernel doing all the computing under the strict rules' 90%.
+_METADATA = frozenset({"aten::view", "aten::_unsafe_view", "aten::_reshape_alias", "aten::reshape", "aten::as_strided",
+                       "aten::alias", "aten::detach", "aten::detach_", "aten::lift_fresh", "aten::t", "aten::transpose",
+                       "aten::permute", "aten::expand", "aten::slice", "aten::select", "aten::unsqueeze",
+                       "aten::squeeze", "aten::narrow", "aten::flatten", "aten::split", "aten::chunk", "aten::to",
+                       "aten::contiguous", "aten::resolve_conj", "aten::resolve_neg", "aten::numpy_T"})
 
 
 def _bookkeeping(name: str) -> bool:
     """The autograd engine's own ranges (``autograd::engine::evaluate_function: ReluBackward0``): they hold the
-    operators a backward node runs, and are none; and allocations, which compute nothing."""
-    return name.startswith("autograd::") or name in _ALLOCATIONS
+    operators a backward node runs, and are none; allocations, which compute nothing; and views (`_METADATA`)."""
+    return name.startswith("autograd::") or name in _ALLOCATIONS or name in _METADATA
 
 
 def _annotation(event) -> bool:

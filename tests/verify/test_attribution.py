@@ -197,6 +197,17 @@ def test_on_a_cpu_each_operator_counts_its_least_time_over_the_calls_before_the_
     assert attribute(other, cuda=False, so_paths=[], triton_names=set())[0].top[0].ms == pytest.approx(0.3)
 
 
+def test_on_a_cpu_views_and_no_op_casts_are_no_ones_work():
+    """A bf16 kernel whose forward views its input and casts it to the dtype it has (metadata alone) lost 14% of its
+    share to them on a small problem, under the strict rules' 90%; a real cast (``aten::_to_copy``) still counts."""
+    call = [host_event(CANDIDATE, 0, 200, 5), host_event("aten::view", 10, 20, 10), host_event("aten::to", 20, 25, 5),
+            host_event("aten::lift_fresh", 25, 28, 3), host_event("kforge::ext::layernorm", 30, 130, 100)]
+    a, _ = attribute(call, cuda=False, so_paths=[], triton_names=set())
+    assert a.kernel_share == 1.0, a.shares
+    cast = call + [host_event("aten::_to_copy", 130, 180, 50)]
+    assert attribute(cast, cuda=False, so_paths=[], triton_names=set())[0].kernel_share == pytest.approx(100 / 150)
+
+
 def ops(ref, cand):
     return {REFERENCE: ref, CANDIDATE: cand}
 
