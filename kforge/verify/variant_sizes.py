@@ -12,10 +12,9 @@ from .variant_constants import input_helpers
 #: Names of constants that are sizes (case-insensitive, anywhere in the name).
 #: Single letters are sizes (``B, S, D``, ``M, N, K``) but ``G``, a group count.
 SIZE_NAME = re.compile(r"batch|bsz|^bs$|size|dim|feat|channel|depth|height|width|length|len\b|seq|token|hidden|"
-                       r"embed|vocab|time_?steps?|^[a-fh-z]$|^n[xyz]$|^res$|resolution|^c_?(in|out)$|^d_|(^|_)ch(_|$)|planes|"
-                       r"classes|^n_|_n$|"
-                       r"num_(?!head|group|layer)|rows|cols|elements|units|points|total|numel|spatial|^hw$|vec|samples|items|"
-                       r"nodes|pixels|voxels", re.I)
+                       r"embed|vocab|time_?steps?|^[a-fh-z]$|^n[xyz]$|^res$|resolution|^c_?(in|out)$|^d_|"
+                       r"(^|_)ch(_|$)|planes|classes|^n_|_n$|num_(?!head|group|layer)|rows|cols|elements|units|"
+                       r"points|total|numel|spatial|^hw$|vec|samples|items|nodes|pixels|voxels", re.I)
 #: Names that look like sizes but are not free to change (axes, kernel geometry, divisors, a quantizer's bits, an
 #: iteration count). A bare ``dim`` is both in KernelBench: the axis (``dim = 1``, under `MIN_SIZE`) or the row length
 #: (``dim = 393216``, a size). The short words count only as words of the name: ``timesteps`` is a length, not an
@@ -27,6 +26,7 @@ MIN_SIZE = 8
 #: Tuple constants that are shapes (KernelBench's scans and losses: ``input_shape = (32768,)``, the row length of
 #: ``torch.rand(batch_size, *input_shape)``): their elements of `MIN_SIZE` or more are sizes.
 SHAPE_NAME = re.compile(r"shape|size|dims", re.I)
+
 
 def is_size(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= MIN_SIZE
