@@ -192,7 +192,7 @@ class TimedRounds:
         refill), where even the fastest of them is `MEMO_RATIO` times its median while eager's are near its own: a
         result kept by the inputs' contents and handed back on the rounds that repeat them. Its answers are right
         (a hash of every input byte is), and timing rotates a few input sets, so the repeats are most rounds;
-        a GEMM on a CPU, where no roofline applies, read 5x eager that way and 0.34x computed. None otherwise."""
+        a GEMM on a CPU, where no roofline applies, read 5x eager that way and 0.25x computed. None otherwise."""
         cand, ref = fresh["cand"], fresh["ref"]
         if not cand or not ref or not sampler.samples.get("cand") or not sampler.samples.get("ref"):
             return None
