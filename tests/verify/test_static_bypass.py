@@ -45,3 +45,18 @@ def test_the_dispatcher_and_the_cuda_backends_helpers_are_not_a_bypass():
     helpers = with_cpp("    auto stream = at::cuda::getCurrentCUDAStream();\n    return out;",
                        "#include <ATen/cuda/CUDAContext.h>\n#include <ATen/native/cuda/block_reduce.cuh>")
     assert "dispatcher_bypass" not in [r for r, _ in rules(helpers)]
+
+
+def test_for_a_file_that_names_no_operators_the_common_ones_are_known():
+    """KernelBench's files declare no ``ops``: an ``at::native`` implementation is told by its name."""
+    from kforge.problems import problem_from_source
+    kb = problem_from_source("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+                             "    def forward(self, x):\n        return torch.softmax(x, dim=1)\n\n\n"
+                             "def get_inputs():\n    return [torch.randn(8, 8)]\n\n\ndef get_init_inputs():\n"
+                             "    return []\n", where="kb.py", name="kb")
+    assert kb.ops == ()
+    found = [f.rule for f in check(with_cpp("    return at::native::softmax_cpu(xc, 1, false);"), get_backend("cpu"),
+                                   kb)]
+    assert "dispatcher_bypass" in found
+    helpers = with_cpp("    at::native::resize_output(out, xc.sizes());\n    return out;")
+    assert "dispatcher_bypass" not in [f.rule for f in check(helpers, get_backend("cpu"), kb)]
