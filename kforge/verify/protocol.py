@@ -207,3 +207,6 @@ class VariantsRequest(ProgramRequest):
     kernels_counted: bool = False
     """kforge's hooks counted calls into the candidate's kernels in the run at the problem's own shape: at each
     variant they must count some too (`kforge.verify.variant_checks`)."""
+    kernel_share: float | None = None
+    """The candidate's kernel share in the run at the problem's own shape: at each variant its kernels must do about as
+    much of the work (`kforge.verify.variant_work`)."""

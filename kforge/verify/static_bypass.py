@@ -1,7 +1,8 @@
 """The ``dispatcher_bypass`` rule: C++ that calls PyTorch's own kernels past its dispatcher.
 
-``at::cpu::mm``, ``at::cuda::`` ops from their ``*_dispatch.h`` headers, ``at::compositeexplicitautograd::`` and
-``at::native::`` implementations run PyTorch's kernels without an ``aten::`` event: the profiler and the traced
+``at::cpu::mm``, ``at::cuda::`` ops from their ``*_dispatch.h`` headers, ``at::compositeexplicitautograd::``,
+``at::native::`` implementations and a redispatch (``at::_ops::mm::redispatch``) run PyTorch's kernels without an
+``aten::`` event: the profiler and the traced
 dispatch mode see the extension's own call and nothing inside it, so PyTorch's work counted as the candidate's
 (a GEMM returned by ``at::cpu::mm`` was `correct` with a 99.99% kernel share). ``torch::mm`` goes through the
 dispatcher, and the run measures it. Registered by `kforge.verify.static` after the other rules.
@@ -17,12 +18,18 @@ from ..problems import Problem
 from .findings import Finding, rule
 from .static_ast import strings
 
-#: Headers that declare PyTorch's per-backend kernels as plain functions.
+#: Headers that declare PyTorch's per-backend kernels as plain functions, or calls that skip the profiler's hook.
 BYPASS_HEADER = re.compile(r"#\s*include\s*[<\"]ATen/(?:ops/\w+_(?:cpu|cuda|meta|compositeexplicitautograd\w*|"
                            r"compositeimplicitautograd\w*)_dispatch\.h|(?:CPU|CUDA|Meta|CompositeExplicitAutograd\w*|"
-                           r"CompositeImplicitAutograd\w*)Functions\.h)[>\"]")
-#: Calls into those namespaces (``at::cuda::`` is left to its headers: its streams and guards are the CUDA backend's).
-BYPASS_CALL = re.compile(r"\bat::(?:cpu|meta|compositeexplicitautograd\w*|compositeimplicitautograd\w*)::\w+\s*\(")
+                           r"CompositeImplicitAutograd\w*)Functions(?:_inl)?\.h|RedispatchFunctions\.h)[>\"]")
+_KERNEL_NAMESPACES = r"(?:cpu|meta|compositeexplicitautograd\w*|compositeimplicitautograd\w*)"
+#: Calls into those namespaces (not ``at::cpu``'s CPU-feature helpers, ``is_avx2_supported``, ``get_cpu_capabilities``;
+#: ``at::cuda::`` is left to its headers: its streams and guards are the CUDA backend's), aliases of them, and a
+#: redispatch, which the dispatcher runs without the profiler's record (``at::_ops::mm::redispatch``).
+BYPASS_CALL = re.compile(rf"\bat::{_KERNEL_NAMESPACES}::(?!is_|init_|get_|L\d)\w+|"
+                         rf"\bnamespace\s+\w+\s*=\s*(?:::)?at::{_KERNEL_NAMESPACES}\b|"
+                         rf"\busing\s+namespace\s+(?:::)?at::{_KERNEL_NAMESPACES}\b|"
+                         r"\bat::_ops::\w+::redispatch\b|\bat::redispatch::\w+|\.redispatch(?:Boxed)?\s*[<(]")
 NATIVE_CALL = re.compile(r"\bat::native::(\w+)\s*\(")
 #: Stems of the operators problems are made of, for ``at::native::`` calls where the problem declares no ``ops``
 #: (KernelBench's files): ``at::native::softmax_cpu``, ``at::native::addmm_out``; its helpers (``gpu_kernel``,

@@ -17,9 +17,9 @@ from pathlib import Path
 from ..sandbox.harness import HarnessVerdict, first_line
 from ..sandbox.imports import import_candidate, import_file
 from ..sandbox.progress import phase
-from .attribution import CANDIDATE, REFERENCE, attribute, replayed
 from .protocol import Outcome, ShapeVariant, VariantsResult
 from .variant_constants import derived_from, model_reads, restated_take_the_variant, shown_and_followed
+from .variant_work import WORK_RULES, work_at_variant
 from .variants import describe
 
 
@@ -44,11 +44,13 @@ def _same(torch, a: list, b: list) -> bool:
 class VariantChecks:
     """Mixed into `kforge.verify.trials.Trials`: the candidate on each variant, one trial each."""
 
-    def check_variants(self, variants: list[ShapeVariant], count_kernels: bool = False) -> VariantsResult:
+    def check_variants(self, variants: list[ShapeVariant], count_kernels: bool = False,
+                       kernel_share: float | None = None) -> VariantsResult:
         """The candidate at each variant; with ``count_kernels`` (its kernels' calls were counted at the problem's
-        own shape), its kernels must be called at each variant too."""
+        own shape), its kernels must be called at each variant too, and do the work there
+        (`kforge.verify.variant_work`) about as they did at that shape (``kernel_share``)."""
         checked, skipped = [], []
-        self._count_kernels, self._replay_checked = count_kernels, False
+        self._count_kernels, self._primary_share = count_kernels, kernel_share
         # what the problem's own shape needs, for the first variant its model is called at after it (`_seen_first`)
         self._own = (self.ref_mod, self.init_inputs) if self.cfg.audit and self.steps is None and not self.stateful \
             else None
@@ -132,7 +134,7 @@ class VariantChecks:
         try:
             self._variant_call(path, shown, followed, inputs, reference, rng_seed, where, seen)
         except HarnessVerdict as failed:
-            if seen is None or failed.extra.get("rule") == "reference_replayed":  # checked once, and not a size kept
+            if seen is None or failed.extra.get("rule") in WORK_RULES:  # whose work it is, not a size kept
                 raise
             self._variant_call(path, shown, followed, inputs, reference, rng_seed, where, None)
             raise HarnessVerdict(failed.state, f"{failed.message}; a model built afresh is correct at this shape: it "
@@ -175,39 +177,12 @@ class VariantChecks:
                 calls = self.recorder.calls + self.recorder.graph_replays
                 self.recorder.stop()
         self.trip(where)
-        failures = self.compare_results(outs, refs, f"its trial{after}")
+        failures = self.compare_results(outs, refs, f"the variant's trial{after}")
         if "kforge" in failures:
             raise failures["kforge"]
-        self.inputs_unchanged(cand_in, ref_in, "its trial")  # it may write them only at sizes it was not shown
+        self.inputs_unchanged(cand_in, ref_in, "the variant's trial")  # it may write them only at sizes it was not shown
         if getattr(self, "_count_kernels", False) and not calls:
             raise HarnessVerdict("kernel_unused", "the candidate's own kernels did not run at this shape, so PyTorch "
                                  "computed it: its kernels serve the shape it was shown alone", rule="kernel_not_run")
-        if getattr(self, "_count_kernels", False) and not self._replay_checked:
-            self._replay_checked = True
-            self._replayed_here(model, inputs, rng_seed, f"in forward{after}")
-
-    def _replayed_here(self, model, inputs: list, rng_seed, where: str) -> None:
-        """At the first variant, whether the candidate's forward runs every operator of the reference in PyTorch
-        there, as often and on as many elements (`kforge.verify.attribution.replayed`), its kernels beside them: a
-        kernel kept for the shape it was shown, PyTorch's at every other, with a call into a kernel of its own (a
-        copy) that the call count above took for work. At the problem's shape its kernels did the work (else the
-        verification was judged there), so a replay here is a path of its own for other shapes. Not for a stateful
-        problem (another call changes its history) or a training step."""
-        if self.stateful or self.steps is not None:
-            return
-        from torch.autograd.profiler import profile, record_function
-        cuda = self.device.type == "cuda"
-        try:
-            with profile(use_device="cuda" if cuda else None, use_kineto=True, record_shapes=True) as prof:
-                self.reference(self._clone(inputs), rng_seed, exact_within=lambda: record_function(REFERENCE))
-                with record_function(CANDIDATE):
-                    self.candidate(self.program(model, own=True), self._clone(inputs), rng_seed, where)
-            _, ops = attribute(prof.function_events, cuda, self.recorder.so_paths, self.recorder.triton_names)
-        except HarnessVerdict:
-            raise
-        except Exception:  # noqa: BLE001 - no profiler here (no CUPTI): the call count above is what is known
-            return
-        if (names := replayed(ops)) is not None:
-            raise HarnessVerdict("kernel_unused", f"PyTorch ran every operator of the reference at this shape "
-                                 f"({', '.join(names)}), the candidate's own kernels beside them: its kernels serve "
-                                 "the shape it was shown alone", rule="reference_replayed")
+        if getattr(self, "_count_kernels", False):
+            work_at_variant(self, model, inputs, rng_seed, f"in forward{after}", self._primary_share)

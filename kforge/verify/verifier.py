@@ -254,7 +254,8 @@ class Verifier:
             facts = self._on_variants(facts, VariantsRequest(
                 problem=problem, backend=backend.spec(), config=cfg.to_dict(), arch=arch, variants=shapes,
                 failed_builds=request.failed_builds, kernels_counted=cfg.require_kernel and bool(
-                    facts.attribution and facts.attribution.kernel_calls)), kinds, files, cfg)
+                    facts.attribution and facts.attribution.kernel_calls),
+                kernel_share=facts.attribution.kernel_share if facts.attribution else None), kinds, files, cfg)
             clock("variants")
         else:
             clock("after")

@@ -138,6 +138,10 @@ def test_a_program_further_from_the_truth_than_pytorchs_bf16_is_told_how_far_pyt
     assert "a sum or an intermediate kept in bf16 rather than float32 would do that" in v.message, v.message
     m = v.evidence.mismatch
     assert m["max_abs_err"] > 4 * m["native_max_abs_err"] or m["rms_err"] > 4 * m["native_rms_err"], m
+    # far beyond a precision's error the result is wrong, not rounded: no hint of an accumulator then
+    wrong = _verify(pool, GEMM_SOFTMAX, AS_EAGER.replace("return F.softmax(logits * self.scale, dim=-1)",
+                                                         "return F.softmax(logits * self.scale, dim=-1) * 1.2"))
+    assert "more than 4x" in wrong.message and "would do that" not in wrong.message, wrong.message
 
 
 def test_a_constant_output_is_no_finding_where_the_precision_itself_makes_it_constant(pool):
@@ -565,7 +569,7 @@ def test_a_sum_of_positive_terms_missing_some_is_wrong_at_bf16(pool):
     assert honest.state is State.CORRECT, honest.summary()
 
 
-MATMUL = '''
+MATMUL_MNK = '''
 import torch
 import torch.nn as nn
 
@@ -608,7 +612,7 @@ def test_an_int8_gemm_is_not_bf16_arithmetic(pool):
     """Its error was inside the bf16 tolerance while that grew with the reduction's length (about 5% of the
     output's spread at K = 1024), though 4.6x PyTorch's own: a bf16 GEMM accumulating in float32 errs by its
     output's rounding alone, whatever K is. The float32-accumulated product of the same inputs passes."""
-    p = problem_from_source(MATMUL, where="mm.py", name="mm")
+    p = problem_from_source(MATMUL_MNK, where="mm.py", name="mm")
     verifier = Verifier(fast_config(precision="bf16", require_kernel=False, skip_timing=True), pool=pool)
     v = verifier.verify(p, INT8_GEMM, "cpu")
     assert v.state is State.NUMERICAL_MISMATCH, v.summary()

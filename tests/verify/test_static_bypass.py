@@ -24,6 +24,13 @@ HIDDEN = {
     "a cuda kernel by its header": ("    return at::cuda::relu(xc);", "#include <ATen/ops/relu_cuda_dispatch.h>"),
     "a composite kernel": ("    return at::compositeexplicitautograd::clone(out);", ""),
     "a native implementation of the operator": ("    return at::native::relu(xc);", "#include <ATen/NativeFunctions.h>"),
+    "a redispatch, which skips the profiler's record": (
+        "    return at::_ops::clamp_min::redispatch(c10::DispatchKeySet(c10::DispatchKey::CPU), xc, 0);",
+        "#include <ATen/ops/clamp_min_ops.h>"),
+    "an alias of the cpu namespace": ("    namespace fast = at::cpu;\n    return fast::clamp_min(xc, 0);",
+                                      "#include <ATen/CPUFunctions_inl.h>"),
+    "a using directive": ("    using namespace at::cpu;\n    return clamp_min(xc, 0);", ""),
+    "a pointer to the cpu kernel": ("    auto f = &at::cpu::clamp_min;\n    return f(xc, 0);", ""),
 }
 
 
@@ -42,6 +49,10 @@ def test_a_native_operator_of_the_problem_is_denied_and_its_helpers_are_not():
 
 def test_the_dispatcher_and_the_cuda_backends_helpers_are_not_a_bypass():
     assert "dispatcher_bypass" not in [r for r, _ in rules(HONEST)]
+    # at::cpu's CPU-feature helpers pick a code path of the kernel's own
+    avx = with_cpp("    static const bool avx2 = at::cpu::is_avx2_supported() && "
+                   "at::cpu::get_cpu_capabilities().size() > 0;\n    return out;", "#include <ATen/cpu/Utils.h>")
+    assert "dispatcher_bypass" not in [r for r, _ in rules(avx)]
     helpers = with_cpp("    auto stream = at::cuda::getCurrentCUDAStream();\n    return out;",
                        "#include <ATen/cuda/CUDAContext.h>\n#include <ATen/native/cuda/block_reduce.cuh>")
     assert "dispatcher_bypass" not in [r for r, _ in rules(helpers)]

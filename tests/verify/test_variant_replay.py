@@ -1,6 +1,6 @@
-"""At the first shape variant the candidate's forward is profiled beside the reference's
-(`kforge.verify.variant_checks.VariantChecks._replayed_here`): a kernel kept for the shape it was shown, with PyTorch
-at every other shape and a call into a kernel of its own beside it, passed the call count alone."""
+"""At each shape variant the candidate's forward is profiled beside the reference's (`kforge.verify.variant_work`): a
+kernel kept for the shape it was shown, with PyTorch at every other shape and a call into a kernel of its own beside
+it, passed the call count alone."""
 
 from kforge.problems import problem_from_source
 from kforge.verify import State, Verifier
@@ -44,3 +44,19 @@ def test_pytorch_at_other_shapes_beside_a_kernel_call_is_kernel_unused(pool):
     assert v.states["kernelbench"] == "correct", v.summary()
     honest = verifier.verify(p, HONEST, "cpu")
     assert honest.state is State.CORRECT, honest.summary()
+
+
+# The other shapes computed with other operators than the reference's (no replay by name), then its own kernel run
+# again on PyTorch's answer.
+OTHER_OPERATORS = HONEST.replace("        return ext.relu_fwd(x)",
+                                 "        if x.shape == (16, 1024):\n            return ext.relu_fwd(x)\n"
+                                 "        y = torch.where(x > 0, x, torch.zeros_like(x))  # generic path\n"
+                                 "        return ext.relu_fwd(y)")
+
+
+def test_other_operators_at_other_shapes_are_kernel_unused_by_the_share_of_the_work(pool):
+    p = problem_from_source(RELU, where="relu.py", name="relu")
+    v = Verifier(fast_config(variants=True, skip_timing=True), pool=pool).verify(p, OTHER_OPERATORS, "cpu")
+    assert v.state is State.KERNEL_UNUSED and v.rule == "kernel_share_dropped", v.summary()
+    assert "its kernels serve the shape it was shown, and PyTorch the others" in v.message, v.message
+    assert v.states["kernelbench"] == "correct", v.summary()
