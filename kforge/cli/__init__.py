@@ -43,7 +43,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kforge: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("kforge: interrupted", file=sys.stderr)
+        # what finished is kept (eval's rows, a verify's nothing): the same command again goes on from there
+        print("kforge: interrupted" + ("; finished rows are kept in the --out file, and the same command again goes "
+                                       "on from there" if getattr(args.func, "__name__", "") == "cmd_eval" else ""),
+              file=sys.stderr)
         return 130
     except BrokenPipeError:  # `kforge problems | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes

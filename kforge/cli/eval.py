@@ -101,8 +101,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
             slots = {k for b in backends.values() for k in verifier.device_kinds(b)}
         except BackendUnavailable as exc:
             raise UsageError(str(exc)) from None
-        log.info("kforge eval: %d file(s) from %s on %s; %d build worker(s), run slots %s; rows to %s", len(jobs),
-                 source, ", ".join(backends), args.jobs, ", ".join(sorted(slots)), out)
+        cfg = verifier.config
+        log.info("kforge eval: %d file(s) from %s on %s at %s under the %s rules; %d build worker(s), run slots %s; "
+                 "rows to %s", len(jobs), source, ", ".join(backends), cfg.precision, cfg.rules, args.jobs,
+                 ", ".join(sorted(slots)), out)
         if args.mlflow is not None:
             tracker, parent = _start_tracking(args, source, out, backends)
         try:

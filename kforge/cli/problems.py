@@ -29,7 +29,9 @@ def add_parser(sub) -> None:
     p.add_argument("--solution", metavar="NAME", help="print the path of a built-in problem's hand-written solution "
                    "(what the oracle answers), e.g. level1/1_ReLU: a candidate to try from any install")
     p.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32",
-                   help="with --solution: the precision's own solution where there is one (default fp32)")
+                   help="with --solution: the precision's own solution where there is one; with --audit: the "
+                        "precision the references run in (inputs and weights cast), as kforge verify --precision "
+                        "(default fp32)")
     p.add_argument("--backward", action="store_true", help="with --solution: the solution for a training step "
                    "(forward and backward kernels, for kforge verify --backward)")
     p.add_argument("--where", action="store_true", help="print the built-in suite's directory (KernelBench's layout)")
@@ -94,7 +96,7 @@ def _audit_problems(problems, args: argparse.Namespace) -> int:
     backend = backend_of(args.backend)
     rows = []
     try:
-        with Verifier(VerifyConfig()) as verifier:
+        with Verifier(VerifyConfig(precision=args.precision)) as verifier:
             for p in tqdm(problems, desc=f"auditing on {backend.device}", unit="problem", disable=args.json,
                           file=sys.stderr):
                 try:
@@ -119,6 +121,8 @@ def _audit_problems(problems, args: argparse.Namespace) -> int:
         mem = a.input_bytes + a.out_bytes + (a.peak_bytes or 0)
         print(f"{p.key:40} {','.join(a.flags) or '-':28} {a.ref_ms:9.4f} "
               f"{fmt_num(p.flops or a.flops):>8} {fmt_num(p.bytes or a.bytes):>8} {fmt_num(mem):>8}")
-    flagged = {f: sum(bool(a) and f in a.flags for _, a, _ in rows) for f in ("stochastic", "degenerate", "launch_bound")}
-    print(f"\n{len(rows)} problem(s) audited on {backend.device}: " + ", ".join(f"{n} {f}" for f, n in flagged.items()))
+    flagged = {f: sum(bool(a) and f in a.flags for _, a, _ in rows)
+               for f in ("stochastic", "degenerate", "degenerate_kernelbench", "launch_bound")}
+    print(f"\n{len(rows)} problem(s) audited on {backend.device} at {args.precision}: "
+          + ", ".join(f"{n} {f}" for f, n in flagged.items()))
     return 0

@@ -3,8 +3,10 @@
 It reads results rows (plain dicts, as `kforge.evaluate.make_row` writes them), so it works on any
 ``--out`` file. Metrics are per candidate file (several samples of a problem each count). Rows in state
 ``error`` (kforge could not verify them) are counted but left out of every rate. Problems that any row
-flags ``degenerate`` (the verifier's ``problem_flags``) are left out of fast_p and the geomean: a
-speedup on such a problem says nothing about the kernel.
+flags ``degenerate`` (the verifier's ``problem_flags``: a constant output would pass its comparison) are left out
+of fast_p and the geomean: a speedup on such a problem says nothing about the kernel. ``degenerate_kernelbench``
+(a constant passes KernelBench's looser comparison alone: a bf16 softmax over long rows under its 1e-2) leaves a
+problem out of the kernelbench rows' figures only. The summary says what the rows were judged at (``judged``).
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ def group_stats(rows: list[dict[str, Any]], baseline: str = "eager",
     outcomes = [(row_correct(r, rules), _speedup(r, baseline)) for r in counted]
     timed = any(s is not None for _, s in outcomes)
     correct = [r for r in verified if row_correct(r, rules)]
-    shares = [r["kernel_share"] for r in rows if isinstance(r.get("kernel_share"), (int, float))]
+    shares = [r["kernel_share"] for r in correct if isinstance(r.get("kernel_share"), (int, float))]
     flags: dict[str, set[str]] = {}
     for r in rows:
         for f in r.get("problem_flags") or []:
@@ -55,7 +57,7 @@ def group_stats(rows: list[dict[str, Any]], baseline: str = "eager",
         "correct_pct": 100.0 * len(correct) / len(verified) if verified else None,
         "problems": len({r.get("problem") for r in rows} - {None}),
         "problems_solved": len({r.get("problem") for r in correct}),
-        "fast_p_candidates": len(counted)}
+        "fast_p_candidates": len(counted), "timed": timed}
     for p in FAST:
         # Without timing (--no-timing) no candidate has a speedup: fast_p above 0 is unknown, not zero.
         out[f"fast_{p:g}"] = fast_p(outcomes, p) if counted and (p == 0 or timed) else None
@@ -64,26 +66,47 @@ def group_stats(rows: list[dict[str, Any]], baseline: str = "eager",
     out["states"] = dict(sorted(Counter((r.get("states") or {}).get(rules) or r.get("state") or "?"
                                         for r in rows).items()))
     out["problem_flags"] = {f: len(ps) for f, ps in sorted(flags.items())}
-    out["degenerate_problems"] = len({r.get("problem") for r in rows} & degenerate)
+    out["degenerate_problems"] = len(left_out := sorted({r.get("problem") for r in rows} & degenerate))
+    out["degenerate_names"] = left_out
     return out
 
 
 def summarise(rows: Iterable[dict[str, Any]], baseline: str = "eager") -> dict[str, Any]:
     """Per-level and overall figures, and the rows kforge could not verify (with why)."""
     rows = list(rows)
-    degenerate = {r.get("problem") or "" for r in rows if "degenerate" in (r.get("problem_flags") or [])}
     levels: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         levels.setdefault(str(r["level"]) if r.get("level") is not None else "-", []).append(r)
     order = sorted(levels, key=lambda k: (k == "-", int(k) if k.isdigit() else 0))
-    by_rules = {rules: {"levels": {k: group_stats(levels[k], baseline, degenerate, rules) for k in order},
-                        "all": group_stats(rows, baseline, degenerate, rules)} for rules in SIDE_BY_SIDE}
+    by_rules = {}
+    for rules in SIDE_BY_SIDE:
+        degenerate = _degenerate(rows, rules)
+        by_rules[rules] = {"levels": {k: group_stats(levels[k], baseline, degenerate, rules) for k in order},
+                           "all": group_stats(rows, baseline, degenerate, rules)}
     return {
         "baseline": baseline,
+        "judged": _judged(rows),
         **by_rules["kforge"],
         "rules": by_rules,
         "not_verified": [{"candidate": r.get("candidate"), "problem": r.get("problem"), "error": r.get("error")}
                          for r in rows if r.get("state") == ERROR_STATE]}
+
+
+def _degenerate(rows: list[dict[str, Any]], rules: str) -> set[str]:
+    """The problems whose figures a rule set leaves out: a constant output passes its comparison."""
+    flags = {"degenerate"} | ({"degenerate_kernelbench"} if rules == "kernelbench" else set())
+    return {r.get("problem") or "" for r in rows if flags & set(r.get("problem_flags") or [])}
+
+
+def _judged(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    """What the verified rows were judged at: each setting's values among them (one, for a run of its own)."""
+    out: dict[str, set] = {}
+    for r in rows:
+        if r.get("state") == ERROR_STATE:
+            continue
+        for k, v in (r.get("judged") or {"precision": r.get("precision") or "fp32"}).items():
+            out.setdefault(k, set()).add(v if isinstance(v, (str, int, float, bool)) or v is None else str(v))
+    return {k: sorted(v, key=str) for k, v in sorted(out.items())}
 
 
 def _pct(x: float | None) -> str:
@@ -109,14 +132,27 @@ def _table(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 
 def _notes(summary: dict[str, Any]) -> list[str]:
     g = summary["all"]
-    lines = [f"speedups against {'torch.compile' if summary['baseline'] == 'compile' else 'eager PyTorch'}; "
-             f"fast_p: correct and faster than that by more than p, over {g['fast_p_candidates']} file(s)",
-             "rules: kforge counts a file correct when its own kernels computed the answer; kernelbench as "
-             "KernelBench's harness does (matching outputs suffice)"]
+    judged = summary.get("judged") or {}
+    precision = "/".join(map(str, judged.get("precision") or ["fp32"]))
+    lines = [f"judged at {precision}" + (" (inputs and weights cast; the kforge rules compare with the float32 "
+                                         "truth)" if precision in ("bf16", "fp16") else "")]
+    if g.get("timed", True):
+        lines.append(f"speedups against {'torch.compile' if summary['baseline'] == 'compile' else 'eager PyTorch'} "
+                     f"at that precision; fast_p: correct and faster than that by more than p, over "
+                     f"{g['fast_p_candidates']} file(s)")
+    else:
+        lines.append(f"nothing was timed (--no-timing): fast_0 is the share correct over {g['fast_p_candidates']} "
+                     "file(s), fast_p above 0 unknown")
+    lines.append("rules: kforge counts a file correct when its own kernels computed the answer; kernelbench as "
+                 "KernelBench's harness does (matching outputs suffice); kernel_share: the mean over its correct files")
     if g["problem_flags"]:
         lines.append("problem flags: " + ", ".join(f"{f} {n} problem(s)" for f, n in g["problem_flags"].items()))
-    if g["degenerate_problems"]:
-        lines.append(f"{g['degenerate_problems']} degenerate problem(s) left out of fast_p and the geomean")
+    for rules, r in (summary.get("rules") or {"kforge": summary}).items():
+        if r["all"]["degenerate_problems"]:
+            names = r["all"].get("degenerate_names") or []
+            lines.append(f"{rules}: {r['all']['degenerate_problems']} degenerate problem(s) left out of fast_p and the "
+                         f"geomean (a constant output would pass there): {', '.join(names[:5])}"
+                         + (" ..." if len(names) > 5 else ""))
     bad = summary["not_verified"]
     if bad:
         lines.append(f"{len(bad)} file(s) not verified (state error):")
@@ -137,6 +173,8 @@ def render_text(summary: dict[str, Any]) -> str:
 
 def render_markdown(summary: dict[str, Any], title: str = "kforge eval") -> str:
     head, body = _table(summary)
+    precision = "/".join(map(str, (summary.get("judged") or {}).get("precision") or []))
+    title = f"{title} at {precision}" if precision else title
     lines = [f"# {title}", "", "| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     lines += ["| " + " | ".join(r) + " |" for r in body]
     notes = [f"  - {n.strip()}" if n.startswith("  ") else f"- {n}" for n in _notes(summary)]

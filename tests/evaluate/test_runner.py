@@ -197,6 +197,29 @@ def test_summary_per_level_with_kernel_share_and_flags():
                                                                                            "100.0%"]
 
 
+def test_the_summary_says_the_precision_and_what_each_rule_set_leaves_out():
+    """At bf16 a softmax over long rows is degenerate under KernelBench's 1e-2 alone (a constant passes there, not
+    against the float32 truth): it left the kforge rows' figures too, and fast_0 read above the correct rate."""
+    def row(pid, verdict, precision="bf16"):
+        r = make_row(CandidateFile(Path(f"/g/{kb_name(pid, 0, 1)}"), f"p{pid}", "cpu", 1, pid, 0), "h", "cpu",
+                     verdict=verdict)
+        r["judged"] = {"precision": precision, "rules": "kforge"}
+        return r
+
+    rows = [row(1, _verdict("correct", 2.0, 0.9)), row(2, _verdict("correct", 3.0, 0.8, flags=["degenerate_kernelbench"]))]
+    s = summarise(rows)
+    assert s["judged"]["precision"] == ["bf16"]
+    assert s["rules"]["kforge"]["all"]["fast_p_candidates"] == 2 and s["rules"]["kforge"]["all"]["degenerate_problems"] == 0
+    assert s["rules"]["kernelbench"]["all"]["fast_p_candidates"] == 1
+    assert s["rules"]["kernelbench"]["all"]["degenerate_names"] == ["p2"]
+    text = render_text(s)
+    assert "judged at bf16 (inputs and weights cast" in text and "kernelbench: 1 degenerate problem(s)" in text
+    assert "kforge: " not in text.split("judged at")[1].split("rules:")[0]
+    assert render_markdown(s).startswith("# kforge eval at bf16")
+    untimed = render_text(summarise([row(1, _verdict("correct"))]))
+    assert "nothing was timed (--no-timing): fast_0 is the share correct" in untimed
+
+
 # -- running: resume and bad files --------------------------------------------------------------------
 def test_run_eval_resumes_by_path_and_content(tmp_path, pool):
     kb = kernelbench(tmp_path / "KB", problems=("1_ReLU",))
@@ -447,6 +470,6 @@ def test_a_sigterm_ends_an_evaluation_as_ctrl_c_does_rows_kept(tmp_path):
     assert proc.poll() is None, proc.stderr.read()[-2000:]
     proc.send_signal(signal.SIGTERM)
     rc, err = proc.wait(timeout=120), proc.stderr.read()
-    assert rc == 130 and "kforge: interrupted" in err, (rc, err[-2000:])
+    assert rc == 130 and "kforge: interrupted; finished rows are kept" in err, (rc, err[-2000:])
     rows = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
     assert 1 <= len(rows) < 6 and all(r["state"] == "correct" for r in rows), rows

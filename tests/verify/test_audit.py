@@ -115,3 +115,12 @@ def test_a_reference_that_fails_on_its_own_is_not_the_candidates_fault(verifier)
     with pytest.raises(ProblemFails, match="bug in the problem") as err:
         verifier.verify(p, own(p), "cpu")
     assert "does not multiply" in err.value.traceback  # the problem's own line, in its own traceback
+
+
+def test_a_constant_that_passes_kernelbenchs_comparison_alone_is_degenerate_there_alone(pool):
+    """A softmax over 16384 columns at bf16: every value near 6e-5, under KernelBench's 1e-2, so a constant passes
+    its comparison; against the float32 truth, held to the outputs' size, it does not. Flagged degenerate, the
+    problem left the kforge rows' fast_p too, and fast_0 read above the correct rate."""
+    src = problem("softmax", "torch.softmax(x, dim=1)", n=8, d=16384)
+    audit = Verifier(fast_config(require_kernel=False, precision="bf16"), pool=pool).audit(src, "cpu")
+    assert "degenerate_kernelbench" in audit.flags and "degenerate" not in audit.flags, audit.flags
