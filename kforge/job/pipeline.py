@@ -310,10 +310,12 @@ def execute(job: Job, tracker: Tracker) -> JobResult:
 
 
 def job_run_name(job: Job) -> str:
-    """``oracle · cpu · iterative · L1``: the arm and the levels, so two arms' jobs are told apart."""
+    """``oracle · cpu · iterative · L1``: the arm and the levels, so two arms' jobs are told apart; a precision other
+    than fp32 is named too (``oracle · cpu · bf16 · iterative · L1``)."""
     levels = sorted({p.level for p in job.problems if p.level is not None})
-    return " · ".join([job.llm.config.name, job.backend.name, job.config.loop.mode,
-                       "+".join(f"L{lv}" for lv in levels) or "no level"])
+    precision = job.config.verify.precision
+    return " · ".join([job.llm.config.name, job.backend.name, *([precision] if precision != "fp32" else []),
+                       job.config.loop.mode, "+".join(f"L{lv}" for lv in levels) or "no level"])
 
 
 def _job_run(job: Job, labels: dict[str, str], references: dict[str, Any], previous: Any) -> JobRun:

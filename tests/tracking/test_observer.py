@@ -141,3 +141,14 @@ def test_a_rerun_with_nothing_to_run_records_its_workload_on_the_earlier_parent_
     observer.workload_done(_record(tmp_path / "w", state="correct"))
     assert observer.parent_id is None
     assert tracker.client.get_run(earlier).data.tags[WorkloadTags.STATE] == "correct"
+
+
+def test_a_job_run_at_another_precision_says_so_in_its_name():
+    from types import SimpleNamespace as NS
+
+    from kforge.job.pipeline import job_run_name
+    job = NS(problems=[NS(level=1), NS(level=2)], llm=NS(config=NS(name="oracle")), backend=NS(name="cpu"),
+             config=NS(loop=NS(mode="iterative"), verify=NS(precision="bf16")))
+    assert job_run_name(job) == "oracle · cpu · bf16 · iterative · L1+L2"
+    job.config.verify.precision = "fp32"
+    assert job_run_name(job) == "oracle · cpu · iterative · L1+L2"
