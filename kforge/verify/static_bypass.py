@@ -2,10 +2,10 @@
 
 ``at::cpu::mm``, ``at::cuda::`` ops from their ``*_dispatch.h`` headers, ``at::compositeexplicitautograd::``,
 ``at::native::`` implementations and a redispatch (``at::_ops::mm::redispatch``) run PyTorch's kernels without an
-``aten::`` event: the profiler and the traced
-dispatch mode see the extension's own call and nothing inside it, so PyTorch's work counted as the candidate's
-(a GEMM returned by ``at::cpu::mm`` was `correct` with a 99.99% kernel share). ``torch::mm`` goes through the
-dispatcher, and the run measures it. Registered by `kforge.verify.static` after the other rules.
+``aten::`` event: the profiler and the traced dispatch mode see the extension's own call and nothing inside it, so
+PyTorch's work counted as the candidate's (a GEMM returned by ``at::cpu::mm`` was `correct` with a 99.99% kernel
+share). ``torch::mm`` goes through the dispatcher, and the run measures it. Registered on import by
+`kforge.verify.static`, beside `kforge.verify.static_rules`.
 """
 
 from __future__ import annotations
