@@ -56,7 +56,8 @@ def load_runs(client, experiment: str, baseline: str = "eager", iterations: bool
                    iterations=m.get(Metrics.ITERATIONS), cost_usd=m.get(Metrics.TOTAL_COST_USD),
                    kernel_share=m.get(Metrics.BEST_KERNEL_SHARE),
                    speed_lo=metric(m, Metrics.best_speedup_lo(baseline)), speed_hi=metric(m, Metrics.best_speedup_hi(baseline)),
-                   degenerate="degenerate" in t.get(Tags.PROBLEM_FLAGS, "").split(","))
+                   degenerate="degenerate" in t.get(Tags.PROBLEM_FLAGS, "").split(","),
+                   degenerate_kb="degenerate_kernelbench" in t.get(Tags.PROBLEM_FLAGS, "").split(","))
         speed = _history(client, r.info.run_id, speedup_metric(baseline))
         row.update(_kernelbench_best(_history(client, r.info.run_id, Metrics.CORRECT_KERNELBENCH), speed))
         if iterations:

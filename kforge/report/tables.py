@@ -119,11 +119,16 @@ class Column:
     """What the caption says it is (``{baseline}`` and ``{confidence}`` are filled in)."""
 
 
-def _fair(group: pd.DataFrame, ctx: Context) -> pd.DataFrame:
-    """The problems a speedup means something on: not those whose tolerance a constant output passes."""
-    if ctx.include_degenerate or "degenerate" not in group:
+def _fair(group: pd.DataFrame, ctx: Context, rules: str = "kforge") -> pd.DataFrame:
+    """The problems a speedup means something on: not those whose tolerance a constant output passes under ``rules``
+    (``degenerate``; for KernelBench's also ``degenerate_kb``, a constant passing its comparison alone)."""
+    if ctx.include_degenerate:
         return group
-    return group[~group["degenerate"].astype(bool)]
+    drop = np.zeros(len(group), dtype=bool)
+    for flag in ("degenerate", "degenerate_kb")[:2 if rules == "kernelbench" else 1]:
+        if flag in group:
+            drop |= group[flag].fillna(False).astype(bool).to_numpy()
+    return group[~drop]
 
 
 #: Each rule set's columns of a runs frame (`load_runs`): whether a problem is solved, and its best speedup
@@ -173,7 +178,7 @@ def rate(counted: Callable[[pd.DataFrame, Context], np.ndarray]) -> Callable[[pd
 def faster(p: float, rules: str = "kforge") -> Callable[[pd.DataFrame, Context], np.ndarray]:
     """Correct under ``rules`` and more than ``p`` times faster than the baseline (KernelBench's fast_p), over
     the problems that are not degenerate."""
-    return lambda group, ctx: np.nan_to_num(_speed(_fair(group, ctx), ctx, rules), nan=0.0) > p
+    return lambda group, ctx: np.nan_to_num(_speed(_fair(group, ctx, rules), ctx, rules), nan=0.0) > p
 
 
 def kernel_share(group: pd.DataFrame, ctx: Context) -> Estimate:

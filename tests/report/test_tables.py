@@ -294,6 +294,20 @@ def test_kernel_share_column_and_degenerate_problems_apart(tmp_path):
     assert set(curve["n"]) == {2}
 
 
+def test_a_problem_degenerate_under_kernelbenchs_comparison_alone_leaves_its_columns_alone(tmp_path):
+    """At bf16 a constant passes KernelBench's 1e-2 on a softmax over long rows and not the kforge rules'
+    comparison: the KB columns leave the problem out, the kforge ones keep it."""
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    exp = client.create_experiment("kforge-single_vs_iterative", artifact_location=(tmp_path / "art").as_uri())
+    parent = client.create_run(exp).info.run_id
+    for problem, flags in (("level1/a", ""), ("level1/softmax", "degenerate_kernelbench")):
+        rid = make_run(client, exp, parent, problem, 1, "iterative", True, 2.0)
+        client.log_batch(rid, metrics=[Metric("correct_kernelbench", 1.0, 0, 0)], tags=[RunTag("problem_flags", flags)])
+    row = ablation_table(dedupe(load_runs(client, "kforge-single_vs_iterative")), "loop_mode").iloc[0]
+    assert (row["fast_1"].k, row["fast_1"].n) == (2, 2)
+    assert (row["fast_1_kb"].k, row["fast_1_kb"].n) == (1, 1)
+
+
 def test_the_caption_is_short_and_the_notes_stand_beside_the_table(store, tmp_path):
     """A paper takes the caption as it is: a sentence or two; what each column means is in the notes."""
     files = build_all(store, tmp_path, ["single_vs_iterative"])["single_vs_iterative"]["files"]
