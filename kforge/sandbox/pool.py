@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import logging
 import os
 import shutil
 import tempfile
@@ -33,6 +34,8 @@ from .gpus import detect_gpus, mps_control_pipe
 from .process import ZYGOTE, ResidentWorker, WorkerLost, WorkerProcess  # noqa: F401 - WorkerLost: callers import it here
 from .protocol import CeilingsRequest, DeviceInfo, ProbeRequest, Reply, Request
 from .zygote import LIGHT_LEVEL, PRELOAD_ENV, SPARE_ENV
+
+log = logging.getLogger(__name__)
 
 
 class PoolClosed(RuntimeError):
@@ -345,7 +348,21 @@ class WorkerPool:
         for z in zs:
             z.close()
         if self._tmp is not None:
-            self._tmp.cleanup()
+            self._remove_tmp()
+
+    def _remove_tmp(self, tries: int = 10) -> None:
+        """Remove the pool's folder. A candidate's process that a signal ends with the pool (SIGTERM to `kforge
+        eval`) may still be writing there for a moment: "Directory not empty" then made the command exit 1 instead of
+        130 with its rows kept. Tried again briefly, then left to the system's temporary-file cleanup."""
+        for attempt in range(tries):
+            try:
+                self._tmp.cleanup()
+                return
+            except OSError:
+                if attempt == tries - 1:
+                    log.warning("could not remove the pool's folder %s; left for the system to clean", self.root)
+                    return
+                time.sleep(0.1)
 
     def __enter__(self) -> "WorkerPool":
         return self

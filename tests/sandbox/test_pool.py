@@ -170,3 +170,26 @@ def test_a_worker_that_finishes_starting_after_the_pool_closed_is_stopped(tmp_pa
     thread.join(60)
     assert not thread.is_alive() and errors == []
     assert started[0].proc.wait(timeout=30) is not None  # stopped, not left behind
+
+
+def test_the_pools_folder_is_removed_though_a_dying_process_still_writes_there_for_a_moment(tmp_path):
+    """SIGTERM to `kforge eval`: a candidate's process still wrote into the pool's folder while it was removed, and
+    "Directory not empty" made the command exit 1 instead of 130 with its rows kept."""
+    from kforge.sandbox.pool import WorkerPool
+
+    class Busy:
+        name, calls = str(tmp_path), 0
+
+        def cleanup(self):
+            self.calls += 1
+            if self.calls < 3:
+                raise OSError(39, "Directory not empty")
+
+    pool = WorkerPool.__new__(WorkerPool)
+    pool._tmp, pool.root = Busy(), tmp_path
+    pool._remove_tmp()
+    assert pool._tmp.calls == 3
+    stuck = Busy()
+    stuck.cleanup = lambda: (_ for _ in ()).throw(OSError(39, "Directory not empty"))
+    pool._tmp = stuck
+    pool._remove_tmp(tries=2)  # given up with a warning, not raised
