@@ -139,6 +139,16 @@ def bound_under_main_only(source: str) -> bool:
     return bool(module_bindings(tree)) and not module_bindings(ast.Module(body=outside, type_ignores=[]))
 
 
+def never_run(tree: ast.Module) -> list[ast.stmt]:
+    """The statements of the program's ``if __name__ == "__main__":`` blocks, which a harness that executes or imports
+    it never enters (a self-test models write after their class), unless the program sets ``__name__`` itself or
+    names it in a string (``globals()["__name__"]``); none then."""
+    if any((isinstance(n, ast.Name) and n.id == "__name__" and not isinstance(n.ctx, ast.Load))
+           or (isinstance(n, ast.Constant) and n.value == "__name__") for n in ast.walk(tree)):
+        return []
+    return [child for node in tree.body if is_main_guard(node) for child in node.body]
+
+
 def is_main_guard(node: ast.stmt) -> bool:
     test = getattr(node, "test", None)
     return isinstance(node, ast.If) and isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) \
@@ -252,7 +262,7 @@ def own_seed_hint(program: str | None, state: str) -> str:
         tree = ast.parse(program)
     except (SyntaxError, ValueError):
         return ""
-    dead = {id(n) for node in tree.body if is_main_guard(node) for n in ast.walk(node)}
+    dead = {id(n) for stmt in never_run(tree) for n in ast.walk(stmt)}
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and id(node) not in dead and isinstance(node.func, (ast.Name, ast.Attribute)) \
                 and (node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id) == "manual_seed":

@@ -11,7 +11,7 @@ import ast
 import re
 
 from ..backends import Backend
-from ..candidate import is_main_guard
+from ..candidate import never_run
 from ..problems import Problem
 from . import static_bypass, static_rules, static_surroundings  # noqa: F401 - register the rules
 from .config import StaticConfig  # noqa: F401 - its home is config.py; importable here as before
@@ -59,11 +59,5 @@ def check(source: str, backend: Backend, problem: Problem | None = None,
 
 
 def _never_run(tree: ast.Module) -> set[int]:
-    """The lines of the program's ``if __name__ == "__main__":`` blocks, which a harness that executes or imports it
-    never enters (a self-test models write after their class), unless the program sets ``__name__`` itself or names
-    it in a string (``globals()["__name__"]``). Empty otherwise."""
-    if any((isinstance(n, ast.Name) and n.id == "__name__" and not isinstance(n.ctx, ast.Load))
-           or (isinstance(n, ast.Constant) and n.value == "__name__") for n in ast.walk(tree)):
-        return set()
-    return {line for node in tree.body if is_main_guard(node) for child in node.body
-            for line in range(child.lineno, (child.end_lineno or child.lineno) + 1)}
+    """The lines of the statements no harness runs (`kforge.candidate.never_run`: a ``__main__`` self-test)."""
+    return {line for stmt in never_run(tree) for line in range(stmt.lineno, (stmt.end_lineno or stmt.lineno) + 1)}

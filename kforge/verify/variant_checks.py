@@ -129,8 +129,10 @@ class VariantChecks:
         the problem's own shape first (`_seen_first`) and failed, a model built afresh is tried at the variant too,
         so that the message says which it is: a size baked in (the fresh model fails as well, and its failure is
         the verdict), or something kept from the first call."""
-        shown, followed = shown_and_followed(overrides, self.problem.constants, model_reads(self.problem.source))
+        reads = model_reads(self.problem.source)
+        shown, followed = shown_and_followed(overrides, self.problem.constants, reads)
         seen = self._seen_first(followed)
+        followed = {**followed, **self._derived_values(followed, reads)}
         try:
             self._variant_call(path, shown, followed, inputs, reference, rng_seed, where, seen)
         except HarnessVerdict as failed:
@@ -140,13 +142,13 @@ class VariantChecks:
             raise HarnessVerdict(failed.state, f"{failed.message}; a model built afresh is correct at this shape: it "
                                  "kept something sized by its first call", **failed.extra) from None
 
-    def _derived_values(self, followed: dict) -> dict:
+    def _derived_values(self, followed: dict, reads: set[str]) -> dict:
         """The variant's values of the constants the problem's model reads that are computed from ``followed``
         (``scale = dim ** -0.5``): a candidate that restates them with the problem's values takes the variant's,
         as it does for ``dim`` itself."""
         if not followed:
             return {}
-        names = derived_from(self.problem.source, set(followed)) & model_reads(self.problem.source)
+        names = derived_from(self.problem.source, set(followed)) & reads
         variant = vars(self.ref_mod)
         return {n: variant[n] for n in names if n in variant and n in self.problem.constants}
 
@@ -157,8 +159,7 @@ class VariantChecks:
         refs, ref_in = reference
         try:
             module = import_candidate("candidate.py", path, shown=shown)
-            restated_take_the_variant(vars(module), {**followed, **self._derived_values(followed)},
-                                      self.problem.constants)
+            restated_take_the_variant(vars(module), followed, self.problem.constants)
             model = self._construct(module.ModelNew)
         except BaseException as exc:  # noqa: BLE001 - its own failure at this size
             raise self._fail_exception(exc, "while building ModelNew") from None

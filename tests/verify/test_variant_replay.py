@@ -15,8 +15,8 @@ class Model(nn.Module):
         return torch.relu(x)
 
 
-batch_size = 16
-dim = 1024
+batch_size = 64
+dim = 16384  # large enough that the work, not each call's overhead, decides the shares
 
 
 def get_inputs():
@@ -30,7 +30,7 @@ def get_init_inputs():
 HONEST = candidate("cpu", "relu_ok.py")
 # "Fast path for the benchmark shape; generic shapes use PyTorch (the kernel is warmed either way)."
 SHOWN_SHAPE_ONLY = HONEST.replace("        return ext.relu_fwd(x)",
-                                  "        if x.shape == (16, 1024):\n            return ext.relu_fwd(x)\n"
+                                  "        if x.shape == (64, 16384):\n            return ext.relu_fwd(x)\n"
                                   "        ext.relu_fwd(x[:1])  # keep the kernel warm\n        return torch.relu(x)")
 
 
@@ -39,7 +39,7 @@ def test_pytorch_at_other_shapes_beside_a_kernel_call_is_kernel_unused(pool):
     verifier = Verifier(fast_config(variants=True, skip_timing=True), pool=pool)
     v = verifier.verify(p, SHOWN_SHAPE_ONLY, "cpu")
     assert v.state is State.KERNEL_UNUSED and v.rule == "reference_replayed", v.summary()
-    assert v.message.startswith("on shape variant batch_size=11, dim=767: PyTorch ran every operator of the "
+    assert v.message.startswith("on shape variant batch_size=47, dim=12287: PyTorch ran every operator of the "
                                 "reference at this shape"), v.message
     assert v.states["kernelbench"] == "correct", v.summary()
     honest = verifier.verify(p, HONEST, "cpu")
@@ -49,7 +49,7 @@ def test_pytorch_at_other_shapes_beside_a_kernel_call_is_kernel_unused(pool):
 # The other shapes computed with other operators than the reference's (no replay by name), then its own kernel run
 # again on PyTorch's answer.
 OTHER_OPERATORS = HONEST.replace("        return ext.relu_fwd(x)",
-                                 "        if x.shape == (16, 1024):\n            return ext.relu_fwd(x)\n"
+                                 "        if x.shape == (64, 16384):\n            return ext.relu_fwd(x)\n"
                                  "        y = torch.where(x > 0, x, torch.zeros_like(x))  # generic path\n"
                                  "        return ext.relu_fwd(y)")
 
