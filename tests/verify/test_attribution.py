@@ -219,6 +219,13 @@ def test_replayed_needs_every_computing_operator_on_as_much_data():
         ["aten::addmm", "aten::gelu"]
     # The candidate's kernel replaced gelu: a library GEMM plus its own epilogue is not a replay.
     assert replayed(ops(ref, {"aten::addmm": [1, 880.0, 10_000]})) is None
+    # A GEMM of K = 8192 dwarfs its epilogue (GroupNorm and Swish, each under 1% of the reference's time): the
+    # candidate's own kernel for all of the epilogue beside PyTorch's GEMM is still no replay, and PyTorch's
+    # epilogue beside the GEMM still is.
+    big = {"aten::addmm": [1, 9_900.0, 8_000_000], "aten::native_group_norm": [1, 50.0, 131_072],
+           "aten::sigmoid": [1, 30.0, 131_072], "aten::mul": [1, 20.0, 262_144]}
+    assert replayed(ops(big, {"aten::addmm": [1, 9_800.0, 8_000_000]})) is None
+    assert replayed(ops(big, dict(big))) == sorted(big)
     # A two-stage reduction finishes in PyTorch on a few partial sums: not the reference's sum.
     assert replayed(ops({"aten::sum": [1, 20.0, 65_536]}, {"aten::sum": [1, 15.0, 1_024]})) is None
     # One ReLU of ten replaced by the candidate's kernel: not every call ran in PyTorch.
