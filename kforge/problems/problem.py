@@ -98,11 +98,14 @@ def parse_stem(stem: str) -> tuple[int | None, str]:
     return (int(m.group(1)), stem) if m else (None, stem)
 
 
-def _top_level_assignments(tree: ast.Module) -> list[tuple[str, ast.expr, ast.Assign]]:
+def _top_level_assignments(tree: ast.Module) -> list[tuple[str, ast.expr, ast.Assign | ast.AnnAssign]]:
     """Each name a top-level assignment binds, the expression its value comes from, and the statement:
-    ``a = 1``; ``height = width = 64`` (both from the one value); ``height, width = 256, 256`` (element-wise)."""
+    ``a = 1``; ``height = width = 64`` (both from the one value); ``height, width = 256, 256`` (element-wise);
+    ``batch_size: int = 256`` (annotated)."""
     out = []
     for node in tree.body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+            out.append((node.target.id, node.value, node))
         if not isinstance(node, ast.Assign):
             continue
         for target in node.targets:
@@ -197,7 +200,7 @@ def apply_overrides(source: str, overrides: dict[str, Any], where: str) -> str:
     edits, split = [], {}
     for name, value in overrides.items():
         v, stmt = nodes[name]
-        if len(stmt.targets) > 1:  # ``height = width = 64``: one value for several names, split to set one
+        if len(getattr(stmt, "targets", ())) > 1:  # ``height = width = 64``: one value for several names, split to set one
             split[id(stmt)] = stmt
         else:
             edits.append((*span(v), repr(value)))

@@ -130,7 +130,8 @@ class VariantChecks:
         so that the message says which it is: a size baked in (the fresh model fails as well, and its failure is
         the verdict), or something kept from the first call."""
         reads = model_reads(self.problem.source)
-        shown, followed = shown_and_followed(overrides, self.problem.constants, reads)
+        shown, followed = shown_and_followed(overrides, self.problem.constants, reads,
+                                             derived_from(self.problem.source, set(overrides)))
         seen = self._seen_first(followed)
         followed = {**followed, **self._derived_values(followed, reads)}
         try:

@@ -132,7 +132,8 @@ def derived_from(source: str, names: set[str]) -> set[str]:
     return out
 
 
-def shown_and_followed(overrides: dict, problem: dict, reads: set[str]) -> tuple[dict, dict]:
+def shown_and_followed(overrides: dict, problem: dict, reads: set[str], derived: set[str] = frozenset()) \
+        -> tuple[dict, dict]:
     """How a variant's constants reach the candidate, which runs in the variant's namespace: (the constants set back
     to the values it was shown, the overrides its restatements give way to).
 
@@ -142,8 +143,11 @@ def shown_and_followed(overrides: dict, problem: dict, reads: set[str]) -> tuple
     model reads (level 3's VanillaRNN sizes its hidden state by ``batch_size`` in ``__init__``) is part of the
     problem, and follows the variant: where the candidate restates it with the problem's value (KernelBench
     generations repeat the whole file, ``batch_size = 8`` and all), the variant's value counts
-    (`restated_take_the_variant`); judged against itself, the VanillaRNN otherwise failed its first variant."""
-    shown = {k: problem[k] for k in overrides if k in problem and k not in reads}
+    (`restated_take_the_variant`); judged against itself, the VanillaRNN otherwise failed its first variant.
+    ``derived``: the constants computed from the overridden ones (`derived_from`: ``ffn = 4 * dim``), shown as the
+    problem has them too where the model does not read them, or a kernel that bakes in ``ffn`` is rebuilt at each
+    variant's value."""
+    shown = {k: problem[k] for k in [*overrides, *sorted(derived)] if k in problem and k not in reads}
     return shown, {k: v for k, v in overrides.items() if k in reads}
 
 

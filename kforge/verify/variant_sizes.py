@@ -19,10 +19,17 @@ SIZE_NAME = re.compile(r"batch|bsz|^bs$|size|dim|feat|channel|depth|height|width
 #: iteration count). A bare ``dim`` is both in KernelBench: the axis (``dim = 1``, under `MIN_SIZE`) or the row length
 #: (``dim = 393216``, a size). The short words count only as words of the name: ``timesteps`` is a length, not an
 #: ``eps``; ``num_bits`` a quantizer's setting, not a count of things an input holds.
-NOT_A_SIZE = re.compile(r"kernel|stride|dilation|group|head|axis|window|pool|"
+#: A count of heads (``n_heads``, ``num_kv_heads``, ``nhead``), not the size of one (``head_dim``, ``d_head``,
+#: ``dim_head``, ``head_size``: Mamba2's ``d_head = 64`` is a size that a kernel bakes in as often as any).
+HEAD_COUNT = r"(?<!d_)(?<!dim_)head(?!s?_?(?:dim|size))"
+NOT_A_SIZE = re.compile(r"kernel|stride|dilation|group|" + HEAD_COUNT + r"|axis|window|pool|"
                         r"(^|_)(pad|padding|scale|eps|epsilon|prob|probs|rate|bits|iters?|iterations)(_|$)", re.I)
 MIN_SIZE = 8
-"""Constants below this are left alone: too small to shrink, and often an axis or a count of something."""
+"""Constants below this are left alone: too small to shrink, and often an axis or a count of something; but a batch
+(`BATCH_NAME`)."""
+#: A batch's names: a batch of 2 to 7 (KernelBench's ``batch_size = 4``) is varied by one, where any other constant
+#: that small may be an axis, a channel count of RGB or a kernel's side.
+BATCH_NAME = re.compile(r"batch|bsz|^bs$|^b$", re.I)
 #: Tuple constants that are shapes (KernelBench's scans and losses: ``input_shape = (32768,)``, the row length of
 #: ``torch.rand(batch_size, *input_shape)``): their elements of `MIN_SIZE` or more are sizes.
 SHAPE_NAME = re.compile(r"shape|size|dims", re.I)
@@ -33,8 +40,14 @@ def is_size(v) -> bool:
 
 
 def is_shape(v) -> bool:
-    """A shape constant's value: a tuple, or a list (``input_shape = [128, 4096]``), of numbers."""
+    """A shape constant's value: a tuple, or a list (``input_shape = [128, 4096]``), of numbers, or of shapes
+    (``input_shapes = [(512, 2048), (2048,)]``)."""
     return isinstance(v, (tuple, list))
+
+
+def has_size(v) -> bool:
+    """Whether a shape, or a shape within it, holds a size."""
+    return any(has_size(e) if is_shape(e) else is_size(e) for e in v)
 
 
 def size_constants(problem: Problem) -> dict[str, int | tuple]:
@@ -44,19 +57,30 @@ def size_constants(problem: Problem) -> dict[str, int | tuple]:
     shapes = _number_tuples(problem.source)
     return {k: v for k, v in problem.constants.items() if not NOT_A_SIZE.search(k) and (
         (is_size(v) and SIZE_NAME.search(k))
-        or (k in shapes and is_shape(v) and SHAPE_NAME.search(k) and any(is_size(e) for e in v)))}
+        or (type(v) is int and 2 <= v < MIN_SIZE and BATCH_NAME.search(k))
+        or (k in shapes and is_shape(v) and SHAPE_NAME.search(k) and has_size(v)))}
+
+
+def _bindings(tree: ast.Module) -> list[tuple[str, ast.expr, ast.stmt]]:
+    """The top level's single-name bindings, annotated or not (``batch_size: int = 256``): name, value, statement."""
+    out = []
+    for n in tree.body:
+        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
+            out.append((n.targets[0].id, n.value, n))
+        elif isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) and n.value is not None:
+            out.append((n.target.id, n.value, n))
+    return out
 
 
 def _number_tuples(source: str) -> set[str]:
     """Names the file's top level binds, alone, to a tuple or list written without names (``(8192 * 2,)``
-    counts)."""
+    counts; so does a list of them, ``input_shapes = [(512, 2048), (2048,)]``)."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return set()
-    return {n.targets[0].id for n in tree.body
-            if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
-            and isinstance(n.value, (ast.Tuple, ast.List)) and not any(isinstance(x, ast.Name) for x in ast.walk(n.value))}
+    return {name for name, value, _ in _bindings(tree) if isinstance(value, (ast.Tuple, ast.List))
+            and not any(isinstance(x, ast.Name) for x in ast.walk(value))}
 
 
 #: The functions whose integer literals are the sizes of a file that names none as constants.
@@ -91,12 +115,11 @@ def _values(fn: ast.AST) -> set[int]:
     return skip
 
 
-def _shape_assignments(tree: ast.Module) -> list[ast.Assign]:
+def _shape_assignments(tree: ast.Module) -> list[ast.stmt]:
     """Top-level shapes written with names and numbers (``input_shape = (batch_size, 4096)``): their numbers are
     literal sizes beside the constants (a shape of numbers alone is a size constant, `size_constants`)."""
-    return [n for n in tree.body if isinstance(n, ast.Assign) and len(n.targets) == 1
-            and isinstance(n.targets[0], ast.Name) and SHAPE_NAME.search(n.targets[0].id)
-            and isinstance(n.value, (ast.Tuple, ast.List)) and any(isinstance(x, ast.Name) for x in ast.walk(n.value))]
+    return [stmt for name, value, stmt in _bindings(tree) if SHAPE_NAME.search(name)
+            and isinstance(value, (ast.Tuple, ast.List)) and any(isinstance(x, ast.Name) for x in ast.walk(value))]
 
 
 def literal_sizes(source: str) -> list[ast.Constant]:

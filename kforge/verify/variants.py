@@ -34,6 +34,8 @@ import re
 from ..problems import Problem, ProblemError, problem_from_source
 from .protocol import ShapeVariant
 from .variant_sizes import (
+    HEAD_COUNT,
+    MIN_SIZE,
     is_literal,
     is_shape,
     is_size,
@@ -45,7 +47,10 @@ from .variant_sizes import (
 
 
 def _smaller(n: int, fraction: float) -> int:
-    """About ``fraction`` of ``n``, odd and not a multiple of 16 (kernels tiled by 16, 32 or 128 must mask)."""
+    """About ``fraction`` of ``n``, odd and not a multiple of 16 (kernels tiled by 16, 32 or 128 must mask); one
+    less for a batch under `MIN_SIZE` (4 -> 3, 2 -> 1)."""
+    if n < MIN_SIZE:
+        return max(1, n - 1)
     v = max(3, int(n * fraction))
     if v % 2 == 0:
         v -= 1
@@ -55,7 +60,7 @@ def _smaller(n: int, fraction: float) -> int:
 
 
 #: Constants that sizes must be multiples of (head and group counts): a fallback variant keeps them dividing.
-DIVISOR_NAME = re.compile(r"head|group", re.I)
+DIVISOR_NAME = re.compile(HEAD_COUNT + r"|group", re.I)
 
 
 def _counts(problem: Problem) -> int:
@@ -105,8 +110,11 @@ def _fallback(overrides: dict, original: dict, step: int, unit: int = 1) -> dict
 
 
 def _each(v, fn):
-    """``fn`` of a size, or of each size in a shape (its elements under `MIN_SIZE` kept)."""
-    return type(v)(fn(e) if is_size(e) else e for e in v) if is_shape(v) else fn(v)
+    """``fn`` of a size, or of each size in a shape, or in the shapes a shape holds (elements under `MIN_SIZE`
+    kept)."""
+    if is_shape(v):
+        return type(v)(_each(e, fn) if is_shape(e) else fn(e) if is_size(e) else e for e in v)
+    return fn(v)
 
 
 def _larger(n: int) -> int:
@@ -118,11 +126,29 @@ def _larger(n: int) -> int:
     return v
 
 
+def _apart(variant: dict) -> dict:
+    """``variant`` with constants that came out equal made different (the later ones 2 less each time, odd and not
+    a multiple of 16 still): a square image (``height = width = 128``), a GEMM with ``in_features = out_features``
+    and KernelBench's ``dim1 = 256, dim2 = 257`` (both 191 at three quarters) would otherwise move together in every
+    variant, and a kernel that takes one for the other passed them all. A literal size keeps the value of a constant
+    equal to it: ``get_init_inputs`` returning ``[1024]`` beside ``dim = 1024`` is most often ``dim`` restated."""
+    out, taken = {}, set()
+    for k, v in variant.items():
+        if isinstance(v, int) and v >= MIN_SIZE and not is_literal(k):
+            while v in taken and v > MIN_SIZE:
+                v -= 2
+                v -= 2 * (v % 16 == 0)
+            taken.add(v)
+        out[k] = v
+    return out
+
+
 def _derived(sizes: dict) -> list[dict]:
-    """All the sizes at about three quarters; the first alone at about half (the first element of a lone shape
-    with several: a kernel that assumes its dimensions equal fails there); all of them a sixteenth larger."""
+    """All the sizes at about three quarters, none equal to another (`_apart`); the first alone at about half (the
+    first element of a lone shape with several: a kernel that assumes its dimensions equal fails there); all of
+    them a sixteenth larger."""
     first = next(iter(sizes))
-    out = [{k: _each(v, lambda n: _smaller(n, 0.75)) for k, v in sizes.items()}]
+    out = [_apart({k: _each(v, lambda n: _smaller(n, 0.75)) for k, v in sizes.items()})]
     if len(sizes) > 1:
         out.append({first: _each(sizes[first], lambda n: _smaller(n, 0.5))})
     elif is_shape(shape := sizes[first]) and sum(map(is_size, shape)) > 1:
@@ -141,10 +167,9 @@ def shape_variants(problem: Problem, declared: list[dict] | None = None) -> list
         sizes = size_constants(problem)
         if not sizes:
             return _literal_variants(problem)
-        # Sizes it writes as literals beside its constants (``torch.randn(batch_size, 1024)``) vary with them
-        named = {v for v in problem.constants.values() if isinstance(v, int)}
-        overrides = _derived({**sizes, **{str(n.value): n.value for n in literal_sizes(problem.source)
-                                          if n.value not in named}})
+        # Sizes it writes as literals beside its constants (``torch.randn(batch_size, 1024)``) vary with them, one
+        # equal to a constant's value too (``M = 256`` beside ``torch.randn(K, 256)``)
+        overrides = _derived({**sizes, **{str(n.value): n.value for n in literal_sizes(problem.source)}})
     out, step = [], _step(problem)
     for o in overrides:
         constants = {k: v for k, v in o.items() if not is_literal(k)}
@@ -156,9 +181,11 @@ def shape_variants(problem: Problem, declared: list[dict] | None = None) -> list
                                                                sizes)
         if len(constants) < len(o):  # the literals changed too: the constants' change alone first (a model that
             # fixes a literal's size in its layers, VGG's classifier for 224 x 224, runs there), then each
-            # fallback with the literals' change and without
-            changed = {k: v for k, v in o.items() if is_literal(k)}
-            fallbacks = [constants] * bool(constants) + [{**f, **changed} for f in fallbacks] + fallbacks
+            # fallback with the literals rounded as the constants are (a literal channel count its groups divide),
+            # then without them
+            shown = {**problem.constants, **{k: literal_value(k) for k in o if is_literal(k)}}
+            fallbacks = [constants] * bool(constants) + [
+                f for f in _fallbacks(o, shown, step, _divisor(problem), sizes) if f not in fallbacks] + fallbacks
         out.append(ShapeVariant(overrides=o, source=source, fallbacks=fallbacks,
                                 fallback_sources=[_with(problem, f) for f in fallbacks]))
     return out
@@ -183,7 +210,7 @@ def _fallbacks(overrides: dict, original: dict, step: int, unit: int, sizes: dic
     out: list[dict] = []
     rounded = _fallback(overrides, original, step)
     for f in (rounded, _fallback(overrides, original, step, unit), _proportional(overrides, original, sizes),
-              _aligned(overrides, original), *_reverted(rounded or overrides, original)):
+              _aligned(overrides, original), _halved(overrides, original), *_reverted(rounded or overrides, original)):
         if f is not None and f != overrides and f not in out:
             out.append(f)
     return out
@@ -212,6 +239,21 @@ def _aligned(overrides: dict, original: dict) -> dict | None:
         return r if r > 0 else v
 
     out = {k: rounded(v, original[k]) for k, v in overrides.items()}
+    return None if out == overrides else out
+
+
+def _halved(overrides: dict, original: dict) -> dict | None:
+    """The variant with each size that is a power of two in the problem, and that the variant moved, at half its
+    value there: a model that asks for powers of two (a Hadamard transform, a radix-2 FFT, a bitonic sort) runs
+    at none of the other fallbacks. None where nothing changes."""
+    def halved(v, was):
+        if is_shape(v):
+            return type(v)(halved(e, o) for e, o in zip(v, was))
+        if v == was or not is_size(was) or was & (was - 1):
+            return v
+        return was // 2
+
+    out = {k: halved(v, original[k]) for k, v in overrides.items()}
     return None if out == overrides else out
 
 

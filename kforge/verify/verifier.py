@@ -63,8 +63,10 @@ class ProblemFails(ProblemError):
 
 
 #: Said where the kforge rules found no other shape to check: a correct verdict there says nothing about other sizes.
-NO_VARIANTS = ("no shape variants: the problem names no size constants (batch_size, dim, ...) and writes no literal "
-               "sizes in get_inputs or get_init_inputs, so the candidate was checked at this shape alone "
+NO_VARIANTS = ("no shape variants: kforge found no sizes in the problem to vary (module-level integers named like "
+               "sizes, batch_size = 128 or dim: int = 4096, shapes written as tuples of them, literal sizes in "
+               "get_inputs or get_init_inputs; not sizes inside a dict or a class), so the candidate was checked at "
+               "this shape alone "
                "(KFORGE = {\"variants\": [{...}]} in the problem lists some)")
 
 

@@ -95,6 +95,11 @@ def test_what_the_model_reads_follows_the_variant_and_the_test_configuration_sta
     assert shown_and_followed({"batch_size": 11, "dim": 3071}, constants, set()) == (constants, {})
     assert shown_and_followed({"batch_size": 11, "dim": 3071}, constants, {"batch_size"}) == \
         ({"dim": 4096}, {"batch_size": 11})
+    # a constant computed from one the variant changes (``ffn = 4 * dim``), which only get_init_inputs reads, is
+    # shown as the problem has it: a kernel that bakes in ``ffn`` was rebuilt at each variant's value
+    constants = {**constants, "ffn": 16384}
+    assert shown_and_followed({"dim": 3071}, constants, set(), {"ffn"}) == ({"dim": 4096, "ffn": 16384}, {})
+    assert shown_and_followed({"dim": 3071}, constants, {"ffn"}, {"ffn"}) == ({"dim": 4096}, {})
 
 
 def test_sizes_read_from_the_constants_it_was_shown_are_baked_in(pool):
@@ -171,6 +176,21 @@ def test_constants_only_the_init_inputs_read_are_the_test_configuration_it_was_s
         ".view(-1, out_features)", "")
     fine = verifier.verify(p, generic, "cpu")
     assert fine.state is State.CORRECT, fine.summary()
+
+
+def test_a_constant_computed_from_a_size_is_shown_as_the_problem_has_it(pool):
+    """``wide = 2 * in_features`` is not named like a size, so no variant sets it, but each variant's file computes
+    it anew: a candidate that read the module's ``wide`` got each variant's value, and passed with the width baked
+    in."""
+    derived = LINEAR.replace("out_features = 160", "wide = 2 * in_features").replace(
+        "return [in_features, out_features]", "return [in_features, wide]")
+    p = problem_from_source(derived, where="linear_wide.py", name="linear_wide")
+    candidate = LINEAR_RESTATED.replace("out_features = 160\n", "").replace(
+        ".view(-1, out_features)", ".view(-1, wide)  # noqa: F821 - the problem's")
+    verifier = Verifier(fast_config(variants=True, require_kernel=False, skip_timing=True), pool=pool)
+    v = verifier.verify(p, candidate.replace("x.view(-1, in_features)", "x.reshape(-1, x.shape[-1])"), "cpu")
+    assert v.states["kernelbench"] == "correct", v.summary()
+    assert v.state is not State.CORRECT and "on shape variant" in v.message, v.summary()
 
 
 def test_a_helper_only_get_inputs_calls_is_test_configuration():

@@ -352,7 +352,7 @@ def test_the_names_hand_written_problems_give_their_sizes():
            "n_heads = 8\nkernel_size = 3\n\n\ndef get_inputs():\n    return [torch.randn(B, S, E)]\n\n\n"
            "def get_init_inputs():\n    return []\n")
     assert set(size_constants(problem_from_source(src, where="t.py", name="t"))) == \
-        {"S", "E", "d_model", "in_ch", "out_ch"}  # B = 4 is under the minimum; G and n_heads divide sizes
+        {"B", "S", "E", "d_model", "in_ch", "out_ch"}  # B = 4, a batch, varies by one; G and n_heads divide sizes
 
 
 # KernelBench's level 2 writes 512 groups beside 8192 features (its 62 and 75), and 8 beside 16 channels.
@@ -422,12 +422,14 @@ def test_sizes_that_many_groups_must_divide_fall_back_to_multiples_of_the_group_
     conv = problem_from_source(GEMM_GROUPNORM.replace("input_size = 256\nhidden_size = 2048\nnum_groups = 512",
                                                       "input_size = 64\nhidden_size = 16\nnum_groups = 8"),
                                where="c.py", name="c")
-    assert [f["hidden_size"] for f in shape_variants(conv)[0].fallbacks][:2] == [11, 8]  # first as it was, then 8
+    # 16 channels beside a batch of 16: 9 (11 is the batch's: equal sizes move apart), then 8
+    assert [f["hidden_size"] for f in shape_variants(conv)[0].fallbacks][:2] == [9, 8]
     assert [f["hidden_size"] for f in shape_variants(conv)[2].fallbacks][:2] == [17, 24]
     unnamed = problem_from_source(GEMM_GROUPNORM.replace("num_groups = 512\n", "").replace(
         "input_size, hidden_size, num_groups]", "input_size, 16, 4]").replace("hidden_size = 2048", "hidden_size = 16"),
         where="u.py", name="u")  # the group count a literal: 8, which 2, 4 and 8 divide
-    assert shape_variants(unnamed)[0].fallbacks[1]["hidden_size"] == 8
+    # the literal 16 varies with the batch it equals, and is rounded with the constants: 8
+    assert shape_variants(unnamed)[0].fallbacks[2]["16"] == 8
 
 
 def test_a_group_norm_baked_to_the_groups_it_was_shown_fails_at_the_fallback_sizes(pool):
@@ -503,6 +505,32 @@ def test_the_names_and_shapes_models_write_are_sizes_and_settings_are_not():
     assert set(sizes) == {"timesteps", "bsz", "nfeat", "input_shape", "padded_len"}
     first, half, larger = shape_variants(problem_from_source(src, where="t.py", name="t"))
     assert first.overrides["input_shape"] == [95, 3071] and "input_shape = [95, 3071]" in first.source
+
+
+def test_sizes_models_write_beside_the_usual_constants_are_varied_too():
+    """Each of these passed every variant with the size baked in: a head's width (``d_head``: "head" was taken for
+    a head count), an annotated constant, a batch of 4, two equal sizes (``height = width``: they moved together), a
+    literal equal to a constant (``torch.randn(K, 256)`` beside ``M = 256``), and shapes listed together."""
+    head = "import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def forward(self, x):\n        return x\n\n\n"
+    tail = "\n\ndef get_inputs():\n    return [torch.randn(K, 256)]\n\n\ndef get_init_inputs():\n    return []\n"
+    src = head + ("batch_size: int = 4\nn_heads = 8\nd_head = 64\nheight = width = 128\nM = 256\nK = 96\n"
+                  "input_shapes = [(512, 2048), (2048,)]\n") + tail
+    p = problem_from_source(src, where="t.py", name="t")
+    assert set(size_constants(p)) == {"batch_size", "d_head", "height", "width", "M", "K", "input_shapes"}
+    first, half, larger = shape_variants(p)
+    assert first.overrides == {"batch_size": 3, "d_head": 47, "height": 95, "width": 93, "M": 191, "K": 71,
+                               "input_shapes": [(383, 1535), (1535,)], "256": 191}
+    assert "batch_size: int = 3" in first.source and "torch.randn(K, 191)" in first.source
+    assert half.overrides == {"batch_size": 3} and larger.overrides["batch_size"] == 5
+    assert larger.overrides["height"] == larger.overrides["width"] == 137  # equal again: a model may need them so
+
+
+def test_a_size_a_model_asks_to_be_a_power_of_two_falls_back_to_half_of_it():
+    src = LITERAL.replace("return [torch.randn(16, 1024)]", "return [torch.randn(batch_size, dim)]").replace(
+        "return [1024, 512]", "return [dim, 512]") + "\nbatch_size = 64\ndim = 1024\n"
+    first = shape_variants(problem_from_source(src, where="h.py", name="h"))[0]
+    assert first.overrides == {"batch_size": 47, "dim": 767, "512": 383}
+    assert {"batch_size": 32, "dim": 512, "512": 256} in first.fallbacks
 
 
 def test_values_are_not_literal_sizes_and_sizes_outside_get_inputs_are():
