@@ -1,4 +1,5 @@
-"""`make reproduce`: the paper's three ablation sweeps and beam search's, then the tables; the checkout's form of
+"""`make reproduce`: the paper's three ablation sweeps, beam search's, the training step's and the precision's, then
+the tables; the checkout's form of
 ``kforge-reproduce``.
 
     python pipelines/reproduce.py --models gpt-5,claude-opus --backends cuda --levels 1,2,3

@@ -153,6 +153,8 @@ def caption(name: str, factor: str, ctx: Context, not_llms: dict[str, str], lay:
     the brackets are, and the rows that are not LLMs."""
     by = [factor_name(k).lower() for k in (factor, *row_keys(factor)) if k in lay.keys]
     what = (shows or "correctness and speedup over {baseline}").format(baseline=BASELINES[ctx.baseline])
+    if factor == "precision" or "precision" in lay.keys:  # a bf16 kernel's speedup is over bf16 eager
+        what += " at each row's own precision"
     text = (f"{title_of(name)}: {what}, by {', '.join(by[:-1]) + ' and ' if len(by) > 1 else ''}{by[-1]}"
             + (" (level all pools the levels)" if lay.pooled else ""))
     fixed = _fixed_phrase(lay.fixed)

@@ -235,7 +235,9 @@ COLUMNS: list[Column] = [
     Column("fast_1.5", "fast_1.5", rate(faster(1.5)), ""),
     Column("correct_kb", "correct (KB rules)", rate(lambda g, ctx: solved(g, "kernelbench")),
            "correct and fast_1 (KB rules): the same under KernelBench's rules, where matching outputs suffice and a "
-           "program whose own kernels did not do the work counts too, so they compare with its leaderboard."),
+           "program whose own kernels did not do the work counts too, so they compare with its leaderboard; their "
+           "fast_p also leaves out the problems where a constant output passes KernelBench's comparison alone (the "
+           "audit's degenerate_kernelbench: a bf16 softmax)."),
     Column("fast_1_kb", "fast_1 (KB rules)", rate(faster(1.0, "kernelbench")), ""),
     Column("kernel_share", "kernel share", kernel_share,
            "kernel share: the mean share of the best correct kernels' device time spent in their own kernels rather "
