@@ -77,8 +77,15 @@ def tolerance(p: Precision, k: int, spread: float) -> tuple[float, float]:
     product and not before (the inputs stay float32, and so does the truth), a sum of K such products errs more
     the longer it is: ``atol`` grows by ``sqrt(1 + log2 K)``. At bf16 and fp16 the inputs and weights are already
     in the precision and the truth is computed from them: a kernel that accumulates in float32, as PyTorch does,
-    errs by its output's rounding alone, and that factor let a block-scaled int8 GEMM pass at bf16.
+    errs by its output's rounding alone, and that factor let a block-scaled int8 GEMM pass at bf16. ``atol`` is at
+    least the storage type's smallest subnormal (`SUBNORMAL`), the error of a correctly rounded output of a truth
+    below it.
     """
     rtol = ROUNDINGS * p.unit_roundoff
     walk = 1.0 if p.reduced else math.sqrt(1.0 + math.log2(max(1, k)))
-    return rtol * max(spread, 0.0) * walk, rtol
+    return max(rtol * max(spread, 0.0) * walk, SUBNORMAL.get(p.storage, 0.0)), rtol
+
+
+#: The smallest positive number of each reduced storage type: a truth below it rounds to zero or to it, so no kernel
+#: can come closer (``x * 1e-9`` at fp16 was a mismatch for the correctly rounded zeros).
+SUBNORMAL = {"float16": 2.0 ** -24, "bfloat16": 2.0 ** -133}

@@ -279,7 +279,10 @@ class Harness:
         except (OSError, UnicodeDecodeError):
             return ""
 
-    _DTYPES = re.compile(r"scalar type|dtype|BFloat16|bfloat16|\bHalf\b|float16|\bbf16\b|\bfp16\b")
+    #: How a dtype failure reads: PyTorch's own words, and a candidate's own check (``TORCH_CHECK(a.dtype() ==
+    #: torch::kFloat32, "A must be a float32 tensor")``).
+    _DTYPES = re.compile(r"scalar type|dtype|BFloat16|bfloat16|\bHalf\b|float16|\bbf16\b|\bfp16\b|float32|\bfloat\b|"
+                         r"kFloat", re.I)
 
     def _dtype_hint(self, exc: BaseException) -> str:
         """Where a candidate fails on a dtype at a reduced precision: what the precision made its tensors."""

@@ -175,6 +175,8 @@ def test_the_tolerance_follows_the_unit_roundoff_and_grows_with_the_reduction_at
     assert tolerance(get_precision("fp16"), 1, 1.0)[1] == 4 * 2 ** -11 < rtol1
     assert reduction_length(2 * 64 * 256 * 512, 64 * 256) == 512 and reduction_length(None, 10) == 1
     assert PRECISIONS["bf16"].kernelbench_tol == 1e-2 and PRECISIONS["fp32"].kernelbench_tol == 1e-4
+    # a truth below fp16's smallest subnormal (x * 1e-9) rounds to zero: correctly rounded, it errs by that much
+    assert tolerance(get_precision("fp16"), 1, 1e-9)[0] == 2.0 ** -24
     with pytest.raises(ValueError, match="choose from fp32, tf32, bf16, fp16"):
         get_precision("fp8")
 
@@ -225,7 +227,8 @@ def test_the_depth_of_a_volume_and_einsum_letters_are_sizes():
     pairs = conv3d.replace("depth = 64\nwidth = 64\nheight = 64", "depth = width = 64\nheight, groups = 64, 1")
     chained = problem_from_source(pairs, where="pairs.py", name="pairs")
     assert set(size_constants(chained)) == {"batch_size", "out_channels", "depth", "width", "height"}
-    assert "depth = 47; width = 47\nheight, groups = 47, 1\n" in shape_variants(chained)[0].source
+    # equal sizes move apart at three quarters (a kernel that takes the volume for a cube fails there)
+    assert "depth = 45; width = 43\nheight, groups = 41, 1\n" in shape_variants(chained)[0].source
     letters = conv3d.replace("batch_size = 16\nin_channels = 3\nout_channels = 64\nkernel_size = 3\n"
                              "depth = 64\nwidth = 64\nheight = 64", "b = 8\ni = 256\nj = 512\nl = 256\nk = 768")
     assert set(size_constants(problem_from_source(letters, where="t.py", name="t"))) == {"b", "i", "j", "l", "k"}
@@ -238,7 +241,7 @@ def test_a_width_the_head_count_must_divide_falls_back_to_sizes_it_divides(pool)
                  "    def __init__(self, dim, heads):\n        super().__init__()\n"
                  "        self.attn = nn.MultiheadAttention(dim, heads, batch_first=True)\n\n"
                  "    def forward(self, x):\n        return self.attn(x, x, x, need_weights=False)[0]\n\n\n"
-                 "batch_size = 2\nseq_len = 40\ndim = 64\nheads = 8\n\n\n"
+                 "batch_size = 1\nseq_len = 40\ndim = 64\nheads = 8\n\n\n"  # a batch of 1: not varied
                  "def get_inputs():\n    return [torch.randn(batch_size, seq_len, dim)]\n\n\n"
                  "def get_init_inputs():\n    return [dim, heads]\n")
     p = problem_from_source(attention, where="attention.py", name="attention")
@@ -324,6 +327,16 @@ def test_a_float_kernel_at_bf16_is_told_what_the_precision_made_its_tensors(pool
     v = Verifier(fast_config(precision="bf16"), pool=pool).verify(problem, as_float, "cpu")
     assert v.state is State.RUNTIME_ERROR and "expected scalar type Float" in v.message, v.summary()
     assert "the problem runs at bf16: its inputs, parameters and buffers are bfloat16" in v.message, v.message
+
+
+def test_a_candidates_own_dtype_check_reads_as_a_dtype_failure():
+    """``TORCH_CHECK(a.dtype() == torch::kFloat32, "A must be a float32 tensor")`` failed at bf16 with no word of the
+    precision the problem ran at; PyTorch's own wording had the hint."""
+    from kforge.sandbox.harness import Harness
+    for said in ("A must be a float32 tensor", "expects kFloat input", "input must be float", "expected scalar type "
+                 "Float but found BFloat16"):
+        assert Harness._DTYPES.search(said), said
+    assert not Harness._DTYPES.search("index 4096 is out of bounds for dimension 0 with size 4096")
 
 
 def test_an_output_left_in_float32_at_bf16_is_told_to_cast_it_back(pool, problem):
