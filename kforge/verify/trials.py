@@ -81,8 +81,34 @@ class Trials(MeasuredTrials, NumericsChecks, VariantChecks, FreshModels, Harness
     # -- the backward mode (kforge.verify.backward) -----------------------------------------------------
     def load_reference(self) -> None:
         super().load_reference()
+        if (held := self._held_in_reduced_precision()) is not None:
+            self.precision, self.storage = held, getattr(self.torch, held.storage)
+            self.build_references()  # the float32 truth beside the model as the file has it
+            self.setup_views()
+            self.notes.append(f"the problem's own floating-point inputs and parameters are {held.storage}: judged as "
+                              f"at --precision {held.name} (against a float32 truth from them, at {held.name}'s "
+                              "tolerance; against PyTorch's own result at it, it was a kernel that computes in float32 "
+                              "and rounds once that failed)")
         if self.cfg.backward:  # before any candidate code: it takes the functions it trusts now
             self.steps = Backward.of(self)
+
+    def _held_in_reduced_precision(self):
+        """The reduced precision a problem file holds all its floating-point inputs and parameters in, run as it is
+        (``fp32``, not under the kernelbench rules, which cast them as KernelBench does): None where it holds any in
+        another type or holds none. Judged in their own type against PyTorch's bf16 result, a kernel more exact than
+        it was a mismatch (`kforge.precision`)."""
+        from ..precision import PRECISIONS
+        torch = self.torch
+        if self.precision.name != "fp32" or self.cast_all:
+            return None
+        torch.random.manual_seed(self.weight_seed)
+        with torch.device(self.device):
+            drawn = list(self.ref_mod.get_inputs())
+        model = self.ref_model
+        tensors = [x for x in drawn if isinstance(x, torch.Tensor)] + (
+            [*model.parameters(), *model.buffers()] if isinstance(model, torch.nn.Module) else [])
+        dtypes = {str(x.dtype).replace("torch.", "") for x in tensors if x.is_floating_point()}
+        return next((p for p in PRECISIONS.values() if p.reduced and dtypes == {p.storage}), None)
 
     def reference_alone(self) -> None:
         """Run the trials' references once before any candidate code where the audit (the model's forward in the

@@ -350,3 +350,61 @@ def test_an_output_left_in_float32_at_bf16_is_told_to_cast_it_back(pool, problem
         problem, upcast, "cpu")
     assert v.state is State.SHAPE_MISMATCH and v.states["kernelbench"] == "shape_mismatch", v.summary()
     assert "has dtype torch.float32, expected torch.bfloat16: give it back" in v.message, v.message
+
+
+# A problem whose own tensors are bf16 (a user's workload as it runs), judged as the file is.
+BF16_FILE = '''import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.weight = nn.Parameter((1.0 + 0.1 * torch.randn(dim)).to(torch.bfloat16))
+
+    def forward(self, x, g):
+        rms = torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + 1e-6)
+        return x * rms * self.weight * F.silu(g)
+
+
+batch_size = 64
+dim = 1024
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim, dtype=torch.bfloat16), torch.randn(batch_size, dim, dtype=torch.bfloat16)]
+
+
+def get_init_inputs():
+    return [dim]
+'''
+
+# Computed in float32 and rounded once: closer to the truth than PyTorch's bf16 path, which rounds each step.
+ROUNDED_ONCE = '''import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class ModelNew(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim, dtype=torch.bfloat16))
+
+    def forward(self, x, g):
+        xf = x.float()
+        rms = torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + 1e-6)
+        return (xf * rms * self.weight.float() * F.silu(g.float())).to(x.dtype)
+'''
+
+
+def test_a_problem_held_in_bf16_is_judged_as_at_bf16(pool):
+    """At the default precision a bf16 file ran as it is, and a kernel more exact than PyTorch's own bf16 result was a
+    mismatch against it ("about 7-bit arithmetic"): it is now judged against a float32 truth at bf16's tolerance."""
+    p = problem_from_source(BF16_FILE, where="bf16_file.py", name="bf16_file")
+    v = Verifier(fast_config(require_kernel=False, skip_timing=True), pool=pool).verify(p, ROUNDED_ONCE, "cpu")
+    assert v.state is State.CORRECT, v.summary()
+    assert any("inputs and parameters are bfloat16: judged as at --precision bf16" in n for n in v.evidence.notes)
+    wrong = ROUNDED_ONCE.replace("+ 1e-6)", "+ 1e-6) * 1.05")
+    assert Verifier(fast_config(require_kernel=False, skip_timing=True), pool=pool).verify(
+        p, wrong, "cpu").state is State.NUMERICAL_MISMATCH
