@@ -92,3 +92,16 @@ def test_the_element_shown_is_the_one_furthest_outside_its_allowance(tiny_chunks
     d = e.value.details
     assert d["index"] == [2] and d["expected"] == pytest.approx(-0.0625) and d["got"] == pytest.approx(-0.108)
     assert d["max_abs_err"] == pytest.approx(32.0) and d["allowed"] == pytest.approx(1e-2 + 1e-2 * 0.0625)
+
+
+def test_kernelbenchs_allclose_scales_by_the_candidate_in_the_dtype_and_compares_integers_too():
+    """KernelBench calls ``torch.allclose(reference, candidate, atol, rtol)``: a quantizer's 957 for 956 is within 1e-2
+    of 957, and 5.25 for 5.1875 in bf16 is within 1e-2 of 5.25 though not of 5.1875; kforge's own formula (rtol of
+    the reference) failed both under the kernelbench rules."""
+    from kforge.verify.compare import kernelbench_allclose
+    assert kernelbench_allclose(torch.tensor([957, 1000]), torch.tensor([956, 1000]), 1e-2, 1e-2) is True
+    assert kernelbench_allclose(torch.tensor([3, 1000]), torch.tensor([2, 1000]), 1e-2, 1e-2) is False
+    ref, out = torch.tensor([5.1875], dtype=torch.bfloat16), torch.tensor([5.25], dtype=torch.bfloat16)
+    assert kernelbench_allclose(out, ref, 1e-2, 1e-2) is True and kernelbench_allclose(ref, out, 1e-2, 1e-2) is False
+    assert kernelbench_allclose(out.float(), ref, 1e-2, 1e-2) is None  # its call raises on two dtypes
+    assert kernelbench_allclose(torch.tensor([float("nan")]), torch.tensor([float("nan")]), 1e-2, 1e-2) is False

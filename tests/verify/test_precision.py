@@ -408,3 +408,37 @@ def test_a_problem_held_in_bf16_is_judged_as_at_bf16(pool):
     wrong = ROUNDED_ONCE.replace("+ 1e-6)", "+ 1e-6) * 1.05")
     assert Verifier(fast_config(require_kernel=False, skip_timing=True), pool=pool).verify(
         p, wrong, "cpu").state is State.NUMERICAL_MISMATCH
+
+
+QUANTIZE = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.round(x * 1000).to(torch.int64)
+
+
+batch_size = 64
+dim = 1024
+
+
+def get_inputs():
+    return [torch.rand(batch_size, dim) * 0.5 + 0.5]
+
+
+def get_init_inputs():
+    return []
+'''
+
+QUANTIZE_IN_FP32 = QUANTIZE.replace("class Model(", "class ModelNew(").replace("x * 1000", "x.float() * 1000")
+
+
+def test_integer_outputs_under_the_kernelbench_rules_are_judged_by_its_allclose(pool):
+    """KernelBench's allclose at 1e-2 passes 957 for 956; its rules here compared the integers exactly and failed a
+    quantizer that rounds in float32 where PyTorch's bf16 path rounds in bf16. The kforge rules judge it against the
+    float32 truth, which it matches exactly."""
+    p = problem_from_source(QUANTIZE, where="quantize.py", name="quantize")
+    v = Verifier(fast_config(precision="bf16", require_kernel=False, skip_timing=True), pool=pool).verify(
+        p, QUANTIZE_IN_FP32, "cpu")
+    assert v.state is State.CORRECT and v.states["kernelbench"] == "correct", v.summary()
