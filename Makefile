@@ -63,10 +63,12 @@ REPRODUCE_ARGS ?=
 # QUICK=1: a quick look at every ablation: level 1 only, 2 iterations, no torch.compile reference (its
 # compile dominates on a CPU) and a short timing budget per kernel.
 QUICK ?=
+QUICK_ARGS :=
 ifeq ($(QUICK),1)
 LEVELS := 1
 ITERATIONS := 2
-REPRODUCE_ARGS += verify.compile_ref=false verify.timing.budget_s=1
+# its own variable: a REPRODUCE_ARGS given on the command line would replace a +=, and drop these
+QUICK_ARGS := verify.compile_ref=false verify.timing.budget_s=1
 endif
 
 .PHONY: demo ui reproduce tables
@@ -79,7 +81,7 @@ ui: ## browse the runs: `kforge ui` on ./mlflow.db (http://127.0.0.1:5000; anoth
 reproduce: ## the paper's ablations (MODELS=gpt-5,anthropic/claude-opus-4-5 BACKENDS=cuda LEVELS=1,2,3 KERNELBENCH=dir; QUICK=1: a quick look), then the tables
 	$(PYTHON) $(KFORGE_ROOT)/pipelines/reproduce.py --models $(MODELS) --backends $(BACKENDS) --levels $(LEVELS) \
 		$(if $(ITERATIONS),--iterations $(ITERATIONS)) $(if $(KERNELBENCH),--kernelbench $(KERNELBENCH)) \
-		$(if $(REPRODUCE_ARGS),-- $(REPRODUCE_ARGS))
+		$(if $(strip $(QUICK_ARGS) $(REPRODUCE_ARGS)),-- $(QUICK_ARGS) $(REPRODUCE_ARGS))
 
 tables: ## rebuild the ablation tables and plots in results/ from ./mlflow.db
 	$(PYTHON) $(KFORGE_ROOT)/pipelines/tables.py

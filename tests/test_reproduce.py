@@ -158,3 +158,11 @@ def test_the_precision_ablation_tables_fp32_against_bf16(tmp_path):
     exp = client.get_experiment_by_name("kforge-precision_ablation")
     jobs = [r for r in client.search_runs([exp.experiment_id]) if r.data.tags.get("kforge.kind") == "sweep-job"]
     assert sorted(r.data.params["precision"] for r in jobs) == ["bf16", "fp32"]
+
+
+def test_quick_keeps_its_settings_beside_reproduce_args_from_the_command_line():
+    """``make reproduce QUICK=1 REPRODUCE_ARGS=precision=bf16``: a command-line variable replaces the Makefile's
+    ``+=``, and QUICK's short timing budget and skipped compile baseline were lost without a word."""
+    out = subprocess.run(["make", "-n", "-C", str(REPO_DIR), "reproduce", "MODELS=oracle", "QUICK=1",
+                          "REPRODUCE_ARGS=precision=bf16", "PYTHON=python3"], capture_output=True, text=True).stdout
+    assert "-- verify.compile_ref=false verify.timing.budget_s=1 precision=bf16" in out, out

@@ -152,7 +152,8 @@ class Harness:
             self.raise_if_busy(exc)
             raise HarnessVerdict(PROBLEM_ERROR, f"the problem fails in {step} ({type(exc).__name__}: "
                                  f"{first_line(exc)}){self._no_cuda_note(exc)}; this is a bug in the problem, not in "
-                                 "the candidate", evidence={"traceback": self.problem_traceback(exc)}) from None
+                                 f"the candidate{self.cast_note(exc)}", evidence={"traceback": self.problem_traceback(exc)}
+                                 ) from None
 
     def problem_traceback(self, exc: BaseException) -> str:
         """The traceback of an exception the problem raised, as its author reads it: from the first frame in the
@@ -206,8 +207,13 @@ class Harness:
             model = self._construct(self.ref_mod.Model)
         return model if keep_dtype else model.to(dtype=self.torch.float32)
 
-    def cast_note(self) -> str:
-        """For a reference that fails: what the kernelbench rules did to its inputs, which may be why."""
+    def cast_note(self, exc: BaseException | None = None) -> str:
+        """For a reference that fails: what the precision or the kernelbench rules did to its inputs, which may be
+        why (``torch.linalg.det`` has no bf16 kernel on a CPU: "lu_cpu" not implemented for 'BFloat16')."""
+        name = {"bfloat16": "BFloat16", "float16": "Half"}.get(self.precision.storage)
+        if name and exc is not None and f"not implemented for '{name}'" in str(exc):
+            return (f" (or rather of the precision: PyTorch has no {self.precision.name} kernel for one of the "
+                    "problem's operators on this device, and the problem runs at --precision fp32)")
         if not self.cast_all:
             return ""
         dtype = str(self.storage).replace("torch.", "")

@@ -136,7 +136,7 @@ class Trials(MeasuredTrials, NumericsChecks, VariantChecks, FreshModels, Harness
             raise HarnessVerdict(PROBLEM_ERROR, f"the reference program fails when run on its own as the trials run "
                                  f"it ({'; '.join(runs)}): {_explained(exc)}; this is "
                                  f"a bug in the problem or beyond PyTorch at this size, not the candidate's"
-                                 f"{self.cast_note()}", evidence={"traceback": self.problem_traceback(exc)}) from None
+                                 f"{self.cast_note(exc)}", evidence={"traceback": self.problem_traceback(exc)}) from None
 
     def program(self, module, own: bool = False):
         """What a trial or a timed round calls: the module, or in the backward mode its training step (``own``: the

@@ -268,7 +268,7 @@ class _Run(OwnPhases, TimedRounds, Trials):
                 self.raise_if_busy(exc)
                 raise HarnessVerdict(PROBLEM_ERROR, f"the reference program fails when run on its own "
                                      f"({type(exc).__name__}: {first_line(exc)}); this is a bug in the problem, "
-                                     f"not in the candidate{self.cast_note()}", evidence={"traceback": self.problem_traceback(exc)})
+                                     f"not in the candidate{self.cast_note(exc)}", evidence={"traceback": self.problem_traceback(exc)})
             write_json(path, found.to_wire())
         return found
 

@@ -442,3 +442,15 @@ def test_integer_outputs_under_the_kernelbench_rules_are_judged_by_its_allclose(
     v = Verifier(fast_config(precision="bf16", require_kernel=False, skip_timing=True), pool=pool).verify(
         p, QUANTIZE_IN_FP32, "cpu")
     assert v.state is State.CORRECT and v.states["kernelbench"] == "correct", v.summary()
+
+
+def test_a_problem_with_no_kernel_at_the_precision_is_told_so(pool):
+    """``torch.linalg.det`` has no bf16 kernel on a CPU: "this is a bug in the problem" said nothing of the precision
+    that made it fail."""
+    det = QUANTIZE.replace("return torch.round(x * 1000).to(torch.int64)", "return torch.linalg.det(x)").replace(
+        "torch.rand(batch_size, dim) * 0.5 + 0.5", "torch.randn(batch_size, 8, 8)")
+    p = problem_from_source(det, where="det.py", name="det")
+    with pytest.raises(Exception, match="no bf16 kernel for one of the problem's operators") as err:
+        Verifier(fast_config(precision="bf16", require_kernel=False, skip_timing=True), pool=pool).verify(
+            p, det.replace("class Model(", "class ModelNew("), "cpu")
+    assert "--precision fp32" in str(err.value)
