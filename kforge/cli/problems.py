@@ -12,7 +12,8 @@ from .common import UsageError, backend_of, fmt_num, parse_set
 
 def add_parser(sub) -> None:
     p = sub.add_parser("problems", help="list problems (the built-in suite, or a KernelBench directory)",
-                       description="List problems with their size, FLOPs and minimum bytes moved.")
+                       description="List problems with their size, FLOPs and minimum bytes moved. With --audit, "
+                                   "exits 1 when a problem's reference fails on its own.")
     p.add_argument("--dir", help="a KernelBench checkout (or its KernelBench/ folder) instead of the built-in suite")
     p.add_argument("--level", help="level(s), e.g. 1 or 1,2")
     p.add_argument("--ids", help="problem ids, e.g. 1-5,19")
@@ -123,6 +124,8 @@ def _audit_problems(problems, args: argparse.Namespace) -> int:
               f"{fmt_num(p.flops or a.flops):>8} {fmt_num(p.bytes or a.bytes):>8} {fmt_num(mem):>8}")
     flagged = {f: sum(bool(a) and f in a.flags for _, a, _ in rows)
                for f in ("stochastic", "degenerate", "degenerate_kernelbench", "launch_bound")}
-    print(f"\n{len(rows)} problem(s) audited on {backend.device} at {args.precision}: "
+    failed = sum(a is None for _, a, _ in rows)
+    print(f"\n{len(rows) - failed} problem(s) audited on {backend.device} at {args.precision}"
+          + (f" ({failed} failed on their own: error rows above)" if failed else "") + ": "
           + ", ".join(f"{n} {f}" for f, n in flagged.items()))
-    return 0
+    return 1 if failed else 0

@@ -45,6 +45,20 @@ def test_problems_json_and_kernelbench_dir(tmp_path, capsys):
     assert [r["name"] for r in rows] == ["19_ReLU"] and rows[0]["level"] == 1
 
 
+def test_an_audit_counts_the_problems_that_fail_apart_and_exits_1(tmp_path, capsys):
+    """The summary said "2 problem(s) audited" beside an error row, and the command exited 0."""
+    (tmp_path / "level1").mkdir()
+    (tmp_path / "level1" / "19_ReLU.py").write_text(
+        "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return torch.relu(x)\n"
+        "N = 16\ndef get_inputs():\n    return [torch.randn(N)]\ndef get_init_inputs():\n    return []\n")
+    (tmp_path / "level1" / "20_Det.py").write_text(  # no bf16 kernel for det on a CPU
+        (tmp_path / "level1" / "19_ReLU.py").read_text().replace("torch.relu(x)", "torch.linalg.det(x)").replace(
+            "torch.randn(N)", "torch.randn(N, 4, 4)"))
+    assert main(["problems", "--dir", str(tmp_path), "--level", "1", "--audit", "--precision", "bf16"]) == 1
+    out = capsys.readouterr().out
+    assert "1 problem(s) audited on cpu at bf16 (1 failed on their own: error rows above)" in out, out
+
+
 def test_verify_json_fields_and_exit_zero_on_failure(tmp_path):
     cand = CANDIDATES / "cpu" / "relu_torch_only.py"
     res = run_cli("verify", "level1/1_ReLU", str(cand), "--json", "--set", "BATCH=4", "--set", "DIM=512",
