@@ -122,7 +122,8 @@ def _table(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
               for name in names for rules, r in by_rules.items()]
     for name, rules, g in groups:
         gm, ks = g["geomean_speedup"], g["kernel_share_mean"]
-        body.append([name, rules, str(g["candidates"]),
+        files = str(g["candidates"]) if not g.get("errors") else f"{g['verified']} of {g['candidates']}"
+        body.append([name, rules, files,  # the rates are over the verified files: say how many those are
                      "-" if g["correct_pct"] is None else f"{g['correct_pct']:.1f}%",
                      *[_pct(g[f"fast_{p:g}"]) for p in FAST],
                      "-" if gm is None else f"{gm:.2f}x", "-" if ks is None else f"{100 * ks:.0f}%",

@@ -185,6 +185,7 @@ def test_summary_per_level_with_kernel_share_and_flags():
     assert text.splitlines()[0].split()[:5] == ["level", "rules", "files", "correct", "fast_0"]
     assert "all" in text and "1 degenerate problem(s) left out of fast_p" in text and "no problem level1/3_*.py" in text
     assert "| 2 | kforge | 2 | 50.0% |" in render_markdown(s)
+    assert "| 1 | kforge | 4 of 5 | 75.0% |" in render_markdown(s)  # the rates are over the 4 verified
     # The same figures under KernelBench's rules, side by side: a kernel_unused row (PyTorch computed its answer,
     # honestly) is correct there and not under kforge's.
     kept = [row(1, 1, 0, _verdict("correct")), row(1, 2, 0, _verdict("kernel_unused"))]
