@@ -355,7 +355,10 @@ def _announce(job: Job, tracker: Any, labels: dict[str, str], earlier: Any, todo
         print(f"kforge: reference transfer ({ref_kind}): {have} of {n} problem(s) have a reference; "
               "the others run without one", flush=True)
     unit = "model call" if loop_cfg.mode == "beam" else "iteration"
+    precision = labels.get(Tags.PRECISION, "fp32")
     print(f"kforge: {n} problem(s) · model {labels[Tags.MODEL_LABEL]} · backend {job.backend.describe()} · "
+          + (f"{precision} (inputs and weights cast; speedups over eager at {precision}) · " if precision != "fp32"
+             else "") +
           f"{loop_cfg.mode} ({loop_cfg.budget} {unit}(s)) · MLflow {tracker.uri} (experiment {tracker.experiment})",
           flush=True)
     if todo and pch_pending(job.backend, job.pool.build_cache):
@@ -368,8 +371,8 @@ def _report(end: JobEnd, tracker: Any, parent: str | None, todo: list[Problem], 
         cut_off = [r for r in end.ended if r.stopped]
         left = len(todo) - len(end.ended) + len(cut_off)
         print(f"\nkforge: {'stopped: ' + end.why if end.why else 'interrupted'}; {len(end.results)} finished problem(s) "
-              f"are in MLflow (parent run {parent}, KILLED); {left} problem(s) are cut off or not started: run the "
-              "same command again to continue them.")
+              f"are in MLflow (parent run {parent}, KILLED); {left} problem(s) of this job are cut off or not started "
+              "(and a Hydra multirun's later jobs too): run the same command again to continue them.")
     for r in end.skipped:
         print(f"kforge: {r.problem.key} was skipped: the problem itself fails ("
               f"{r.problem_error.strip().splitlines()[-1]}); its traceback is in MLflow")
