@@ -210,3 +210,6 @@ class VariantsRequest(ProgramRequest):
     kernel_share: float | None = None
     """The candidate's kernel share in the run at the problem's own shape: at each variant its kernels must do about as
     much of the work (`kforge.verify.variant_work`)."""
+    others: list[str] = field(default_factory=list)
+    """The operators of PyTorch and libraries its forward ran at the problem's own shape (the attribution's top): a
+    share that falls at a variant where none other ran is the same path at another size, not PyTorch instead."""

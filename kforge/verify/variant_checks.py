@@ -45,12 +45,13 @@ class VariantChecks:
     """Mixed into `kforge.verify.trials.Trials`: the candidate on each variant, one trial each."""
 
     def check_variants(self, variants: list[ShapeVariant], count_kernels: bool = False,
-                       kernel_share: float | None = None) -> VariantsResult:
+                       kernel_share: float | None = None, others: list[str] = ()) -> VariantsResult:
         """The candidate at each variant; with ``count_kernels`` (its kernels' calls were counted at the problem's
         own shape), its kernels must be called at each variant too, and do the work there
-        (`kforge.verify.variant_work`) about as they did at that shape (``kernel_share``)."""
+        (`kforge.verify.variant_work`) about as they did at that shape (``kernel_share``, beside PyTorch's and
+        libraries' operators ``others``)."""
         checked, skipped = [], []
-        self._count_kernels, self._primary_share = count_kernels, kernel_share
+        self._count_kernels, self._primary_share, self._primary_others = count_kernels, kernel_share, set(others)
         # what the problem's own shape needs, for the first variant its model is called at after it (`_seen_first`)
         self._own = (self.ref_mod, self.init_inputs) if self.cfg.audit and self.steps is None and not self.stateful \
             else None
@@ -187,4 +188,5 @@ class VariantChecks:
             raise HarnessVerdict("kernel_unused", "the candidate's own kernels did not run at this shape, so PyTorch "
                                  "computed it: its kernels serve the shape it was shown alone", rule="kernel_not_run")
         if getattr(self, "_count_kernels", False):
-            work_at_variant(self, model, inputs, rng_seed, f"in forward{after}", self._primary_share)
+            work_at_variant(self, model, inputs, rng_seed, f"in forward{after}", self._primary_share,
+                            self._primary_others)

@@ -257,7 +257,9 @@ class Verifier:
                 problem=problem, backend=backend.spec(), config=cfg.to_dict(), arch=arch, variants=shapes,
                 failed_builds=request.failed_builds, kernels_counted=cfg.require_kernel and bool(
                     facts.attribution and facts.attribution.kernel_calls),
-                kernel_share=facts.attribution.kernel_share if facts.attribution else None), kinds, files, cfg)
+                kernel_share=facts.attribution.kernel_share if facts.attribution else None,
+                others=[u.name for u in facts.attribution.top if u.origin != "candidate"] if facts.attribution else []),
+                kinds, files, cfg)
             clock("variants")
         else:
             clock("after")

@@ -146,7 +146,8 @@ def variants(req: VariantsRequest) -> VariantsResult:
                 run.flags = list(run._audit().flags)
             run.guard_candidate()
             phase("shape variants")
-            return run.check_variants(req.variants, count_kernels=req.kernels_counted, kernel_share=req.kernel_share)
+            return run.check_variants(req.variants, count_kernels=req.kernels_counted, kernel_share=req.kernel_share,
+                                      others=req.others)
     except Exception as exc:  # the harness's own step failed: the machine's load, or the worker's fault
         run.raise_if_busy(exc)
         raise

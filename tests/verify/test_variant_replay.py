@@ -60,3 +60,20 @@ def test_other_operators_at_other_shapes_are_kernel_unused_by_the_share_of_the_w
     assert v.state is State.KERNEL_UNUSED and v.rule == "kernel_share_dropped", v.summary()
     assert "its kernels serve the shape it was shown, and PyTorch the others" in v.message, v.message
     assert v.states["kernelbench"] == "correct", v.summary()
+
+
+def test_a_share_that_falls_on_the_same_path_is_not_pytorch_instead():
+    """An im2col convolution, PyTorch's unfold beside the candidate's own GEMM at every shape, did 69% of the work at
+    the problem's shape and 5% at an odd bf16 variant on a CPU: the same operators, another balance. torch.clamp
+    appearing where the candidate's ReLU kernel ran is PyTorch instead."""
+    from kforge.verify.variant_work import share_fell
+    from kforge.verify.verdict import Attribution, KernelUse
+
+    def at(share, *ops):
+        top = [KernelUse(name="kforge::ext::gemm", origin="candidate", ms=1.0, calls=1, share=share)]
+        top += [KernelUse(name=n, origin="torch", ms=1.0, calls=1, share=(1 - share) / len(ops)) for n in ops]
+        return Attribution(kernel_share=share, top=top)
+
+    assert share_fell(at(0.05, "aten::im2col", "aten::copy_"), 0.69, {"aten::im2col", "aten::copy_"}) == []
+    assert share_fell(at(0.5, "aten::clamp"), 1.0, set()) == ["aten::clamp"]
+    assert share_fell(at(0.8, "aten::clamp"), 1.0, set()) == []  # fell by less than SHARE_DROP
