@@ -147,7 +147,8 @@ class Harness:
             step = "Model(*get_init_inputs())"
             self.build_references()
             step = "get_inputs()"
-            self.inputs(self.draw())  # before any candidate code: a failure here is the problem's alone
+            drawn = self.inputs(self.draw())  # before any candidate code: a failure here is the problem's alone
+            self.input_dtypes = {str(x.dtype).replace("torch.", "") for x in drawn if isinstance(x, torch.Tensor)}
         except Exception as exc:  # noqa: BLE001
             self.raise_if_busy(exc)
             raise HarnessVerdict(PROBLEM_ERROR, f"the problem fails in {step} ({type(exc).__name__}: "

@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 from functools import partial
 
-from ..precision import ROUNDINGS
+from ..precision import PRECISIONS, ROUNDINGS, get_precision
 from ..sandbox.harness import PROBLEM_ERROR, Harness, HarnessVerdict, first_line
 from ..sandbox.protocol import ProgramRequest
 from . import gradients
@@ -89,25 +89,35 @@ class Trials(MeasuredTrials, NumericsChecks, VariantChecks, FreshModels, Harness
                               f"at --precision {held.name} (against a float32 truth from them, at {held.name}'s "
                               "tolerance; against PyTorch's own result at it, it was a kernel that computes in float32 "
                               "and rounds once that failed)")
+        self._note_kernelbench_cast()
         if self.cfg.backward:  # before any candidate code: it takes the functions it trusts now
             self.steps = Backward.of(self)
+
+    def _note_kernelbench_cast(self) -> None:
+        """Where KernelBench's harness would cast an input this run does not (an integer target or index, a mask, a
+        tensor of another floating type), the kernelbench state of a kforge-rules run is judged on the inputs as kforge
+        gives them: say so (a cross-entropy's int64 targets cast to bf16 fail KernelBench's own reference)."""
+        if self.cast_all:
+            return
+        cast_to = get_precision(self.cfg.precision).storage  # KernelBench's, whatever this run judged the file at
+        other = sorted(self.input_dtypes - {cast_to})
+        if other:
+            self.notes.append(f"KernelBench's harness casts every input to {cast_to}, its "
+                              f"{', '.join(other)} ones too, which this run does not: the kernelbench state here is "
+                              f"judged on the inputs as kforge gives them (--rules kernelbench casts them as it does)")
 
     def _held_in_reduced_precision(self):
         """The reduced precision a problem file holds all its floating-point inputs and parameters in, run as it is
         (``fp32``, not under the kernelbench rules, which cast them as KernelBench does): None where it holds any in
         another type or holds none. Judged in their own type against PyTorch's bf16 result, a kernel more exact than
         it was a mismatch (`kforge.precision`)."""
-        from ..precision import PRECISIONS
         torch = self.torch
         if self.precision.name != "fp32" or self.cast_all:
             return None
-        torch.random.manual_seed(self.weight_seed)
-        with torch.device(self.device):
-            drawn = list(self.ref_mod.get_inputs())
         model = self.ref_model
-        tensors = [x for x in drawn if isinstance(x, torch.Tensor)] + (
-            [*model.parameters(), *model.buffers()] if isinstance(model, torch.nn.Module) else [])
-        dtypes = {str(x.dtype).replace("torch.", "") for x in tensors if x.is_floating_point()}
+        held = [*model.parameters(), *model.buffers()] if isinstance(model, torch.nn.Module) else []
+        dtypes = {str(x.dtype).replace("torch.", "") for x in held if x.is_floating_point()}
+        dtypes |= {d for d in self.input_dtypes if getattr(torch, d).is_floating_point}
         return next((p for p in PRECISIONS.values() if p.reduced and dtypes == {p.storage}), None)
 
     def reference_alone(self) -> None:

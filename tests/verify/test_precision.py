@@ -493,3 +493,18 @@ def test_an_argmax_of_bf16_logits_may_differ_from_the_truths_where_pytorchs_own_
     shuffled = same.replace(".argmax(dim=-1)", ".argmax(dim=-1).roll(1)")  # wrong everywhere: no near-ties
     assert Verifier(fast_config(precision="bf16", require_kernel=False, skip_timing=True), pool=pool).verify(
         p, shuffled, "cpu").state is State.NUMERICAL_MISMATCH
+
+
+def test_a_kforge_run_says_where_kernelbench_would_cast_an_input_it_does_not(pool):
+    """KernelBench casts every input to the precision, a cross-entropy's int64 targets too (its own reference then
+    fails): a kforge-rules run judges its kernelbench view on the inputs as kforge gives them, and says so."""
+    xent = QUANTIZE.replace("return torch.round(x * 1000).to(torch.int64)",
+                            "return torch.nn.functional.cross_entropy(x, t)").replace(
+        "def forward(self, x):", "def forward(self, x, t):").replace(
+        "return [torch.rand(batch_size, dim) * 0.5 + 0.5]",
+        "return [torch.randn(batch_size, dim), torch.randint(0, dim, (batch_size,))]")
+    p = problem_from_source(xent, where="xent.py", name="xent")
+    v = Verifier(fast_config(precision="bf16", require_kernel=False, skip_timing=True), pool=pool).verify(
+        p, xent.replace("class Model(", "class ModelNew("), "cpu")
+    assert v.state is State.CORRECT, v.summary()
+    assert any("casts every input to bfloat16, its int64 ones too" in n for n in v.evidence.notes), v.evidence.notes
