@@ -272,3 +272,15 @@ def test_a_timing_rechecks_mismatch_is_the_kforge_rules_alone(pool):
     v = Verifier(fast_config(trials=3, require_kernel=False), pool=pool).verify(relu, refilled, "cpu")
     assert v.state is State.NUMERICAL_MISMATCH and "timing round" in v.message, v.summary()
     assert v.states["kernelbench"] == "correct", v.states
+
+
+def test_a_reference_that_returns_a_tuple_fails_every_candidate_under_kernelbenchs_harness(pool):
+    """KernelBench compares ``output.shape`` before anything else: ``torch.max(x, dim)`` returns a named tuple, which
+    has none, and its harness records a runtime error for every candidate; the kernelbench view said `correct`."""
+    src = ("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
+           "        return torch.max(x, dim=1)\n\n\nbatch_size = 16\ndim = 256\n\n\ndef get_inputs():\n"
+           "    return [torch.randn(batch_size, dim)]\n\n\ndef get_init_inputs():\n    return []\n")
+    p = problem_from_source(src, where="max_dim.py", name="max_dim")
+    v = Verifier(fast_config(require_kernel=False, skip_timing=True), pool=pool).verify(
+        p, src.replace("class Model(", "class ModelNew("), "cpu")
+    assert v.state is State.CORRECT and v.states["kernelbench"] == "runtime_error", v.summary()
