@@ -86,9 +86,9 @@ class Trials(MeasuredTrials, NumericsChecks, VariantChecks, FreshModels, Harness
             self.build_references()  # the float32 truth beside the model as the file has it
             self.setup_views()
             self.notes.append(f"the problem's own floating-point inputs and parameters are {held.storage}: judged as "
-                              f"at --precision {held.name} (against a float32 truth from them, at {held.name}'s "
-                              "tolerance; against PyTorch's own result at it, it was a kernel that computes in float32 "
-                              "and rounds once that failed)")
+                              f"at --precision {held.name}, against a float32 truth from them at {held.name}'s "
+                              f"tolerance (judged against PyTorch's own {held.name} result, a kernel that computes in "
+                              "float32 and rounds once, closer to the truth, would fail)")
         self._note_kernelbench_cast()
         if self.cfg.backward:  # before any candidate code: it takes the functions it trusts now
             self.steps = Backward.of(self)
