@@ -90,6 +90,9 @@ class Trials(MeasuredTrials, NumericsChecks, VariantChecks, FreshModels, Harness
                               f"tolerance (judged against PyTorch's own {held.name} result, a kernel that computes in "
                               "float32 and rounds once, closer to the truth, would fail)")
         self._note_kernelbench_cast()
+        if self.precision.name == "tf32" and self.device.type != "cuda":
+            self.notes.append("tf32 on a CPU: PyTorch runs no TF32 there, so the reference and the baselines are "
+                              "float32; only the tolerance is TF32's")
         if self.cfg.backward:  # before any candidate code: it takes the functions it trusts now
             self.steps = Backward.of(self)
 

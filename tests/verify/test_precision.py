@@ -508,3 +508,13 @@ def test_a_kforge_run_says_where_kernelbench_would_cast_an_input_it_does_not(poo
         p, xent.replace("class Model(", "class ModelNew("), "cpu")
     assert v.state is State.CORRECT, v.summary()
     assert any("casts every input to bfloat16, its int64 ones too" in n for n in v.evidence.notes), v.evidence.notes
+
+
+def test_tf32_on_a_cpu_says_that_only_the_tolerance_is_tf32s(pool):
+    p = problem_from_source(QUANTIZE.replace("torch.round(x * 1000).to(torch.int64)", "x @ x.t()"),
+                            where="gram.py", name="gram")
+    v = Verifier(fast_config(precision="tf32", require_kernel=False, skip_timing=True), pool=pool).verify(
+        p, QUANTIZE.replace("class Model(", "class ModelNew(").replace("torch.round(x * 1000).to(torch.int64)",
+                                                                         "x @ x.t()"), "cpu")
+    assert v.state is State.CORRECT, v.summary()
+    assert any(n.startswith("tf32 on a CPU: PyTorch runs no TF32 there") for n in v.evidence.notes), v.evidence.notes
