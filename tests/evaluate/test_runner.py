@@ -319,7 +319,7 @@ def test_eval_command_end_to_end(tmp_path, cache_dir):
     summary = json.loads((gen / "kforge_eval.summary.json").read_text())
     assert summary["all"]["correct_pct"] == 40.0 and summary["all"]["fast_1"] is None  # untimed
     assert summary["levels"]["1"]["states"]["error"] == 1 and summary["verified_now"] == 5
-    assert "| 1 | kforge | 6 | 40.0% | 40.0% | - |" in (gen / "kforge_eval.summary.md").read_text()
+    assert "| 1 | kforge | 5 of 6 | 40.0% | 40.0% | - |" in (gen / "kforge_eval.summary.md").read_text()
     # PyTorch computed (1, 3)'s answer: not kforge's correct, KernelBench's all the same
     assert rows[(1, 3)]["states"]["kernelbench"] == "correct" and summary["rules"]["kernelbench"]["all"]["correct"] == 3
     assert "runtime_error=1" in res.stdout and "no problem level1/7_*.py" in res.stdout
