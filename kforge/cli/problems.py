@@ -54,6 +54,9 @@ def cmd_problems(args: argparse.Namespace) -> int:
         problems = load_builtin(levels=args.level, ids=args.ids, size=args.size, overrides=overrides)
     if args.audit:
         return _audit_problems(problems, args)
+    if args.precision != "fp32":  # the list itself is the files' own: say so rather than ignore the option
+        print(f"kforge: --precision {args.precision} changes --audit and --solution only; this list is the files' own "
+              "(bytes count float32 elements)", file=sys.stderr)
     if args.json:
         print(json.dumps([{k: v for k, v in p.to_dict().items() if k != "source"} for p in problems], indent=1))
         return 0

@@ -289,6 +289,8 @@ class Tracker:
                 else f"{row.get('problem')} {Path(row['candidate']).name}")
         tags = {Tags.PARENT: parent_id, Tags.KIND: Kind.CANDIDATE, Tags.STATE: str(row.get("state")),
                 **{k: str(row[k]) for k in CANDIDATE_TAGS if row.get(k) is not None}}
+        if precision := (row.get("judged") or {}).get("precision") or row.get("precision"):
+            tags[Tags.PRECISION] = str(precision)  # a file's run says what it was judged at, as a job's problem runs do
         values = {k: row.get(k) for k in CANDIDATE_METRICS}
         values[Metrics.CORRECT] = float(bool(row.get("correct")))
         values[Metrics.CORRECT_KERNELBENCH] = float(correct_under(row.get("states") or {}, "kernelbench",

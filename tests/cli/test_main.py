@@ -35,6 +35,11 @@ def test_a_reader_that_stops_early_is_no_error():
     assert proc.wait(timeout=600) == 0 and "Traceback" not in err and "BrokenPipe" not in err, err
 
 
+def test_problems_says_a_precision_without_audit_changes_nothing_it_lists(capsys):
+    assert main(["problems", "--level", "1", "--precision", "bf16"]) == 0
+    assert "--precision bf16 changes --audit and --solution only" in capsys.readouterr().err
+
+
 def test_problems_json_and_kernelbench_dir(tmp_path, capsys):
     (tmp_path / "level1").mkdir()
     (tmp_path / "level1" / "19_ReLU.py").write_text(

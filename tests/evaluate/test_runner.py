@@ -353,6 +353,7 @@ def test_eval_logs_to_mlflow(tmp_path, capsys):
     assert sorted(c.data.tags["state"] for c in children) == ["error", "generation_failure", "generation_failure"]
     prose = next(c for c in children if c.data.tags["problem_id"] == "1" and c.data.tags["sample_id"] == "0")
     assert prose.data.metrics["correct"] == 0.0 and prose.data.tags["state"] == "generation_failure"
+    assert prose.data.tags["precision"] == "fp32"  # what the file was judged at, on its own run
     assert {a.path for a in client.list_artifacts(prose.info.run_id)} == {"kernel.py", "verdict.json"}
     kernel = Path(client.download_artifacts(prose.info.run_id, "kernel.py", str(tmp_path / "dl")))
     assert kernel.read_text() == "Sorry, I cannot write this kernel.\n"  # the file as it was, for a person to read
