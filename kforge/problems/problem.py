@@ -98,7 +98,7 @@ def parse_stem(stem: str) -> tuple[int | None, str]:
     return (int(m.group(1)), stem) if m else (None, stem)
 
 
-def _top_level_assignments(tree: ast.Module) -> list[tuple[str, ast.expr, ast.Assign | ast.AnnAssign]]:
+def top_level_assignments(tree: ast.Module) -> list[tuple[str, ast.expr, ast.Assign | ast.AnnAssign]]:
     """Each name a top-level assignment binds, the expression its value comes from, and the statement:
     ``a = 1``; ``height = width = 64`` (both from the one value); ``height, width = 256, 256`` (element-wise);
     ``batch_size: int = 256`` (annotated)."""
@@ -122,7 +122,7 @@ def _evaluate_constants(source: str, tree: ast.Module) -> dict[str, Any]:
     namespace: dict[str, Any] = {}
     safe_globals = {"__builtins__": {"int": int, "float": float, "min": min, "max": max, "abs": abs},
                     "math": math}
-    for name, node, _ in _top_level_assignments(tree):
+    for name, node, _ in top_level_assignments(tree):
         if name == "KFORGE":
             continue
         try:
@@ -139,7 +139,7 @@ def _evaluate_constants(source: str, tree: ast.Module) -> dict[str, Any]:
 
 
 def _metadata(tree: ast.Module, where: str) -> dict[str, Any]:
-    for name, node, _ in _top_level_assignments(tree):
+    for name, node, _ in top_level_assignments(tree):
         if name == "KFORGE":
             try:
                 meta = ast.literal_eval(node)
@@ -155,7 +155,7 @@ def _check_structure(tree: ast.Module, where: str) -> None:
     classes = {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
     functions = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     # A file may also bind these names by assignment (e.g. ``get_init_inputs = lambda: []``).
-    assigned = {name for name, _, _ in _top_level_assignments(tree)}
+    assigned = {name for name, _, _ in top_level_assignments(tree)}
     if "Model" not in classes and "Model" not in assigned:
         raise ProblemError(f"{where}: no `class Model` defined")
     for fn in ("get_inputs", "get_init_inputs"):
@@ -178,7 +178,7 @@ def apply_overrides(source: str, overrides: dict[str, Any], where: str) -> str:
     if not overrides:
         return source
     tree = ast.parse(source)
-    nodes = {name: (value, stmt) for name, value, stmt in _top_level_assignments(tree)}
+    nodes = {name: (value, stmt) for name, value, stmt in top_level_assignments(tree)}
     missing = [k for k in overrides if k not in nodes or k == "KFORGE"]
     constants = _evaluate_constants(source, tree)
     if missing:

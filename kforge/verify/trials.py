@@ -83,7 +83,8 @@ class Trials(MeasuredTrials, NumericsChecks, VariantChecks, FreshModels, Harness
         super().load_reference()
         if (held := self._held_in_reduced_precision()) is not None:
             self.precision, self.storage = held, getattr(self.torch, held.storage)
-            self.build_references()  # the float32 truth beside the model as the file has it
+            if hasattr(self.ref_model, "to"):  # the float32 truth beside the model as the file has it
+                self.ref_exact = self._exact_copy()
             self.setup_views()
             self.notes.append(f"the problem's own floating-point inputs and parameters are {held.storage}: judged as "
                               f"at --precision {held.name}, against a float32 truth from them at {held.name}'s "

@@ -7,6 +7,7 @@ import ast
 import re
 
 from ..problems import Problem
+from ..problems.problem import top_level_assignments
 from .variant_constants import input_helpers
 
 #: Names of constants that are sizes (case-insensitive, anywhere in the name).
@@ -61,17 +62,6 @@ def size_constants(problem: Problem) -> dict[str, int | tuple]:
         or (k in shapes and is_shape(v) and SHAPE_NAME.search(k) and has_size(v)))}
 
 
-def _bindings(tree: ast.Module) -> list[tuple[str, ast.expr, ast.stmt]]:
-    """The top level's single-name bindings, annotated or not (``batch_size: int = 256``): name, value, statement."""
-    out = []
-    for n in tree.body:
-        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
-            out.append((n.targets[0].id, n.value, n))
-        elif isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) and n.value is not None:
-            out.append((n.target.id, n.value, n))
-    return out
-
-
 def _number_tuples(source: str) -> set[str]:
     """Names the file's top level binds, alone, to a tuple or list written without names (``(8192 * 2,)``
     counts; so does a list of them, ``input_shapes = [(512, 2048), (2048,)]``)."""
@@ -79,7 +69,7 @@ def _number_tuples(source: str) -> set[str]:
         tree = ast.parse(source)
     except SyntaxError:
         return set()
-    return {name for name, value, _ in _bindings(tree) if isinstance(value, (ast.Tuple, ast.List))
+    return {name for name, value, _ in top_level_assignments(tree) if isinstance(value, (ast.Tuple, ast.List))
             and not any(isinstance(x, ast.Name) for x in ast.walk(value))}
 
 
@@ -115,11 +105,12 @@ def _values(fn: ast.AST) -> set[int]:
     return skip
 
 
-def _shape_assignments(tree: ast.Module) -> list[ast.stmt]:
+def _shape_assignments(tree: ast.Module) -> list[ast.expr]:
     """Top-level shapes written with names and numbers (``input_shape = (batch_size, 4096)``): their numbers are
     literal sizes beside the constants (a shape of numbers alone is a size constant, `size_constants`)."""
-    return [stmt for name, value, stmt in _bindings(tree) if SHAPE_NAME.search(name)
-            and isinstance(value, (ast.Tuple, ast.List)) and any(isinstance(x, ast.Name) for x in ast.walk(value))]
+    found = [value for name, value, _ in top_level_assignments(tree) if SHAPE_NAME.search(name)
+             and isinstance(value, (ast.Tuple, ast.List)) and any(isinstance(x, ast.Name) for x in ast.walk(value))]
+    return list({id(v): v for v in found}.values())  # ``a = b = (n, 64)``: one value
 
 
 def literal_sizes(source: str) -> list[ast.Constant]:
