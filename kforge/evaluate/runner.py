@@ -312,7 +312,8 @@ def run_eval(jobs: Iterable[CandidateFile], verifier, backends: dict[str, Any], 
     with _appending(out) as fh:
 
         def record(i: int, row: dict[str, Any], source: str | None) -> None:
-            row["judged"] = judged_under(cfg, row["size"])
+            # The size asked for, not the problem's own (``default`` for a file without presets): a rerun asks again.
+            row["judged"] = judged_under(cfg, size_of(row["backend"]))
             fh.write((json.dumps(row, default=str) + "\n").encode())
             fh.flush()
             rows[i] = row

@@ -407,6 +407,25 @@ def test_a_rerun_judging_otherwise_does_not_take_over_the_rows(tmp_path, capsys)
     assert main(argv) == 0
 
 
+def test_a_rerun_resumes_rows_of_a_problem_without_size_presets(tmp_path, capsys):
+    """KernelBench's files have no ``KFORGE["sizes"]``: each row's problem ran at ``size=default`` while the run
+    asked for the cpu preset, and the identical rerun was refused as judged under another size."""
+    level = tmp_path / "KB" / "KernelBench" / "level1"
+    level.mkdir(parents=True)
+    (level / "1_ReLU.py").write_text(
+        "import torch\nimport torch.nn as nn\n\nbatch_size = 16\ndim = 64\n\n\nclass Model(nn.Module):\n"
+        "    def forward(self, x):\n        return torch.relu(x)\n\n\n"
+        "def get_inputs():\n    return [torch.randn(batch_size, dim)]\n\n\ndef get_init_inputs():\n    return []\n")
+    gen = generations(tmp_path / "run", {kb_name(1, 0): CANDIDATES / "cpu" / "relu_torch_only.py"})
+    out = tmp_path / "r.jsonl"
+    argv = ["eval", str(tmp_path / "KB"), str(gen), "--no-progress", "--no-timing", "--out", str(out)]
+    assert main(argv) == 0
+    row = json.loads(out.read_text())
+    assert row["size"] == "default" and row["state"] != "error" and row["judged"]["size"] == "cpu"
+    capsys.readouterr()
+    assert main(argv) == 0 and "0 verified now, 1 already in r.jsonl" in capsys.readouterr().out
+
+
 def test_eval_notices_go_through_logging_to_stderr(tmp_path, capsys, caplog):
     """The command's notices are `kforge.cli.eval` log records, printed on stderr once each (the rows and the
     summary stay on stdout); a second run in the same process prints them once again, not twice."""
