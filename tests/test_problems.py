@@ -1,3 +1,4 @@
+import re
 from pathlib import Path
 
 import pytest
@@ -79,8 +80,36 @@ def test_unknown_override_lists_constants(tmp_path):
 
 def test_text_for_a_numeric_constant_is_the_overrides_fault_not_the_problems(tmp_path):
     path = write(tmp_path, "x.py", GOOD)
-    with pytest.raises(ProblemError, match=r"M is the number \d+ in the file; 'abc' is not a number"):
+    with pytest.raises(ProblemError, match=r"M is \d+ in the file; 'abc' is not a whole number to override it to"):
         load_problem_file(path, overrides={"M": "abc"})
+
+
+@pytest.mark.parametrize("value", [2.5, 1e3, True, (4, 4)])
+def test_an_override_of_another_kind_is_refused_before_the_problem_runs(tmp_path, value):
+    """``--set M=2.5`` (or ``=1e3``, ``=True``) reached ``torch.randn`` and was reported as a bug in the problem."""
+    path = write(tmp_path, "x.py", GOOD)
+    with pytest.raises(ProblemError, match=rf"M is \d+ in the file; {re.escape(repr(value))} is not a whole number"):
+        load_problem_file(path, overrides={"M": value})
+
+
+def test_a_shape_override_must_be_a_shape(tmp_path):
+    path = write(tmp_path, "x.py", GOOD.replace("M = ", "shape = (8, 8)\nM = "))
+    with pytest.raises(ProblemError, match=r"shape is \(8, 8\) in the file; 128 is not a tuple or list of sizes"):
+        load_problem_file(path, overrides={"shape": 128})
+    assert load_problem_file(path, overrides={"shape": [4, 4]}).constants["shape"] == [4, 4]
+
+
+@pytest.mark.parametrize("declared, said", [
+    ([{"M_": 8}], r"no top-level constant M_ to set in KFORGE\['variants'\]\[0\]"),
+    ([{"M": 8}, {"N": "big"}], r"N is \d+ in the file; 'big' is not a whole number to set it to in KFORGE\['variants'\]\[1\]"),
+    ([{}], r"each setting at least one"),
+])
+def test_a_declared_variant_that_sets_nothing_the_file_has_is_a_problem_error(tmp_path, declared, said):
+    """A misspelt name in ``KFORGE["variants"]`` left that variant out without a word, and a kernel with the sizes
+    baked in that the variant was written to catch passed."""
+    path = write(tmp_path, "x.py", GOOD.replace('KFORGE = {', f'KFORGE = {{"variants": {declared!r}, '))
+    with pytest.raises(ProblemError, match=said):
+        load_problem_file(path)
 
 
 CONV3D = """import torch

@@ -62,6 +62,9 @@ class Problem:
     variants: list[dict[str, Any]] | None = None
     """Other sizes the candidate must also be correct at (``KFORGE["variants"]``: constant overrides); None: derived
     from the size constants (`kforge.verify.variants`)."""
+    overrides: dict[str, Any] = field(default_factory=dict)
+    """The single constants set on top of the preset (``--set``, a config's overrides): a problem failing at them
+    is told so, not called broken."""
 
     @property
     def key(self) -> str:
@@ -179,16 +182,7 @@ def apply_overrides(source: str, overrides: dict[str, Any], where: str) -> str:
         return source
     tree = ast.parse(source)
     nodes = {name: (value, stmt) for name, value, stmt in top_level_assignments(tree)}
-    missing = [k for k in overrides if k not in nodes or k == "KFORGE"]
-    constants = _evaluate_constants(source, tree)
-    if missing:
-        raise ProblemError(f"{where}: no top-level constant {', '.join(missing)} to override "
-                           f"(constants: {', '.join(sorted(constants)) or 'none'})")
-    for name, value in overrides.items():  # `--set batch_size=abc` arrives as text: say so, not "the problem fails"
-        was = constants.get(name)
-        if isinstance(value, str) and isinstance(was, (int, float)) and not isinstance(was, bool):
-            raise ProblemError(f"{where}: {name} is the number {was!r} in the file; {value!r} is not a number "
-                               f"to override it with (e.g. {name}={was!r})")
+    check_overrides(overrides, set(nodes), _evaluate_constants(source, tree), where)
     lines = source.splitlines(keepends=True)
     offsets = [0]
     for line in lines:
@@ -213,6 +207,37 @@ def apply_overrides(source: str, overrides: dict[str, Any], where: str) -> str:
     for start, end, new in sorted(edits, reverse=True):
         text = text[:start] + new + text[end:]
     return text
+
+
+def check_overrides(overrides: dict[str, Any], names: set[str], constants: dict[str, Any], where: str,
+                    verb: str = "override", place: str = "") -> None:
+    """Each override names a top-level constant of the file (``names``) and has its kind: a whole number for an
+    integer (``batch_size=2.5``, ``=1e3`` or ``=True`` would reach the problem's ``torch.randn`` and fail there as
+    "a bug in the problem"), a number for a float, a tuple or list for a shape (``input_shape=128``). ``verb`` and
+    ``place`` say in the message what the overrides do, and where."""
+    missing = [k for k in overrides if k not in names or k == "KFORGE"]
+    if missing:
+        raise ProblemError(f"{where}: no top-level constant {', '.join(missing)} to {verb}{place} "
+                           f"(constants: {', '.join(sorted(constants)) or 'none'})")
+    for name, value in overrides.items():
+        was = constants.get(name)
+        if not _same_kind(value, was):
+            kind = ("a whole number" if type(was) is int else "a number" if isinstance(was, float)
+                    else "a tuple or list of sizes")
+            raise ProblemError(f"{where}: {name} is {was!r} in the file; {value!r} is not {kind} to {verb} it "
+                               f"to{place} (e.g. {name}={was!r})")
+
+
+def _same_kind(value: Any, was: Any) -> bool:
+    """Whether ``value`` may stand where the file has ``was`` (anything may replace a constant kforge could not
+    evaluate or one that is neither a number nor a shape)."""
+    if type(was) is int:
+        return type(value) is int
+    if isinstance(was, float):
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(was, (tuple, list)):
+        return isinstance(value, (tuple, list))
+    return True
 
 
 def _eval_metric(expr: Any, constants: dict[str, Any], where: str, what: str) -> float | None:
@@ -264,16 +289,23 @@ def problem_from_source(source: str, *, where: str, name: str, size: str | None 
         bytes=_eval_metric(meta.get("bytes"), constants, where, "bytes"),
         ops=tuple(meta.get("ops") or ()), tolerance=dict(tol) if tol else None,
         sizes={k: dict(v) for k, v in presets.items()},
-        variants=_variants(meta, where),
+        variants=_variants(meta, tree, constants, where), overrides=dict(overrides or {}),
     )
 
 
-def _variants(meta: dict[str, Any], where: str) -> list[dict[str, Any]] | None:
+def _variants(meta: dict[str, Any], tree: ast.Module, constants: dict[str, Any],
+              where: str) -> list[dict[str, Any]] | None:
+    """The file's declared variants, each checked as ``--set`` is: a misspelt constant would otherwise leave a
+    variant out, and the kernel it was written to catch `correct`."""
     found = meta.get("variants")
     if found is None:
         return None
-    if not (isinstance(found, list) and all(isinstance(v, dict) for v in found)):
-        raise ProblemError(f"{where}: KFORGE['variants'] must be a list of dicts of constants, not {found!r}")
+    if not (isinstance(found, list) and all(isinstance(v, dict) and v for v in found)):
+        raise ProblemError(f"{where}: KFORGE['variants'] must be a list of dicts of constants (each setting at "
+                           f"least one), not {found!r}")
+    names = {name for name, _, _ in top_level_assignments(tree)}
+    for i, v in enumerate(found):
+        check_overrides(v, names, constants, where, verb="set", place=f" in KFORGE['variants'][{i}]")
     return [dict(v) for v in found]
 
 

@@ -152,8 +152,7 @@ class Harness:
         except Exception as exc:  # noqa: BLE001
             self.raise_if_busy(exc)
             raise HarnessVerdict(PROBLEM_ERROR, f"the problem fails in {step} ({type(exc).__name__}: "
-                                 f"{first_line(exc)}){self._no_cuda_note(exc)}; this is a bug in the problem, not in "
-                                 f"the candidate{self.cast_note(exc)}", evidence={"traceback": self.problem_traceback(exc)}
+                                 f"{first_line(exc)}){self._no_cuda_note(exc)}; {self.blame()}{self.cast_note(exc)}", evidence={"traceback": self.problem_traceback(exc)}
                                  ) from None
 
     def problem_traceback(self, exc: BaseException) -> str:
@@ -207,6 +206,15 @@ class Harness:
         except Exception:  # noqa: BLE001 - the problem's own objects: a second build is the same model
             model = self._construct(self.ref_mod.Model)
         return model if keep_dtype else model.to(dtype=self.torch.float32)
+
+    def blame(self, what: str = "a bug in the problem", whose: str = "not in the candidate") -> str:
+        """Whose failure one of the problem on its own is: the file's, or that of the constants ``--set`` (or a
+        config's overrides) put on top of its own (``dim=63`` a reshape cannot take)."""
+        if not self.problem.overrides:
+            return f"this is {what}, {whose}"
+        said = ", ".join(f"{k}={v!r}" for k, v in self.problem.overrides.items())
+        return (f"the problem fails at {said}, set on top of its own sizes (--set or a config's overrides), not in the "
+                "candidate: try other values, or none")
 
     def cast_note(self, exc: BaseException | None = None) -> str:
         """For a reference that fails: what the precision or the kernelbench rules did to its inputs, which may be

@@ -46,6 +46,10 @@ def _explained(exc: BaseException) -> str:
                 "backpropagates into the one before, whose graph is freed: it has no training step past its first call")
     return f"{type(exc).__name__}: {first_line(exc)}"
 
+
+NOT_THEIRS = "not the candidate's"
+
+
 class Trials(MeasuredTrials, NumericsChecks, VariantChecks, FreshModels, Harness):
     """The correctness part of a verification run (`kforge.verify.worker` adds timing)."""
 
@@ -148,8 +152,8 @@ class Trials(MeasuredTrials, NumericsChecks, VariantChecks, FreshModels, Harness
         except Exception as exc:  # noqa: BLE001 - whatever the reference raises on its own is the problem's
             self.raise_if_busy(exc)
             raise HarnessVerdict(PROBLEM_ERROR, f"the reference program fails when run on its own as the trials run "
-                                 f"it ({'; '.join(runs)}): {_explained(exc)}; this is "
-                                 f"a bug in the problem or beyond PyTorch at this size, not the candidate's"
+                                 f"it ({'; '.join(runs)}): {_explained(exc)}; "
+                                 f"{self.blame('a bug in the problem or beyond PyTorch at this size', NOT_THEIRS)}"
                                  f"{self.cast_note(exc)}", evidence={"traceback": self.problem_traceback(exc)}) from None
 
     def program(self, module, own: bool = False):

@@ -268,8 +268,7 @@ class _Run(OwnPhases, TimedRounds, Trials):
             except Exception as exc:  # noqa: BLE001 - the reference fails on its own: say so, judge nothing
                 self.raise_if_busy(exc)
                 raise HarnessVerdict(PROBLEM_ERROR, f"the reference program fails when run on its own "
-                                     f"({type(exc).__name__}: {first_line(exc)}); this is a bug in the problem, "
-                                     f"not in the candidate{self.cast_note(exc)}", evidence={"traceback": self.problem_traceback(exc)})
+                                     f"({type(exc).__name__}: {first_line(exc)}); {self.blame()}{self.cast_note(exc)}", evidence={"traceback": self.problem_traceback(exc)})
             write_json(path, found.to_wire())
         return found
 

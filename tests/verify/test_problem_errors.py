@@ -63,6 +63,19 @@ def test_a_failing_problem_raises_its_own_error(verifier, broken, line):
     assert "kforge/sandbox" not in err.value.traceback and "problem.py" not in err.value.traceback
 
 
+def test_a_problem_failing_at_the_sizes_set_on_it_says_so_not_that_it_is_broken(verifier):
+    """``--set D=63`` where the model views its rows as 8 x D/8: the file is right at its own sizes, and "a bug in the
+    problem" sent its author looking for one."""
+    src = ("import torch\nimport torch.nn as nn\n\nN = 8\nD = 64\n\n\nclass Model(nn.Module):\n"
+           "    def forward(self, x):\n        return x.view(N, 8, D // 8).sum(-1)\n\n\n"
+           "def get_inputs():\n    return [torch.randn(N, D)]\n\n\ndef get_init_inputs():\n    return []\n")
+    at_63 = problem_from_source(src, where="viewed", name="viewed", overrides={"D": 63})
+    with pytest.raises(ProblemFails) as err:
+        verifier.verify(at_63, "ModelNew = None\n", "cpu")
+    assert "the problem fails at D=63, set on top of its own sizes (--set" in str(err.value), str(err.value)
+    assert "bug in the problem" not in str(err.value)
+
+
 def test_a_problem_that_asks_for_cuda_on_a_cpu_worker_says_how_to_run_it(verifier):
     """Older problem files put their inputs on the GPU themselves (``.cuda()``); on a CPU worker torch's own
     complaint does not say what to change."""
