@@ -72,8 +72,9 @@ def tolerance(p: Precision, k: int, spread: float) -> tuple[float, float]:
 
     ``rtol = ROUNDINGS * u``: the output's rounding to the precision and up to three intermediates stored in
     it. ``atol = rtol * spread``: an element whose terms cancel to near zero carries the rounding errors of those
-    terms, whose size is the output's spread (its RMS about its mean, which the verifier passes; an output far
-    from zero everywhere cancels nothing, and rtol covers it). At tf32, whose operands are rounded inside each
+    terms, whose size is the output's spread (about its neighbours' values, which the verifier passes:
+    `kforge.verify.compare.local_spread`; an output far from zero everywhere cancels nothing, and rtol covers it,
+    nor does one whose values climb along an axis, a cumsum's). At tf32, whose operands are rounded inside each
     product and not before (the inputs stay float32, and so does the truth), a sum of K such products errs more
     the longer it is: ``atol`` grows by ``sqrt(1 + log2 K)``. At bf16 and fp16 the inputs and weights are already
     in the precision and the truth is computed from them: a kernel that accumulates in float32, as PyTorch does,

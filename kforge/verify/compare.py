@@ -203,6 +203,27 @@ def error_stats(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
     return worst, (squares / n) ** 0.5 if n else 0.0
 
 
+def tolerances_off(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> float:
+    """How many tolerances the worst element of ``out`` is from ``ref``: the largest ``|out - ref| / (atol + rtol *
+    |ref|)`` over the elements finite in both (inf where ``out`` is not finite there), a chunk at a time. Unlike the
+    largest and the RMS error, it weighs an error by the size of the value it is in."""
+    o, r = _flat(out.detach()), _flat(ref.detach())
+    worst = 0.0
+    for s in range(0, o.numel(), CHUNK):
+        oc, rc = o[s:s + CHUNK], r[s:s + CHUNK]
+        wide = torch.float64
+        keep = torch.isfinite(rc) & (torch.isfinite(rc.to(oc.dtype)) if rc.dtype != oc.dtype else True)
+        oc, rc = oc[keep].to(wide if not oc.is_complex() else torch.complex128), rc[keep].to(
+            wide if not rc.is_complex() else torch.complex128)
+        if oc.numel() == 0:
+            continue
+        ratio = (oc - rc).abs() / (atol + rtol * rc.abs())
+        if not bool(torch.isfinite(ratio).all()):
+            return float("inf")
+        worst = max(worst, float(ratio.max()))
+    return worst
+
+
 def has_nan(t: torch.Tensor) -> bool:
     """Any NaN among a floating tensor's elements (chunk by chunk)."""
     if not (t.is_floating_point() or t.is_complex()):
@@ -246,6 +267,42 @@ def spread(t: torch.Tensor) -> float:
         square += float(c.pow(2).nansum())
         n += int((~torch.isnan(c)).sum())
     return math.sqrt(max(0.0, square / n - (total / n) ** 2)) if n else 0.0
+
+
+#: How many elements of an output `local_spread` reads (a corner of it, whole along the axis it differences).
+LOCAL_SAMPLE = 1 << 22
+
+
+def local_spread(t: torch.Tensor) -> float:
+    """How far an output's values lie from their neighbours': the root mean square of its differences along the axis
+    where they are smallest (an axis whose elements are all equal, a broadcast one, aside), over sqrt 2 (two
+    independent values differ by sqrt 2 of their spread), and at most `spread`. An output whose values climb along
+    an axis (a cumsum of positive terms, 0.5 to 2048 along a row) has a spread of hundreds that no element's
+    rounding carries: its terms are its steps. As an absolute tolerance that spread let a scan leaving out one
+    term pass at bf16; elements that are independent (a matrix product's, a norm's) differ by their spread, and
+    keep it. Read on a corner of the output of at most `LOCAL_SAMPLE` elements."""
+    x, whole = t.detach(), spread(t)
+    if x.is_complex() or x.dim() == 0 or x.numel() < 2:
+        return whole
+    best = None
+    for d in range(x.dim()):
+        n = min(x.shape[d], LOCAL_SAMPLE)
+        if n < 2:
+            continue
+        other = max(1, LOCAL_SAMPLE // n)
+        corner = x[tuple(slice(0, n) if i == d else slice(0, other) for i in range(x.dim()))]
+        while corner.numel() > LOCAL_SAMPLE and any(corner.shape[i] > 1 for i in range(x.dim()) if i != d):
+            i = max((i for i in range(x.dim()) if i != d), key=lambda i: corner.shape[i])
+            corner = corner.narrow(i, 0, max(1, corner.shape[i] // 2))
+        c = corner.to(torch.float64)
+        step = c.narrow(d, 1, n - 1) - c.narrow(d, 0, n - 1)
+        step = step[torch.isfinite(step)]
+        if step.numel() == 0:
+            continue
+        r = float(step.square().mean().sqrt())
+        if r > 0 and (best is None or r < best):
+            best = r
+    return whole if best is None else min(whole, best / math.sqrt(2))
 
 
 def unresolved(native_rms_err: float, truth_rms: float) -> bool:

@@ -618,3 +618,59 @@ def test_an_int8_gemm_is_not_bf16_arithmetic(pool):
     assert v.state is State.NUMERICAL_MISMATCH, v.summary()
     honest = INT8_GEMM.replace("(quantised(A, 1) @ quantised(B, 0))", "(A.float() @ B.float())")
     assert verifier.verify(p, honest, "cpu").state is State.CORRECT
+
+
+# KernelBench level 1's cumsum, at a CPU size: its values climb from 0.5 to about 2048 along each row.
+CUMSUM = '''
+import torch
+import torch.nn as nn
+
+batch_size = 64
+input_shape = (4096,)
+dim = 1
+
+
+class Model(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x):
+        return torch.cumsum(x, dim=self.dim)
+
+
+def get_inputs():
+    return [torch.rand(batch_size, *input_shape)]
+
+
+def get_init_inputs():
+    return [dim]
+'''
+SCAN = '''
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x):
+        run = torch.cumsum(x.float(), dim=self.dim)  # a float running sum, rounded once
+        return ({}).to(x.dtype)
+'''
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+@pytest.mark.parametrize("scan, right", [("run", True), ("run - x.float()", False), ("run - x.float()[:, :1]", False)])
+def test_a_scan_that_leaves_out_a_term_is_no_rounding(pool, precision, scan, right):
+    """An exclusive scan for the inclusive one, or one leaving out each row's first term, was `correct` at bf16 and
+    fp16: the absolute tolerance was 4u of the output's spread (9.2 at bf16, its values climbing to 2048), and its
+    largest and RMS errors those of PyTorch's own result, whose 2048s round by 8."""
+    v = _verify(pool, CUMSUM, SCAN.replace("{}", scan), precision)
+    if right:
+        assert v.state is State.CORRECT, v.summary()
+        return
+    assert v.state is State.NUMERICAL_MISMATCH, v.summary()
+    assert "the error is where rounding does not reach" in v.message, v.message
