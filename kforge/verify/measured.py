@@ -109,6 +109,7 @@ class MeasuredTrials:
             fresh = self._clone(self.inputs(seed))
             cand_in[:] = fresh
             return self.candidate(model, cand_in, rng_seed, where)
+        self.cand_returns = None if isinstance(out, self.torch.Tensor) else type(out).__name__
         outs = as_outputs(out)
         if graphs:
             self.attribution.notes.append(f"{graphs} CUDA graph replay(s): their writes cannot be traced")

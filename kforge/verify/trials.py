@@ -243,7 +243,9 @@ class Trials(MeasuredTrials, NumericsChecks, VariantChecks, FreshModels, Harness
     def candidate(self, model, inputs: list, rng_seed: int | None, where: str) -> list:
         if rng_seed is not None:
             self.torch.random.manual_seed(rng_seed)
-        return as_outputs(self._call(model, inputs, where))
+        raw = self._call(model, inputs, where)
+        self.cand_returns = None if isinstance(raw, self.torch.Tensor) else type(raw).__name__
+        return as_outputs(raw)
 
     def _check(self, outs, refs: Refs, cand_in, ref_in, where: str, traced: bool = False,
                recheck: bool = False) -> None:

@@ -284,3 +284,20 @@ def test_a_reference_that_returns_a_tuple_fails_every_candidate_under_kernelbenc
     v = Verifier(fast_config(require_kernel=False, skip_timing=True), pool=pool).verify(
         p, src.replace("class Model(", "class ModelNew("), "cpu")
     assert v.state is State.CORRECT and v.states["kernelbench"] == "runtime_error", v.summary()
+
+
+@pytest.mark.parametrize("wrapped", ["(y,)", "[y]"])
+def test_a_candidate_that_returns_its_tensor_in_a_tuple_fails_under_kernelbenchs_harness(pool, wrapped):
+    """``output_new.shape`` of a 1-tuple raises in KernelBench's harness (a runtime error there); the kernelbench
+    view unwrapped it and said `correct`. The kforge rules compare the tensor in it."""
+    src = ("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
+           "        return torch.relu(x)\n\n\nbatch_size = 16\ndim = 256\n\n\ndef get_inputs():\n"
+           "    return [torch.randn(batch_size, dim)]\n\n\ndef get_init_inputs():\n    return []\n")
+    p = problem_from_source(src, where="relu.py", name="relu")
+    cand = ("import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n"
+            f"        y = torch.relu(x)\n        return {wrapped}\n")
+    v = Verifier(fast_config(require_kernel=False, skip_timing=True), pool=pool).verify(p, cand, "cpu")
+    assert v.state is State.CORRECT and v.states["kernelbench"] == "runtime_error", v.summary()
+    kb = Verifier(fast_config(require_kernel=False, skip_timing=True, rules="kernelbench"), pool=pool).verify(
+        p, cand, "cpu")
+    assert kb.state is State.RUNTIME_ERROR and "output_new.shape" in kb.message, kb.summary()
