@@ -15,7 +15,10 @@ from .variant_constants import input_helpers
 SIZE_NAME = re.compile(r"batch|bsz|^bs$|size|dim|feat|channel|depth|height|width|length|len\b|seq|token|hidden|"
                        r"embed|vocab|time_?steps?|^[a-fh-z]$|^n[xyz]$|^res$|resolution|^c_?(in|out)$|^d_|"
                        r"(^|_)ch(_|$)|planes|classes|^n_|_n$|num_(?!head|group|layer)|rows|cols|elements|units|"
-                       r"points|total|numel|spatial|^hw$|vec|samples|items|nodes|pixels|voxels", re.I)
+                       r"points|total|numel|spatial|^hw$|vec|samples|items|nodes|pixels|voxels|"
+                       # an Inception module's branch widths (``out_3x3``, ``reduce_5x5``, ``pool_proj``), a DenseNet's
+                       # growth, NetVLAD's clusters: channel counts by other names
+                       r"^out_|^reduce_|_proj$|growth|clusters", re.I)
 #: Names that look like sizes but are not free to change (axes, kernel geometry, divisors, a quantizer's bits, an
 #: iteration count). A bare ``dim`` is both in KernelBench: the axis (``dim = 1``, under `MIN_SIZE`) or the row length
 #: (``dim = 393216``, a size). The short words count only as words of the name: ``timesteps`` is a length, not an
@@ -23,8 +26,9 @@ SIZE_NAME = re.compile(r"batch|bsz|^bs$|size|dim|feat|channel|depth|height|width
 #: A count of heads (``n_heads``, ``num_kv_heads``, ``nhead``), not the size of one (``head_dim``, ``d_head``,
 #: ``dim_head``, ``head_size``: Mamba2's ``d_head = 64`` is a size that a kernel bakes in as often as any).
 HEAD_COUNT = r"(?<!d_)(?<!dim_)head(?!s?_?(?:dim|size))"
-NOT_A_SIZE = re.compile(r"kernel|stride|dilation|group|" + HEAD_COUNT + r"|axis|window|pool|"
-                        r"(^|_)(pad|padding|scale|eps|epsilon|prob|probs|rate|bits|iters?|iterations)(_|$)", re.I)
+NOT_A_SIZE = re.compile(r"kernel|stride|dilation|group|" + HEAD_COUNT + r"|axis|window|pool(?!_?proj)|"
+                        r"(?<!growth)(^|_)(pad|padding|scale|eps|epsilon|prob|probs|rate|bits|iters?|iterations)(_|$)",
+                        re.I)
 MIN_SIZE = 8
 """Constants below this are left alone: too small to shrink, and often an axis or a count of something; but a batch
 (`BATCH_NAME`)."""
@@ -33,7 +37,7 @@ MIN_SIZE = 8
 BATCH_NAME = re.compile(r"batch|bsz|^bs$|^b$", re.I)
 #: Tuple constants that are shapes (KernelBench's scans and losses: ``input_shape = (32768,)``, the row length of
 #: ``torch.rand(batch_size, *input_shape)``): their elements of `MIN_SIZE` or more are sizes.
-SHAPE_NAME = re.compile(r"shape|size|dims", re.I)
+SHAPE_NAME = re.compile(r"shape|size|dims|widths", re.I)
 
 
 def is_size(v) -> bool:
@@ -55,9 +59,9 @@ def size_constants(problem: Problem) -> dict[str, int | tuple]:
     """The problem's module-level constants that look like sizes, in file order: integers, and shapes written as
     tuples or lists of numbers (``input_shape = (32768,)``); a tuple written with names (``bias_shape =
     (out_channels, 1, 1)``) follows the sizes it names, and is left to them (its literals are `literal_sizes`)."""
-    shapes = _number_tuples(problem.source)
-    return {k: v for k, v in problem.constants.items() if not NOT_A_SIZE.search(k) and (
-        (is_size(v) and SIZE_NAME.search(k))
+    shapes, free = _number_tuples(problem.source), _free_counts(problem.source)
+    return {k: v for k, v in problem.constants.items() if (not NOT_A_SIZE.search(k) or k in free) and (
+        (is_size(v) and (SIZE_NAME.search(k) or k in free))
         or (type(v) is int and 2 <= v < MIN_SIZE and BATCH_NAME.search(k))
         or (k in shapes and is_shape(v) and SHAPE_NAME.search(k) and has_size(v)))}
 
@@ -69,8 +73,42 @@ def _number_tuples(source: str) -> set[str]:
         tree = ast.parse(source)
     except SyntaxError:
         return set()
-    return {name for name, value, _ in top_level_assignments(tree) if isinstance(value, (ast.Tuple, ast.List))
-            and not any(isinstance(x, ast.Name) for x in ast.walk(value))}
+    return {name for name, value, _ in top_level_assignments(tree) if _numbers_only(value)}
+
+
+def _numbers_only(value: ast.expr) -> bool:
+    """A tuple or list written with numbers alone, or such a list repeated (``[1024] * 16``, KernelBench's
+    ``hidden_layer_sizes``)."""
+    if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Mult):
+        value = value.left if isinstance(value.left, (ast.Tuple, ast.List)) else value.right
+    return isinstance(value, (ast.Tuple, ast.List)) and not any(isinstance(x, ast.Name) for x in ast.walk(value))
+
+
+#: Counts that are sizes where nothing but the inputs reads them (`_free_counts`).
+COUNT_NAME = re.compile(HEAD_COUNT + r"|group", re.I)
+
+
+def _free_counts(source: str) -> set[str]:
+    """Head and group counts that only ``get_inputs`` reads (KernelBench's scaled-dot-product attention draws its
+    queries as ``(batch_size, num_heads, sequence_length, embedding_dimension)``): a dimension of the inputs, which
+    no width must divide, and a kernel with it baked in passed every variant while head counts were never varied.
+    A count the model or ``get_init_inputs`` reads stays a divisor (`NOT_A_SIZE`)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    counts = {name for name, _, _ in top_level_assignments(tree) if COUNT_NAME.search(name)}
+    if not counts:
+        return set()
+    inside, elsewhere = set(), set()
+    for node in tree.body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            value = node.value  # an assignment's own name is not a read of it
+            names = {n.id for n in ast.walk(value) if isinstance(n, ast.Name)} if value is not None else set()
+        else:
+            names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+        (inside if isinstance(node, ast.FunctionDef) and node.name == INPUT_FUNCTIONS[0] else elsewhere).update(names)
+    return {c for c in counts if c in inside and c not in elsewhere}
 
 
 #: The functions whose integer literals are the sizes of a file that names none as constants.

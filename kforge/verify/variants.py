@@ -126,18 +126,19 @@ def _larger(n: int) -> int:
     return v
 
 
-def _apart(variant: dict) -> dict:
+def _apart(variant: dict, up: bool = False) -> dict:
     """``variant`` with constants that came out equal made different (the later ones 2 less each time, odd and not
     a multiple of 16 still): a square image (``height = width = 128``), a GEMM with ``in_features = out_features``
     and KernelBench's ``dim1 = 256, dim2 = 257`` (both 191 at three quarters) would otherwise move together in every
     variant, and a kernel that takes one for the other passed them all. A literal size keeps the value of a constant
-    equal to it: ``get_init_inputs`` returning ``[1024]`` beside ``dim = 1024`` is most often ``dim`` restated."""
+    equal to it: ``get_init_inputs`` returning ``[1024]`` beside ``dim = 1024`` is most often ``dim`` restated.
+    ``up``: the later ones 2 more each time (the larger variant, whose sizes stay above the problem's)."""
     out, taken = {}, set()
     for k, v in variant.items():
         if isinstance(v, int) and v >= MIN_SIZE and not is_literal(k):
-            while v in taken and v > MIN_SIZE:
-                v -= 2
-                v -= 2 * (v % 16 == 0)
+            while v in taken and (up or v > MIN_SIZE):
+                v += 2 if up else -2
+                v += (2 if up else -2) * (v % 16 == 0)
             taken.add(v)
         out[k] = v
     return out
@@ -154,7 +155,7 @@ def _derived(sizes: dict) -> list[dict]:
     elif is_shape(shape := sizes[first]) and sum(map(is_size, shape)) > 1:
         lead = next(i for i, e in enumerate(shape) if is_size(e))
         out.append({first: type(shape)(_smaller(e, 0.5) if i == lead else e for i, e in enumerate(shape))})
-    out.append({k: _each(v, _larger) for k, v in sizes.items()})
+    out.append(_apart({k: _each(v, _larger) for k, v in sizes.items()}, up=True))
     return out
 
 
@@ -209,11 +210,31 @@ def _fallbacks(overrides: dict, original: dict, step: int, unit: int, sizes: dic
     constant at a time back at the problem's value (`_reverted`)."""
     out: list[dict] = []
     rounded = _fallback(overrides, original, step)
-    for f in (rounded, _fallback(overrides, original, step, unit), _proportional(overrides, original, sizes),
+    for f in (_stepped_apart(rounded, overrides, original, step), rounded, _fallback(overrides, original, step, unit), _proportional(overrides, original, sizes),
               _aligned(overrides, original), _halved(overrides, original), *_reverted(rounded or overrides, original)):
         if f is not None and f != overrides and f not in out:
             out.append(f)
     return out
+
+
+def _stepped_apart(rounded: dict | None, overrides: dict, original: dict, step: int) -> dict | None:
+    """``rounded`` with sizes the variant made different (`_apart`) that rounding made equal again moved apart by
+    two steps each (down where the variant went down, while a step is left): KernelBench's ``in_features =
+    out_features = 8192`` came back equal at every fallback, and a GEMM taking one for the other passed. Tried
+    before ``rounded`` itself, which stays for a model that asks them to be equal. None where nothing is equal."""
+    if rounded is None:
+        return None
+    out, taken = {}, {}
+    for k, v in rounded.items():
+        if type(v) is int and v >= MIN_SIZE and not is_literal(k):
+            start, move = v, -2 * step if overrides[k] < original[k] else 2 * step
+            while v in taken and overrides[taken[v]] != overrides[k]:
+                v += move
+                if v <= 0:  # no room below: above instead
+                    v, move = start + 2 * step, 2 * step
+            taken.setdefault(v, k)
+        out[k] = v
+    return None if out == rounded else out
 
 
 #: The largest power of two `_aligned` rounds a size to a multiple of.

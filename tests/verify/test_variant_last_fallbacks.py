@@ -105,9 +105,10 @@ class ModelNew(nn.Module):
 def test_the_last_fallbacks_are_aligned_sizes_then_one_constant_back():
     first, half, larger = shape_variants(problem_from_source(POOLED, where="pooled.py", name="pooled"))
     assert first.overrides == {"height": 47, "width": 71}
-    # Odd multiples of 24; the nearest multiples of 16 below 64 and 96; the power of two halved; the first with each
-    # constant back in turn.
-    assert first.fallbacks == [{"height": 24, "width": 24}, {"height": 48, "width": 64}, {"height": 32, "width": 71},
+    # Odd multiples of 24, kept apart (two steps) and then not; the nearest multiples of 16 below 64 and 96; the power
+    # of two halved; the first with each constant back in turn.
+    assert first.fallbacks == [{"height": 24, "width": 72}, {"height": 24, "width": 24}, {"height": 48, "width": 64},
+                               {"height": 32, "width": 71},
                                {"height": 64, "width": 24}, {"height": 24, "width": 96}]
     assert half.fallbacks == [{"height": 24}, {"height": 32}]  # nothing else changes: nothing to put back
     assert larger.fallbacks[1] == {"height": 80, "width": 112}  # above the problem's, as the variant is
