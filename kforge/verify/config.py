@@ -154,8 +154,8 @@ class VerifyConfig(StrictConfig):
                 raise ConfigError(f"verify.{name}={getattr(self, name)!r} must be positive (seconds)")
         for name in ("trials", "device_busy_wait_s", "attribution_budget_s", "atol", "rtol"):
             value = getattr(self, name)
-            if value is not None and value < 0:
-                raise ConfigError(f"verify.{name}={value!r} must not be negative")
+            if value is not None and not value >= 0:  # NaN too: it failed an exact candidate at fp32
+                raise ConfigError(f"verify.{name}={value!r} must be a number, not negative")
         if not 0.0 <= self.min_kernel_share <= 1.0:
             raise ConfigError(f"verify.min_kernel_share={self.min_kernel_share!r} must be a share, 0 to 1")
 

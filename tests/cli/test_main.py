@@ -124,7 +124,8 @@ def test_usage_errors_exit_two(tmp_path, capsys):
     assert "no built-in opencl solution takes bf16" in capsys.readouterr().err
     # numbers that judged nothing or blamed the candidate: 0 trials "correct", a -1 s limit a `timeout`
     for flags, said in ((["--trials", "0"], "at least one correctness trial"), (["--timeout", "-1"], "--timeout=-1.0 must "
-                        "be positive"), (["--atol", "-5"], "--atol=-5.0 must not be negative")):
+                        "be positive"), (["--atol", "-5"], "--atol=-5.0 must be a number, not negative"),
+                       (["--rtol", "nan"], "--rtol=nan must be a number, not negative")):
         assert main(["verify", "relu", cand, *flags]) == 2
         assert said in capsys.readouterr().err, flags
 
