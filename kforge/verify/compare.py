@@ -34,7 +34,9 @@ def check_plain_tensor(x: Any, index: int) -> None:
         raise Mismatch("shape", f"output {index} has layout {x.layout}, expected strided", {"output": index})
 
 
-def check_structure(outs: list[Any], refs: list[torch.Tensor], device: torch.device) -> None:
+def check_structure(outs: list[Any], refs: list[torch.Tensor], device: torch.device, reduced: bool = False) -> None:
+    """Each output a plain tensor of the reference's shape, dtype and device; ``reduced``: the inputs were cast to a
+    reduced precision (a float32 reference output is then one its forward promoted)."""
     if len(outs) != len(refs):
         raise Mismatch("shape", f"forward returned {len(outs)} output(s), the reference returns {len(refs)}")
     for i, (o, r) in enumerate(zip(outs, refs)):
@@ -48,6 +50,11 @@ def check_structure(outs: list[Any], refs: list[torch.Tensor], device: torch.dev
             # a kernel that computes in float32 and forgets the cast back is the common cause at bf16 or fp16
             fix = (f": give it back in the reference's dtype (`out.to({r.dtype})`, or the input's `.to(x.dtype)`)"
                    if o.is_floating_point() and r.is_floating_point() else "")
+            if reduced and r.dtype == torch.float32 and o.dtype in (torch.bfloat16, torch.float16):
+                # the input's dtype is what it returned: the reference's forward makes a float32 tensor of its own
+                fix = (": the reference's output is float32 although its inputs are not (a tensor its forward makes "
+                       "with the default dtype, `torch.randn`, `torch.ones`, `torch.arange`, promotes it): give it back "
+                       "as float32 too (`out.float()`)")
             raise Mismatch("shape", f"output {i} has dtype {o.dtype}, expected {r.dtype}{fix}",
                            {"output": i, "got_dtype": str(o.dtype), "expected_dtype": str(r.dtype)})
         if o.device.type != device.type:

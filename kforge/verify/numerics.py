@@ -330,7 +330,7 @@ class NumericsChecks:
         """The structure (shapes, dtypes: every view; raises), then the values in each view still passing:
         the views that fail now, with their verdicts. One comparison serves both where they coincide."""
         try:
-            check_structure(outs, refs.expected, self.device)
+            check_structure(outs, refs.expected, self.device, reduced=self.precision.reduced)
         except Mismatch as m:
             raise _as_verdict(m, where, None) from None
         failures: dict[str, HarnessVerdict] = {}

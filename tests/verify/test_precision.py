@@ -518,3 +518,16 @@ def test_tf32_on_a_cpu_says_that_only_the_tolerance_is_tf32s(pool):
                                                                          "x @ x.t()"), "cpu")
     assert v.state is State.CORRECT, v.summary()
     assert any(n.startswith("tf32 on a CPU: PyTorch runs no TF32 there") for n in v.evidence.notes), v.evidence.notes
+
+
+def test_a_reference_its_forward_promotes_to_float32_is_told_as_such_not_to_return_the_inputs_dtype(pool):
+    """``x + torch.randn(x.shape)`` at bf16 is float32: the hint said to give the output back in the input's dtype,
+    which is what the candidate had done."""
+    src = ("import torch\nimport torch.nn as nn\n\nbatch_size = 16\ndim = 64\n\n\nclass Model(nn.Module):\n"
+           "    def forward(self, x):\n        return x * torch.ones(x.shape)\n\n\ndef get_inputs():\n"
+           "    return [torch.randn(batch_size, dim)]\n\n\ndef get_init_inputs():\n    return []\n")
+    cand = src.replace("class Model(", "class ModelNew(").replace("torch.ones(x.shape)", "1.0")
+    v = Verifier(fast_config(require_kernel=False, skip_timing=True, precision="bf16"), pool=pool).verify(
+        problem_from_source(src, where="p.py", name="p"), cand, "cpu")
+    assert v.state is State.SHAPE_MISMATCH, v.summary()
+    assert "the reference's output is float32 although its inputs are not" in v.message and "x.dtype" not in v.message
