@@ -99,11 +99,11 @@ def _degenerate(rows: list[dict[str, Any]], rules: str) -> set[str]:
 
 
 def _judged(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
-    """What the verified rows were judged at: each setting's values among them (one, for a run of its own)."""
+    """What the verified rows were judged at: each setting's values among them (one, for a run of its own); where
+    none was verified, what the error rows were to be judged at (a bf16 run of missing problems said fp32)."""
     out: dict[str, set] = {}
-    for r in rows:
-        if r.get("state") == ERROR_STATE:
-            continue
+    verified = [r for r in rows if r.get("state") != ERROR_STATE]
+    for r in verified or [r for r in rows if r.get("judged")]:
         for k, v in (r.get("judged") or {"precision": r.get("precision") or "fp32"}).items():
             out.setdefault(k, set()).add(v if isinstance(v, (str, int, float, bool)) or v is None else str(v))
     return {k: sorted(v, key=str) for k, v in sorted(out.items())}

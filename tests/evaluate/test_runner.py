@@ -217,6 +217,10 @@ def test_the_summary_says_the_precision_and_what_each_rule_set_leaves_out():
     assert "judged at bf16 (inputs and weights cast" in text and "kernelbench: 1 degenerate problem(s)" in text
     assert "kforge: " not in text.split("judged at")[1].split("rules:")[0]
     assert render_markdown(s).startswith("# kforge eval at bf16")
+    # nothing verified (every problem missing): the precision the run asked for, not fp32
+    missing = make_row(CandidateFile(Path(f"/g/{kb_name(3, 0, 1)}"), "p3", "cpu", 1, 3, 0), "h", "cpu", error="gone")
+    missing["judged"] = {"precision": "bf16", "rules": "kforge"}
+    assert render_markdown(summarise([missing])).startswith("# kforge eval at bf16")
     untimed = render_text(summarise([row(1, _verdict("correct"))]))
     assert "nothing was timed (--no-timing): fast_0 is the share correct" in untimed
 
