@@ -68,6 +68,8 @@ NO_VARIANTS = ("no shape variants: kforge found no sizes in the problem to vary 
                "get_inputs or get_init_inputs; not sizes inside a dict or a class), so the candidate was checked at "
                "this shape alone "
                "(KFORGE = {\"variants\": [{...}]} in the problem lists some)")
+DECLARED_NONE = ("no shape variants: the problem declares none (KFORGE[\"variants\"] = []), so the candidate was "
+                 "checked at this shape alone")
 
 
 class Verifier:
@@ -263,8 +265,9 @@ class Verifier:
             clock("variants")
         else:
             clock("after")
-            if cfg.variants and problem.variants is None and facts.facets.outcome == State.CORRECT.value:
-                facts = replace(facts, evidence=replace(facts.evidence, notes=facts.evidence.notes + [NO_VARIANTS]))
+            if cfg.variants and facts.facets.outcome == State.CORRECT.value:
+                note = NO_VARIANTS if problem.variants is None else DECLARED_NONE
+                facts = replace(facts, evidence=replace(facts.evidence, notes=facts.evidence.notes + [note]))
         return facts
 
     def _on_variants(self, facts: Facts, request: VariantsRequest, kinds: list[str], files: dict[str, str],

@@ -588,3 +588,8 @@ def test_a_correct_verdict_says_when_no_other_shape_was_checked(pool):
     generic = tiny.replace("class Model(", "class ModelNew(").split("\n\n\ndef get_inputs")[0] + "\n"
     v = Verifier(fast_config(variants=True, require_kernel=False, skip_timing=True), pool=pool).verify(p, generic, "cpu")
     assert v.state is State.CORRECT and any(n.startswith("no shape variants:") for n in v.evidence.notes), v.summary()
+    declared = problem_from_source(LITERAL + "\nKFORGE = {\"variants\": []}\n", where="none.py", name="none")
+    generic = LITERAL.replace("class Model(", "class ModelNew(").split("\n\n\ndef get_inputs")[0] + "\n"
+    v = Verifier(fast_config(variants=True, require_kernel=False, skip_timing=True), pool=pool).verify(
+        declared, generic, "cpu")
+    assert v.state is State.CORRECT and any("declares none" in n for n in v.evidence.notes), v.summary()
