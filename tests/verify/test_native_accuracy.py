@@ -674,3 +674,14 @@ def test_a_scan_that_leaves_out_a_term_is_no_rounding(pool, precision, scan, rig
         return
     assert v.state is State.NUMERICAL_MISMATCH, v.summary()
     assert "the error is where rounding does not reach" in v.message, v.message
+
+
+def test_an_overflow_pytorchs_own_half_result_shares_is_said_so(pool):
+    """At fp16, ``x * 1000 / 1000`` of values past 65.5 overflows in PyTorch's own fp16 result too: the mismatch
+    said only that the output was inf, and its author looked for a bug rather than at the intermediate."""
+    src = ("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
+           "        return x * 1000.0 / 1000.0\n\n\ndef get_inputs():\n    return [torch.rand(16, 64) * 100 + 70]\n\n\n"
+           "def get_init_inputs():\n    return []\n")
+    v = _verify(pool, src, src.replace("class Model(", "class ModelNew("), "fp16")
+    assert v.state is State.NUMERICAL_MISMATCH, v.summary()
+    assert "PyTorch's own fp16 result is not finite in 1024 place(s) either" in v.message, v.message
