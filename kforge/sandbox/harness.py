@@ -143,7 +143,7 @@ class Harness:
             torch.random.manual_seed(self.weight_seed)
             step = "get_init_inputs()"
             with torch.device(self.device):
-                self.init_inputs = [self.cast(x) for x in self.ref_mod.get_init_inputs()]
+                self.init_inputs = [self.cast(x) for x in self.listed(self.ref_mod.get_init_inputs(), step)]
             step = "Model(*get_init_inputs())"
             self.build_references()
             step = "get_inputs()"
@@ -241,8 +241,21 @@ class Harness:
         torch = self.torch
         torch.random.manual_seed(seed)
         with torch.device(self.device):
-            inputs = list(self.ref_mod.get_inputs())
+            inputs = self.listed(self.ref_mod.get_inputs(), "get_inputs()")
         return [self.cast(x.to(self.device)) if isinstance(x, torch.Tensor) else x for x in inputs]
+
+    def listed(self, value: Any, fn: str) -> list[Any]:
+        """What ``get_inputs()`` (or ``get_init_inputs()``) returned, as the arguments it lists. A tensor, None or a
+        mapping is the problem's mistake, said as such: ``list(tensor)`` made each of its rows an argument
+        ("forward() takes 2 positional arguments but 17 were given")."""
+        if value is None:
+            raise TypeError(f"{fn} returned None, not a list of arguments (a missing return?)")
+        if isinstance(value, self.torch.Tensor):
+            raise TypeError(f"{fn} returned a tensor, not a list of arguments: return [x] (listed, each of its "
+                            f"{len(value) if value.dim() else 0} rows would be an argument)")
+        if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__"):
+            raise TypeError(f"{fn} returned a {type(value).__name__}, not a list of arguments")
+        return list(value)
 
     def _clone(self, inputs: list[Any]) -> list[Any]:
         return [x.clone() if isinstance(x, self.torch.Tensor) else x for x in inputs]

@@ -38,13 +38,13 @@ def import_candidate(path: str | Path = "candidate.py", problem: str | Path = "p
 
 def problem_frames(exc: BaseException, shown_as: str, copy: str = "problem.py") -> str:
     """``exc``'s traceback from its first frame in the worker's ``copy`` of the problem on, that file named
-    ``shown_as``; the whole traceback where no frame is in it (a syntax error, say, names the file itself)."""
+    ``shown_as``; the exception alone where no frame is in it (a syntax error names the file and line itself; a
+    check of kforge's, ``get_inputs() returned None``, says what is wrong, and kforge's frames are no help)."""
     te = traceback.TracebackException.from_exception(exc)
     here = os.path.abspath(copy)
     frames = list(te.stack)
     first = next((i for i, f in enumerate(frames) if os.path.abspath(f.filename) == here), None)
-    if first is not None:
-        te.stack = traceback.StackSummary.from_list(frames[first:])
+    te.stack = traceback.StackSummary.from_list(frames[first:] if first is not None else [])
     for f in te.stack:
         if os.path.abspath(f.filename) == here:
             f.filename = shown_as

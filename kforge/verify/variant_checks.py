@@ -116,7 +116,7 @@ class VariantChecks:
         self.ref_mod = import_file(path, f"kforge_variant_{i}")
         torch.random.manual_seed(self.weight_seed)
         with torch.device(self.device):
-            self.init_inputs = [self.cast(x) for x in self.ref_mod.get_init_inputs()]
+            self.init_inputs = [self.cast(x) for x in self.listed(self.ref_mod.get_init_inputs(), "get_init_inputs()")]
         self.build_references()
         inputs = self.inputs(self.draw())
         rng_seed = self.draw() if "stochastic" in self.flags else None

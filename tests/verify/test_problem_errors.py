@@ -178,3 +178,19 @@ def test_a_reference_with_no_tensor_to_compare_is_the_problems_error(verifier):
            "        return torch.relu(x)\n"
     with pytest.raises(ProblemFails, match="its outputs are empty at these sizes"):
         verifier.verify(empty, relu, "cpu")
+
+
+@pytest.mark.parametrize("returned, said", [
+    ("torch.randn(N, D)", "get_inputs() returned a tensor, not a list of arguments: return [x]"),
+    ("None", "get_inputs() returned None, not a list of arguments (a missing return?)"),
+])
+def test_get_inputs_returning_a_bare_tensor_or_nothing_is_said_plainly(verifier, returned, said):
+    """A bare tensor was listed row by row ("forward() takes 2 positional arguments but 9 were given"), None said
+    "'NoneType' object is not iterable", each under a traceback of kforge's own frames."""
+    src = ("import torch\nimport torch.nn as nn\n\nN = 8\nD = 64\n\n\nclass Model(nn.Module):\n"
+           "    def forward(self, x):\n        return x * 2\n\n\n"
+           f"def get_inputs():\n    return {returned}\n\n\ndef get_init_inputs():\n    return []\n")
+    with pytest.raises(ProblemFails) as err:
+        verifier.verify(problem_from_source(src, where="gi.py", name="gi"), "ModelNew = None\n", "cpu")
+    assert said in str(err.value), str(err.value)
+    assert "kforge/" not in err.value.traceback and "Traceback" not in err.value.traceback, err.value.traceback
