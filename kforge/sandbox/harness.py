@@ -220,7 +220,8 @@ class Harness:
         """For a reference that fails: what the precision or the kernelbench rules did to its inputs, which may be
         why (``torch.linalg.det`` has no bf16 kernel on a CPU: "lu_cpu" not implemented for 'BFloat16')."""
         name = {"bfloat16": "BFloat16", "float16": "Half"}.get(self.precision.storage)
-        if name and exc is not None and f"not implemented for '{name}'" in str(exc):
+        said = str(exc) if exc is not None else ""
+        if name and (f"not implemented for '{name}'" in said or f"Unsupported dtype {name}" in said):
             return (f" (or rather of the precision: PyTorch has no {self.precision.name} kernel for one of the "
                     "problem's operators on this device, and the problem runs at --precision fp32)")
         if not self.cast_all:

@@ -330,6 +330,8 @@ class Verifier:
                                       evidence=evidence, build=info)
         if r.compile_error:
             cause = cause_in(r.compile_error)
+            if cause is None and r.compile_error.startswith("Python syntax error"):  # the line says it all
+                cause = r.compile_error.splitlines()[0]
             return built, Facts.ended(State.COMPILATION_FAILURE, "the candidate does not build"
                                       + (f": {cause}" if cause else ""),
                                       evidence=Evidence(compiler_log=r.compile_error), build=info)

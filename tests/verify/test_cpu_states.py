@@ -178,6 +178,14 @@ def test_compile_error_has_compiler_words(verifier, relu):
     assert " -c " not in log  # echoed compiler commands are dropped, the compiler's words kept
 
 
+def test_a_python_syntax_error_is_named_in_the_message(verifier, relu):
+    """An eval row's message said only "the candidate does not build"; the line was in the compiler log alone."""
+    v = verifier.verify(relu, "import torch\n\nclass ModelNew(torch.nn.Module):\n    def forward(self x):\n"
+                              "        return x\n", "cpu")
+    assert v.state is State.COMPILATION_FAILURE
+    assert "the candidate does not build: Python syntax error in the candidate: line 4" in v.message, v.message
+
+
 def test_infinite_loop_times_out_and_pool_recovers(pool, relu):
     verifier = Verifier(fast_config(timeout_s=15), pool=pool)
     verifier.verify(relu, candidate("cpu", "relu_infinite_loop.py"), "cpu",

@@ -444,11 +444,13 @@ def test_integer_outputs_under_the_kernelbench_rules_are_judged_by_its_allclose(
     assert v.state is State.CORRECT and v.states["kernelbench"] == "correct", v.summary()
 
 
-def test_a_problem_with_no_kernel_at_the_precision_is_told_so(pool):
-    """``torch.linalg.det`` has no bf16 kernel on a CPU: "this is a bug in the problem" said nothing of the precision
-    that made it fail."""
-    det = QUANTIZE.replace("return torch.round(x * 1000).to(torch.int64)", "return torch.linalg.det(x)").replace(
-        "torch.rand(batch_size, dim) * 0.5 + 0.5", "torch.randn(batch_size, 8, 8)")
+@pytest.mark.parametrize("op, shape", [("torch.linalg.det(x)", "batch_size, 8, 8"),
+                                       ("torch.fft.ifft(torch.fft.fft(x, dim=-1), dim=-1).real", "batch_size, dim")])
+def test_a_problem_with_no_kernel_at_the_precision_is_told_so(pool, op, shape):
+    """``torch.linalg.det`` has no bf16 kernel on a CPU ("not implemented for 'BFloat16'"), nor has an FFT
+    ("Unsupported dtype BFloat16"): "this is a bug in the problem" said nothing of the precision that made it fail."""
+    det = QUANTIZE.replace("return torch.round(x * 1000).to(torch.int64)", f"return {op}").replace(
+        "torch.rand(batch_size, dim) * 0.5 + 0.5", f"torch.randn({shape})")
     p = problem_from_source(det, where="det.py", name="det")
     with pytest.raises(Exception, match="no bf16 kernel for one of the problem's operators") as err:
         Verifier(fast_config(precision="bf16", require_kernel=False, skip_timing=True), pool=pool).verify(
