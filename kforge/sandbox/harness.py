@@ -152,8 +152,8 @@ class Harness:
         except Exception as exc:  # noqa: BLE001
             self.raise_if_busy(exc)
             raise HarnessVerdict(PROBLEM_ERROR, f"the problem fails in {step} ({type(exc).__name__}: "
-                                 f"{first_line(exc)}){self._no_cuda_note(exc)}; {self.blame()}{self.cast_note(exc)}", evidence={"traceback": self.problem_traceback(exc)}
-                                 ) from None
+                                 f"{first_line(exc)}){self._no_cuda_note(exc)}; {self.blame()}{self.cast_note(exc)}",
+                                 evidence={"traceback": self.problem_traceback(exc)}) from None
 
     def problem_traceback(self, exc: BaseException) -> str:
         """The traceback of an exception the problem raised, as its author reads it: from the first frame in the

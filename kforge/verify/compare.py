@@ -218,10 +218,9 @@ def tolerances_off(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: floa
     worst = 0.0
     for s in range(0, o.numel(), CHUNK):
         oc, rc = o[s:s + CHUNK], r[s:s + CHUNK]
-        wide = torch.float64
         keep = torch.isfinite(rc) & (torch.isfinite(rc.to(oc.dtype)) if rc.dtype != oc.dtype else True)
-        oc, rc = oc[keep].to(wide if not oc.is_complex() else torch.complex128), rc[keep].to(
-            wide if not rc.is_complex() else torch.complex128)
+        wide = torch.complex128 if oc.is_complex() or rc.is_complex() else torch.float64
+        oc, rc = oc[keep].to(wide), rc[keep].to(wide)
         if oc.numel() == 0:
             continue
         ratio = (oc - rc).abs() / (atol + rtol * rc.abs())

@@ -203,15 +203,17 @@ def _with(problem: Problem, overrides: dict) -> str:
 
 
 def _fallbacks(overrides: dict, original: dict, step: int, unit: int, sizes: dict) -> list[dict]:
-    """The sizes rounded to odd multiples of the step; then, if the reference fails there too, with the sizes under
+    """The sizes rounded to odd multiples of the step (those the variant had apart kept apart first,
+    `_stepped_apart`); then, if the reference fails there too, with the sizes under
     the step that the head and group counts divide in the problem made multiples of them (a channel count under
     24 that 8 groups divide); then the variant in the problem's own proportions (`_proportional`); then each size
     a multiple of the power of two its value in the problem is (`_aligned`); then the first of these with one
     constant at a time back at the problem's value (`_reverted`)."""
     out: list[dict] = []
     rounded = _fallback(overrides, original, step)
-    for f in (_stepped_apart(rounded, overrides, original, step), rounded, _fallback(overrides, original, step, unit), _proportional(overrides, original, sizes),
-              _aligned(overrides, original), _halved(overrides, original), *_reverted(rounded or overrides, original)):
+    for f in (_stepped_apart(rounded, overrides, original, step), rounded, _fallback(overrides, original, step, unit),
+              _proportional(overrides, original, sizes), _aligned(overrides, original), _halved(overrides, original),
+              *_reverted(rounded or overrides, original)):
         if f is not None and f != overrides and f not in out:
             out.append(f)
     return out
