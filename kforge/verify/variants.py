@@ -36,6 +36,7 @@ from .protocol import ShapeVariant
 from .variant_sizes import (
     HEAD_COUNT,
     MIN_SIZE,
+    NOT_A_SIZE,
     is_literal,
     is_shape,
     is_size,
@@ -136,9 +137,12 @@ def _apart(variant: dict, up: bool = False) -> dict:
     out, taken = {}, set()
     for k, v in variant.items():
         if isinstance(v, int) and v >= MIN_SIZE and not is_literal(k):
-            while v in taken and (up or v > MIN_SIZE):
-                v += 2 if up else -2
-                v += (2 if up else -2) * (v % 16 == 0)
+            start, move = v, 2 if up else -2
+            while v in taken:
+                v += move
+                v += move * (v % 16 == 0)
+                if v <= MIN_SIZE and not up:  # no room below (seven branch widths of 16 beside a square image)
+                    v, move = start, 2
             taken.add(v)
         out[k] = v
     return out
@@ -148,7 +152,8 @@ def _derived(sizes: dict) -> list[dict]:
     """All the sizes at about three quarters, none equal to another (`_apart`); the first alone at about half (the
     first element of a lone shape with several: a kernel that assumes its dimensions equal fails there); all of
     them a sixteenth larger."""
-    first = next(iter(sizes))
+    # the first that is not a count only the inputs read (``num_groups = 8`` ahead of the sizes it groups)
+    first = next((k for k in sizes if not NOT_A_SIZE.search(k)), next(iter(sizes)))
     out = [_apart({k: _each(v, lambda n: _smaller(n, 0.75)) for k, v in sizes.items()})]
     if len(sizes) > 1:
         out.append({first: _each(sizes[first], lambda n: _smaller(n, 0.5))})
@@ -207,14 +212,17 @@ def _fallbacks(overrides: dict, original: dict, step: int, unit: int, sizes: dic
     `_stepped_apart`); then, if the reference fails there too, with the sizes under
     the step that the head and group counts divide in the problem made multiples of them (a channel count under
     24 that 8 groups divide); then the variant in the problem's own proportions (`_proportional`); then each size
-    a multiple of the power of two its value in the problem is (`_aligned`); then the first of these with one
-    constant at a time back at the problem's value (`_reverted`)."""
+    a multiple of the power of two its value in the problem is (`_aligned`); then the first of these, and the
+    proportional one, with one constant at a time back at the problem's value (`_reverted`: a free head count back
+    at 8 where its heads' width times it must make the embedding). None at the problem's own sizes."""
     out: list[dict] = []
-    rounded = _fallback(overrides, original, step)
+    rounded, proportional = _fallback(overrides, original, step), _proportional(overrides, original, sizes)
     for f in (_stepped_apart(rounded, overrides, original, step), rounded, _fallback(overrides, original, step, unit),
-              _proportional(overrides, original, sizes), _aligned(overrides, original), _halved(overrides, original),
-              *_reverted(rounded or overrides, original)):
-        if f is not None and f != overrides and f not in out:
+              proportional, _aligned(overrides, original), _halved(overrides, original),
+              *_reverted(rounded or overrides, original), *_reverted(proportional or {}, original)):
+        # not the problem's own sizes: a count at its own value is a multiple of itself, and "correct on shape
+        # variant num_groups=8" named the problem's shape
+        if f is not None and f != overrides and f not in out and any(f[k] != original[k] for k in f):
             out.append(f)
     return out
 

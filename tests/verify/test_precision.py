@@ -246,9 +246,11 @@ def test_a_width_the_head_count_must_divide_falls_back_to_sizes_it_divides(pool)
                  "def get_init_inputs():\n    return [dim, heads]\n")
     p = problem_from_source(attention, where="attention.py", name="attention")
     first = shape_variants(p)[0]
-    assert first.overrides == {"seq_len": 29, "dim": 47} and first.fallbacks[0] == {"seq_len": 24, "dim": 24}
+    assert first.overrides == {"seq_len": 29, "dim": 47} and first.fallbacks[:2] == [{"seq_len": 24, "dim": 72},
+                                                                                     {"seq_len": 24, "dim": 24}]
     larger = shape_variants(p)[2]  # rounded up, so that it stays larger than the problem
-    assert larger.overrides == {"seq_len": 43, "dim": 69} and larger.fallbacks[0] == {"seq_len": 72, "dim": 72}
+    assert larger.overrides == {"seq_len": 43, "dim": 69} and larger.fallbacks[:2] == [{"seq_len": 72, "dim": 120},
+                                                                                      {"seq_len": 72, "dim": 72}]
     wide = problem_from_source(attention.replace("dim = 64\nheads = 8", "dim = 1024\nheads = 16"), where="w.py",
                                name="wide")
     assert shape_variants(wide)[0].fallbacks[0] == {"seq_len": 29, "dim": 720}  # 720 = 15 * 48: 16 heads of 45
@@ -259,11 +261,11 @@ def test_a_width_the_head_count_must_divide_falls_back_to_sizes_it_divides(pool)
              "        return y.reshape(-1, 40, 64)\n")
     verifier = Verifier(fast_config(variants=True, require_kernel=False), pool=pool)
     v = verifier.verify(p, baked, "cpu")
-    assert v.state is State.RUNTIME_ERROR and "on shape variant seq_len=24, dim=24" in v.summary(), v.summary()
+    assert v.state is State.RUNTIME_ERROR and "on shape variant seq_len=24, dim=72" in v.summary(), v.summary()
     fine = verifier.verify(p, baked.replace("y.reshape(-1, 40, 64)", "y"), "cpu")
     assert fine.state is State.CORRECT, fine.summary()
-    assert any("seq_len=24, dim=24 (for seq_len=29, dim=47, where the reference fails); seq_len=19; seq_len=72, "
-               "dim=72 (for seq_len=43, dim=69, where the reference fails)" in n
+    assert any("seq_len=24, dim=72 (for seq_len=29, dim=47, where the reference fails); seq_len=19; seq_len=72, "
+               "dim=120 (for seq_len=43, dim=69, where the reference fails)" in n
                for n in fine.evidence.notes), fine.evidence.notes  # the note docs/verification.md quotes
     assert not any("skipped" in n for n in fine.evidence.notes), fine.evidence.notes
 

@@ -116,8 +116,10 @@ def test_the_last_fallbacks_are_aligned_sizes_then_one_constant_back():
     assert _aligned({"shape": (0, 47, 2.5)}, {"shape": (0, 64, 2.5)}) == {"shape": (0, 48, 2.5)}
     first = shape_variants(problem_from_source(DEFAULTED, where="defaulted.py", name="defaulted"))[0]
     assert first.overrides == {"batch_size": 7, "dim": 17, "image_size": 11, "num_classes": 29}
-    # The step fallback (odd multiples of 24) with each constant back in turn; image_size's is the one that runs.
-    assert first.fallbacks[-4:] == [{"batch_size": 10, "dim": 17, "image_size": 11, "num_classes": 24},
+    # The step fallback (odd multiples of 24) with each constant back in turn; image_size's is the one that runs;
+    # then the proportional one's (num_classes 28, a multiple of the batch's 7) likewise.
+    assert [f["num_classes"] for f in first.fallbacks[9:]] == [28, 28, 28]
+    assert first.fallbacks[5:9] == [{"batch_size": 10, "dim": 17, "image_size": 11, "num_classes": 24},
                                     {"batch_size": 7, "dim": 24, "image_size": 11, "num_classes": 24},
                                     {"batch_size": 7, "dim": 17, "image_size": 16, "num_classes": 24},
                                     {"batch_size": 7, "dim": 17, "image_size": 11, "num_classes": 40}]

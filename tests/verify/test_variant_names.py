@@ -105,3 +105,37 @@ def test_sizes_a_fallback_rounds_equal_are_first_tried_two_steps_apart():
     assert larger.overrides["in_features"] != larger.overrides["out_features"]
     a, b = first.fallbacks[0], first.fallbacks[1]
     assert a["in_features"] != a["out_features"] and b["in_features"] == b["out_features"], first.fallbacks
+
+
+def test_a_free_head_count_goes_back_to_its_own_value_where_the_heads_must_make_the_embedding():
+    """Heads drawn apart, projected joined by a Linear of the embedding's width: the heads' count times their width
+    must be the embedding. With the count varied, no fallback put it back beside the proportional sizes, and the
+    smaller variant was skipped where it had run."""
+    mha = ("import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\nclass Model(nn.Module):\n"
+           "    def __init__(self, embed_dim):\n        super().__init__()\n"
+           "        self.proj = nn.Linear(embed_dim, embed_dim)\n\n    def forward(self, q, k, v):\n"
+           "        B, H, S, D = q.shape\n        o = F.scaled_dot_product_attention(q, k, v)\n"
+           "        return self.proj(o.transpose(1, 2).reshape(B, S, H * D))\n\n\nbatch_size = 2\nnum_heads = 8\n"
+           "seq_len = 32\nhead_dim = 8\nembed_dim = 64\n\n\ndef get_inputs():\n"
+           "    return [torch.randn(batch_size, num_heads, seq_len, head_dim) for _ in range(3)]\n\n\n"
+           "def get_init_inputs():\n    return [embed_dim]\n")
+    first = shape_variants(problem_from_source(mha, where="mha.py", name="mha"))[0]
+    assert first.overrides["num_heads"] != 8
+    assert any(f["num_heads"] * f["head_dim"] == f["embed_dim"] for f in first.fallbacks), first.fallbacks
+
+
+def test_no_fallback_is_the_problems_own_shape_and_a_count_is_not_the_one_halved():
+    """A count's fallback at its own value ("correct on shape variant num_groups=8 (for num_groups=3 ...)") named
+    the problem's shape as a variant; and a count first in the file was halved alone where sizes follow it."""
+    pairs = ("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def forward(self, x, w):\n"
+             "        y = torch.bmm(x, w)\n        return y.view(-1, 2, y.shape[1], y.shape[2]).sum(1)\n\n\n"
+             "num_groups = 8\nM = 32\nK = 48\nN = 16\n\n\ndef get_inputs():\n"
+             "    return [torch.randn(num_groups, M, K), torch.randn(num_groups, K, N)]\n\n\n"
+             "def get_init_inputs():\n    return []\n")
+    p = problem_from_source(pairs, where="pairs.py", name="pairs")
+    own = {k: p.constants[k] for k in ("num_groups", "M", "K", "N")}
+    for v in shape_variants(p):
+        assert all(any(f[k] != own[k] for k in f) for f in v.fallbacks), v.fallbacks
+    assert list(shape_variants(p)[1].overrides) == ["M"]  # the first size, not the count ahead of it
+    counted = pairs.replace("num_groups = 8\n", "num_groups = 8\nbatch_size = 16\n")
+    assert list(shape_variants(problem_from_source(counted, where="b.py", name="b"))[1].overrides) == ["batch_size"]
