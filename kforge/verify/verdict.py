@@ -323,7 +323,9 @@ class Verdict:
             lines.append(f"  rule: {self.rule}")
         if ev.mismatch:
             m = ev.mismatch
-            lines.append("  " + ", ".join(f"{k}={v}" for k, v in m.items() if v is not None))
+            # on a correct verdict the mismatch is another rule set's failure: said as such, not as this one's
+            whose = f"{' and '.join(others)}: " if self.state is State.CORRECT and others else ""
+            lines.append(f"  {whose}" + ", ".join(f"{k}={v}" for k, v in m.items() if v is not None))
         for tail, label in ((ev.compiler_log, "compiler"), (ev.traceback, "traceback")):
             if tail:
                 lines.append(f"  --- {label} (tail) ---")

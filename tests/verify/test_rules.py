@@ -78,3 +78,16 @@ def test_numbers_that_would_judge_nothing_or_blame_the_candidate_are_refused():
     VerifyConfig(trials=0)  # the verifier's own build check
     with pytest.raises((ConfigError, ValueError), match="verify.trials=0 must be at least 1"):
         JobConfig.from_dict({"model": {"kind": "oracle", "name": "oracle"}, "verify": {"trials": 0}})
+
+
+def test_a_correct_verdicts_summary_says_whose_failure_its_mismatch_line_is():
+    """Under --rules kernelbench a baked kernel is correct and the kforge rules' failure at a variant was printed
+    below it unlabelled, read as evidence against the correct verdict."""
+    from kforge.verify.verdict import Evidence, State, Verdict
+    mismatch = {"trial": "the variant's trial", "output": 0, "got_shape": [8, 16], "expected_shape": [5, 11]}
+    v = Verdict(State.CORRECT, "matches", rules="kernelbench", evidence=Evidence(mismatch=mismatch),
+                states={"kforge": "shape_mismatch", "kernelbench": "correct", "strict": "shape_mismatch"})
+    assert "  kforge and strict: trial=the variant's trial, output=0" in v.summary(), v.summary()
+    failed = Verdict(State.SHAPE_MISMATCH, "shape", evidence=Evidence(mismatch=mismatch),
+                     states={"kforge": "shape_mismatch", "kernelbench": "correct"})
+    assert "\n  trial=the variant's trial" in failed.summary(), failed.summary()
