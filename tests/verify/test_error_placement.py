@@ -6,15 +6,8 @@ rounded product is one more rounding, a few tolerances off. And an overflow PyTo
 
 import pytest
 
-from kforge.problems import problem_from_source
-from kforge.verify import State, Verifier
-from tests.helpers import fast_config
-
-
-def _verify(pool, source: str, candidate: str, precision: str = "bf16"):
-    problem = problem_from_source(source, where="p.py", name="p")
-    return Verifier(fast_config(require_kernel=False, precision=precision), pool=pool).verify(problem, candidate, "cpu")
-
+from kforge.verify import State
+from tests.verify.test_native_accuracy import _verify
 
 # KernelBench level 1's cumsum, at a CPU size: its values climb from 0.5 to about 2048 along each row.
 CUMSUM = '''
